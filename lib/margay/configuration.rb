@@ -1,0 +1,128 @@
+# frozen_string_literal: true
+
+require "etc"
+require "tmpdir"
+
+module Margay
+  # Raised for a setting that is unknown, malformed or contradicts another one.
+  # The CLI maps it to exit status 64 (EX_USAGE).
+  class ConfigError < StandardError; end
+
+  # The one frozen configuration object. Built from DEFAULTS, then the config
+  # file, then CLI flags (see Margay::CLI and Margay::DSL), and handed to every
+  # part that needs it. Never mutated after #initialize.
+  class Configuration
+    # Every setting with its default. Sizes are bytes, times are seconds.
+    DEFAULTS = {
+      binds: ["tcp://0.0.0.0:9292"].freeze,
+      rackup: "config.ru",
+      environment: nil, # resolved from RACK_ENV / RAILS_ENV / "development"
+      min_threads: 0,   # like Puma; one thread always waits for connections
+      max_threads: 5,
+      pidfile: nil,
+      quiet: false,
+      log_requests: false,
+      shutdown_timeout: 30,     # grace period for in-flight requests on TERM/INT
+      header_timeout: 30,       # a request head must arrive within this (408)
+      body_timeout: 30,         # longest pause while receiving a body (408)
+      keepalive_timeout: 65,    # an idle keep-alive connection is closed after this
+      write_timeout: 30,        # longest stall while a client reads a response
+      max_keepalive_requests: 1000,
+      max_request_target: 8192,       # longer request-target: 414
+      max_header_size: 65_536,        # whole request head: 431
+      max_headers: 100,               # header field count: 431
+      max_body_size: 104_857_600,     # 100 MiB, larger body: 413 (nil: unlimited)
+      body_buffer_size: 131_072,      # bodies above this go to an unlinked tempfile
+      max_chunk_extensions: 4096,     # chunk-extension bytes per request: 400 beyond
+      max_connections: nil,           # nil: from RLIMIT_NOFILE
+      thread_idle_timeout: 10,        # a thread above min_threads idle this long exits
+      backlog: 1024,
+      event_backend: :auto,           # :auto, :epoll, :poll
+      tmpdir: nil,                    # nil: Dir.tmpdir
+      response_buffer_limit: 4_194_304, # streamed bodies block the thread beyond this
+      workers: 0                      # cluster mode (later issue); 0: single process
+    }.freeze
+
+    SETTINGS = DEFAULTS.keys.freeze
+
+    attr_reader(*SETTINGS)
+
+    # @param settings [Hash] overrides of DEFAULTS; unknown keys raise ConfigError.
+    def initialize(**settings)
+      unknown = settings.keys - SETTINGS
+      raise ConfigError, "unknown setting(s): #{unknown.join(', ')}" unless unknown.empty?
+
+      DEFAULTS.merge(settings).each { |key, value| instance_variable_set(:"@#{key}", deep_freeze(value)) }
+      @environment ||= (ENV["RACK_ENV"] || ENV["RAILS_ENV"] || "development").dup.freeze
+      @tmpdir ||= Dir.tmpdir.dup.freeze
+      validate!
+      freeze
+    end
+
+    # A copy with some settings replaced (CLI flags over the config file).
+    def with(**overrides)
+      self.class.new(**to_h.merge(overrides))
+    end
+
+    def to_h
+      SETTINGS.to_h { |key| [key, public_send(key)] }
+    end
+
+    def development?
+      environment == "development"
+    end
+
+    # The thread count the pool keeps at minimum: at least one, so that a
+    # thread is always waiting for connections.
+    def effective_min_threads
+      [min_threads, 1].max
+    end
+
+    private
+
+    def deep_freeze(value)
+      case value
+      when Array then value.map { |v| deep_freeze(v) }.freeze
+      when String then value.frozen? ? value : value.dup.freeze
+      else value
+      end
+    end
+
+    POSITIVE = %i[shutdown_timeout header_timeout body_timeout keepalive_timeout write_timeout
+                  thread_idle_timeout].freeze
+    POSITIVE_INTEGERS = %i[max_threads max_keepalive_requests max_request_target max_header_size
+                           max_headers body_buffer_size max_chunk_extensions backlog
+                           response_buffer_limit].freeze
+    private_constant :POSITIVE, :POSITIVE_INTEGERS
+
+    def validate!
+      POSITIVE.each do |key|
+        value = public_send(key)
+        raise ConfigError, "#{key} must be a positive number, got #{value.inspect}" unless value.is_a?(Numeric) && value.positive?
+      end
+      POSITIVE_INTEGERS.each do |key|
+        value = public_send(key)
+        raise ConfigError, "#{key} must be a positive integer, got #{value.inspect}" unless value.is_a?(Integer) && value.positive?
+      end
+      unless min_threads.is_a?(Integer) && min_threads >= 0 && min_threads <= max_threads
+        raise ConfigError, "threads must be MIN:MAX with 0 <= MIN <= MAX, got #{min_threads}:#{max_threads}"
+      end
+      unless max_body_size.nil? || (max_body_size.is_a?(Integer) && max_body_size >= 0)
+        raise ConfigError, "max_body_size must be a non-negative integer or nil"
+      end
+      unless max_connections.nil? || (max_connections.is_a?(Integer) && max_connections.positive?)
+        raise ConfigError, "max_connections must be a positive integer or nil"
+      end
+      raise ConfigError, "event_backend must be :auto, :epoll or :poll" unless %i[auto epoll poll].include?(event_backend)
+      raise ConfigError, "at least one bind is required" if binds.empty?
+      binds.each { |url| validate_bind(url) }
+      raise ConfigError, "workers must be a non-negative integer" unless workers.is_a?(Integer) && workers >= 0
+    end
+
+    def validate_bind(url)
+      return if url.match?(%r{\Atcp://(\[[0-9a-fA-F:.]+\]|[^\s/:\[\]]+):\d{1,5}\z}) || url.match?(%r{\Aunix://\S+\z})
+
+      raise ConfigError, "invalid bind #{url.inspect}: expected tcp://HOST:PORT or unix://PATH"
+    end
+  end
+end

@@ -1,0 +1,20 @@
+# frozen_string_literal: true
+
+require_relative "lib/margay/version"
+
+Gem::Specification.new do |spec|
+  spec.name = "margay"
+  spec.version = Margay::VERSION
+  spec.summary = "A Rack 3 application server whose I/O hot path runs in C without the GVL"
+  spec.description = "Margay accepts, reads, parses, buffers and writes HTTP/1.1 in C outside the " \
+                     "GVL; Ruby threads only ever run the application."
+  spec.authors = ["Margay developers"]
+  spec.license = "MIT"
+  spec.required_ruby_version = ">= 3.1"
+  spec.files = Dir["lib/**/*.rb", "ext/margay/*.{c,h,rb}", "exe/*", "README.md", "docs/*.md"]
+  spec.bindir = "exe"
+  spec.executables = ["margay"]
+  spec.extensions = ["ext/margay/extconf.rb"]
+  spec.require_paths = ["lib"]
+  spec.add_dependency "rack", ">= 3.0", "< 4"
+end
