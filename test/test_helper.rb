@@ -1,0 +1,128 @@
+# frozen_string_literal: true
+
+$VERBOSE = true
+require "minitest/autorun"
+require "socket"
+require "rack"
+require "rack/lint"
+require "stringio"
+require "margay"
+
+module Margay
+  # Shared helpers for the wire tests: a real server on 127.0.0.1:0 with the app
+  # under Rack::Lint, raw sockets to talk to it, and the server's log kept for failures.
+  module TestHelper
+    # Start a server for +app+ (wrapped in Rack::Lint unless lint: false), yield
+    # [host, port, server], stop it afterwards. Extra keywords are Configuration settings.
+    def with_server(app, lint: true, **settings)
+      log_io = StringIO.new
+      config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], quiet: true, **settings)
+      wrapped = lint ? Rack::Lint.new(app) : app
+      server = Margay::Server.new(wrapped, config, log: Margay::Log.new(out: log_io, err: log_io))
+      server.bind
+      thread = Thread.new { server.run }
+      thread.report_on_exception = true
+      port = server.addresses.first[/:(\d+)\z/, 1].to_i
+      yield "127.0.0.1", port, server
+    rescue Minitest::Assertion
+      warn "--- server log ---\n#{log_io.string}" unless log_io.string.empty?
+      raise
+    ensure
+      server&.stop
+      thread&.join(10) || (thread&.kill && flunk("server did not stop within 10 s"))
+      @last_server_log = log_io&.string
+    end
+
+    # Open a TCP connection, write +raw+ and read until the server closes or
+    # +timeout+ passes. Returns everything read.
+    def raw_exchange(port, raw, timeout: 5, host: "127.0.0.1")
+      sock = TCPSocket.new(host, port)
+      sock.write(raw)
+      read_all(sock, timeout: timeout)
+    ensure
+      sock&.close
+    end
+
+    # Read until EOF or until +timeout+ passes without a byte.
+    def read_all(sock, timeout: 5)
+      data = +""
+      loop do
+        break unless sock.wait_readable(timeout)
+
+        chunk = sock.read_nonblock(65_536, exception: false)
+        break if chunk.nil?
+        next if chunk == :wait_readable
+
+        data << chunk
+      end
+      data
+    rescue Errno::ECONNRESET
+      data
+    end
+
+    # Read exactly one HTTP response from +sock+: [status, headers(lowercased), body].
+    # Understands content-length and chunked bodies; +head+ true for a HEAD request.
+    def read_response(sock, head: false, timeout: 5)
+      status_line = gets_line(sock, timeout)
+      raise EOFError, "connection closed before a response" if status_line.nil?
+
+      status = status_line[/\AHTTP\/1\.[01] (\d{3})/, 1].to_i
+      headers = {}
+      while (line = gets_line(sock, timeout)) && line != "\r\n"
+        name, value = line.chomp.split(":", 2)
+        (headers[name.downcase] ||= []) << value.strip
+      end
+      headers.transform_values! { |v| v.size == 1 ? v.first : v }
+      body = +""
+      if head || status == 204 || status == 304 || status < 200
+        # no body
+      elsif headers["transfer-encoding"]&.include?("chunked")
+        loop do
+          size = gets_line(sock, timeout).to_i(16)
+          break (gets_line(sock, timeout)) if size.zero?
+
+          body << read_exactly(sock, size, timeout)
+          gets_line(sock, timeout)
+        end
+      elsif headers["content-length"]
+        body = read_exactly(sock, headers["content-length"].to_i, timeout)
+      else
+        body = read_all(sock, timeout: timeout)
+      end
+      [status, headers, body]
+    end
+
+    def gets_line(sock, timeout)
+      line = +""
+      until line.end_with?("\n")
+        return (line.empty? ? nil : line) unless sock.wait_readable(timeout)
+
+        c = sock.read_nonblock(1, exception: false)
+        return (line.empty? ? nil : line) if c.nil?
+        next if c == :wait_readable
+
+        line << c
+      end
+      line
+    end
+
+    def read_exactly(sock, size, timeout)
+      data = +""
+      while data.bytesize < size
+        raise EOFError, "timed out reading body" unless sock.wait_readable(timeout)
+
+        chunk = sock.read_nonblock(size - data.bytesize, exception: false)
+        raise EOFError, "short body" if chunk.nil?
+        next if chunk == :wait_readable
+
+        data << chunk
+      end
+      data
+    end
+
+    # A minimal Rack app: "hello" with the method and path echoed in a header.
+    HELLO = lambda do |env|
+      [200, { "content-type" => "text/plain", "x-path" => env["PATH_INFO"] }, ["hello"]]
+    end
+  end
+end
