@@ -12,10 +12,14 @@ module Margay
   # Shared helpers for the wire tests: a real server on 127.0.0.1:0 with the app
   # under Rack::Lint, raw sockets to talk to it, and the server's log kept for failures.
   module TestHelper
+    # MARGAY_TEST_BACKEND=poll runs the wire tests on the portable poll(2) backend.
+    BACKEND = (ENV["MARGAY_TEST_BACKEND"] || "auto").to_sym
+
     # Start a server for +app+ (wrapped in Rack::Lint unless lint: false), yield
     # [host, port, server], stop it afterwards. Extra keywords are Configuration settings.
     def with_server(app, lint: true, **settings)
       log_io = StringIO.new
+      settings = { event_backend: BACKEND }.merge(settings)
       config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], quiet: true, **settings)
       wrapped = lint ? Rack::Lint.new(app) : app
       server = Margay::Server.new(wrapped, config, log: Margay::Log.new(out: log_io, err: log_io))

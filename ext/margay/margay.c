@@ -10,4 +10,5 @@ __attribute__((visibility("default"))) void Init_margay_native(void) {
   mg_mMargay = rb_define_module("Margay");
   mg_mNative = rb_define_module_under(mg_mMargay, "Native");
   mg_parser_ruby_init(mg_mNative);
+  mg_engine_init(mg_mNative);
 }

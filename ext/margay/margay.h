@@ -8,5 +8,7 @@ extern VALUE mg_mMargay, mg_mNative;
 
 /* parser_ruby.c: Margay::Native.parse_head and Margay::Native::ChunkedDecoder (test bindings) */
 void mg_parser_ruby_init(VALUE mNative);
+/* engine.c: Margay::Native::Engine */
+void mg_engine_init(VALUE mNative);
 
 #endif

@@ -1,0 +1,343 @@
+/*
+ * engine.c - Margay::Native::Engine, the Ruby face of the native hot path.
+ *
+ * Ruby creates one Engine per server process, hands it listening fds, and
+ * calls #next_request from each pool thread. The engine owns every client
+ * connection; a Ruby thread holds one only between #next_request returning
+ * it and the response call (#respond, #respond_file, #stream_finish, #abort,
+ * #hijack) that gives it back. Tokens name that hold: fd, generation and
+ * request number, so a stale token raises instead of touching another request.
+ */
+#include "engine.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <ruby/thread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#ifdef HAVE_SYS_EVENTFD_H
+#include <sys/eventfd.h>
+#endif
+
+VALUE mg_eClientGone, mg_eInvalidResponse;
+static VALUE cEngine;
+static ID id_timeout;
+
+static void engine_release(mg_engine *e) {
+  if (e->closed) return;
+  e->closed = 1;
+  if (e->conns) {
+    for (int fd = 0; fd < e->max_fds; fd++) {
+      mg_conn *c = e->conns[fd];
+      if (!c) continue;
+      if (mg_state_st(atomic_load(&c->state)) != MG_FREE) mg_conn_close(e, c);
+      free(c->rbuf);
+      free(c->bmem);
+      free(c);
+    }
+    free(e->conns);
+    e->conns = NULL;
+  }
+  if (e->ev) { mg_ev_free(e->ev); e->ev = NULL; }
+  if (e->wake_fd[0] >= 0) close(e->wake_fd[0]);
+  if (e->wake_fd[1] >= 0 && e->wake_fd[1] != e->wake_fd[0]) close(e->wake_fd[1]);
+  e->wake_fd[0] = e->wake_fd[1] = -1;
+  pthread_mutex_destroy(&e->sweep_lock);
+}
+
+static void engine_free(void *p) {
+  mg_engine *e = p;
+  engine_release(e);
+  xfree(e);
+}
+
+static void engine_mark(void *p) {
+  mg_engine *e = p;
+  rb_gc_mark(e->env_template);
+  for (int i = 0; i < e->nlisteners; i++) {
+    rb_gc_mark(e->listeners[i].server_name);
+    rb_gc_mark(e->listeners[i].server_port);
+  }
+}
+
+static size_t engine_memsize(const void *p) {
+  const mg_engine *e = p;
+  return sizeof *e + (size_t)e->max_fds * sizeof(mg_conn *);
+}
+
+static const rb_data_type_t engine_type = {
+  "Margay::Native::Engine",
+  {engine_mark, engine_free, engine_memsize},
+  0, 0, RUBY_TYPED_FREE_IMMEDIATELY
+};
+
+static VALUE engine_alloc(VALUE klass) {
+  mg_engine *e;
+  VALUE obj = TypedData_Make_Struct(klass, mg_engine, &engine_type, e);
+  e->wake_fd[0] = e->wake_fd[1] = -1;
+  e->env_template = Qnil;
+  e->closed = 1; /* until initialize succeeds */
+  return obj;
+}
+
+mg_engine *mg_engine_get(VALUE self) {
+  mg_engine *e = rb_check_typeddata(self, &engine_type);
+  if (e->closed) rb_raise(rb_eIOError, "engine is closed");
+  return e;
+}
+
+static int64_t opt_int(VALUE opts, const char *key, int64_t dflt) {
+  VALUE v = rb_hash_aref(opts, ID2SYM(rb_intern(key)));
+  return NIL_P(v) ? dflt : NUM2LL(v);
+}
+
+static int64_t opt_ms(VALUE opts, const char *key, double dflt_s) {
+  VALUE v = rb_hash_aref(opts, ID2SYM(rb_intern(key)));
+  double s = NIL_P(v) ? dflt_s : NUM2DBL(v);
+  return (int64_t)(s * 1000.0);
+}
+
+/* Engine.new(settings_hash, env_template_hash) */
+static VALUE engine_initialize(VALUE self, VALUE opts, VALUE env_template) {
+  mg_engine *e = rb_check_typeddata(self, &engine_type);
+  Check_Type(opts, T_HASH);
+  Check_Type(env_template, T_HASH);
+  mg_settings *s = &e->cfg;
+  s->max_target = (size_t)opt_int(opts, "max_request_target", 8192);
+  s->max_head = (size_t)opt_int(opts, "max_header_size", 65536);
+  s->max_headers = (size_t)opt_int(opts, "max_headers", 100);
+  if (s->max_headers > MG_MAX_HEADERS_HARD) s->max_headers = MG_MAX_HEADERS_HARD;
+  VALUE mb = rb_hash_aref(opts, ID2SYM(rb_intern("max_body_size")));
+  s->max_body = NIL_P(mb) ? UINT64_MAX : NUM2ULL(mb);
+  s->body_buffer_size = (size_t)opt_int(opts, "body_buffer_size", 131072);
+  s->max_chunk_ext = (size_t)opt_int(opts, "max_chunk_extensions", 4096);
+  s->header_timeout_ms = opt_ms(opts, "header_timeout", 30);
+  s->body_timeout_ms = opt_ms(opts, "body_timeout", 30);
+  s->keepalive_timeout_ms = opt_ms(opts, "keepalive_timeout", 65);
+  s->write_timeout_ms = opt_ms(opts, "write_timeout", 30);
+  s->max_keepalive_requests = (unsigned)opt_int(opts, "max_keepalive_requests", 1000);
+  s->response_buffer_limit = (size_t)opt_int(opts, "response_buffer_limit", 4 << 20);
+  VALUE tmp = rb_hash_aref(opts, ID2SYM(rb_intern("tmpdir")));
+  snprintf(s->tmpdir, sizeof s->tmpdir, "%s", NIL_P(tmp) ? "/tmp" : StringValueCStr(tmp));
+
+  struct rlimit rl;
+  int max_fds = 65536;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) max_fds = (int)rl.rlim_cur;
+  if (max_fds > (1 << 20)) max_fds = 1 << 20;
+  if (max_fds < 64) max_fds = 64;
+  e->max_fds = max_fds;
+  /* keep some descriptors for the app (files, databases, logs) */
+  int dflt_conns = max_fds > 256 ? max_fds - 64 : max_fds / 2;
+  s->max_connections = (int)opt_int(opts, "max_connections", dflt_conns);
+  if (s->max_connections > dflt_conns) s->max_connections = dflt_conns;
+
+  VALUE backend = rb_hash_aref(opts, ID2SYM(rb_intern("event_backend")));
+  int kind = MG_EV_AUTO;
+  if (SYMBOL_P(backend) && SYM2ID(backend) == rb_intern("poll")) kind = MG_EV_POLL;
+  if (SYMBOL_P(backend) && SYM2ID(backend) == rb_intern("epoll")) kind = MG_EV_EPOLL;
+  e->ev = mg_ev_new(kind, max_fds);
+  if (!e->ev) rb_sys_fail("Margay::Native::Engine#initialize: event backend");
+  e->conns = calloc((size_t)max_fds, sizeof(mg_conn *));
+  if (!e->conns) { mg_ev_free(e->ev); e->ev = NULL; rb_raise(rb_eNoMemError, "connection table"); }
+#ifdef HAVE_EVENTFD
+  e->wake_fd[0] = e->wake_fd[1] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (e->wake_fd[0] < 0)
+#endif
+  {
+    if (pipe(e->wake_fd) != 0) rb_sys_fail("Margay::Native::Engine#initialize: pipe");
+    for (int i = 0; i < 2; i++) {
+      fcntl(e->wake_fd[i], F_SETFL, fcntl(e->wake_fd[i], F_GETFL) | O_NONBLOCK);
+      fcntl(e->wake_fd[i], F_SETFD, FD_CLOEXEC);
+    }
+  }
+  pthread_mutex_init(&e->sweep_lock, NULL);
+  e->env_template = rb_hash_dup(env_template);
+  rb_obj_freeze(e->env_template);
+  e->closed = 0;
+  if (mg_ev_arm_persistent(e->ev, e->wake_fd[0], MG_DATA_WAKE) != 0) rb_sys_fail("Margay::Native::Engine#initialize: arm wake fd");
+  return self;
+}
+
+/* Engine#add_listener(fd, unix?, server_name, server_port) -> index */
+static VALUE engine_add_listener(VALUE self, VALUE fd, VALUE is_unix, VALUE name, VALUE port) {
+  mg_engine *e = mg_engine_get(self);
+  if (e->nlisteners >= MG_MAX_LISTENERS) rb_raise(rb_eArgError, "at most %d listeners", MG_MAX_LISTENERS);
+  mg_listener *l = &e->listeners[e->nlisteners];
+  l->fd = NUM2INT(fd);
+  l->is_unix = RTEST(is_unix);
+  l->server_name = rb_str_new_frozen(StringValue(name));
+  l->server_port = rb_str_new_frozen(StringValue(port));
+  int flags = fcntl(l->fd, F_GETFL);
+  if (flags < 0 || fcntl(l->fd, F_SETFL, flags | O_NONBLOCK) != 0) rb_sys_fail("Margay::Native::Engine#add_listener: fcntl");
+  return INT2FIX(e->nlisteners++);
+}
+
+/* Engine#start: begin accepting on every listener. */
+static VALUE engine_start(VALUE self) {
+  mg_engine *e = mg_engine_get(self);
+  for (int i = 0; i < e->nlisteners; i++)
+    if (mg_ev_arm(e->ev, e->listeners[i].fd, MG_EV_IN, MG_DATA_LISTENER | (uint64_t)i) != 0)
+      rb_sys_fail("Margay::Native::Engine#start: arm listener");
+  return self;
+}
+
+VALUE mg_conn_token(mg_conn *c) {
+  uint64_t gen = mg_state_gen(atomic_load(&c->state)) & 0xff;
+  uint64_t t = ((uint64_t)(c->requests & 0xfffff) << 40) | (gen << 32) | (uint32_t)c->fd;
+  return ULL2NUM(t);
+}
+
+static mg_conn *conn_lookup(mg_engine *e, VALUE token) {
+  uint64_t t = NUM2ULL(token);
+  int fd = (int)(uint32_t)t;
+  if (fd < 0 || fd >= e->max_fds || !e->conns[fd]) return NULL;
+  mg_conn *c = e->conns[fd];
+  uint64_t s = atomic_load(&c->state);
+  if (mg_state_st(s) != MG_OWNED || (mg_state_gen(s) & 0xff) != ((t >> 32) & 0xff) ||
+      (c->requests & 0xfffff) != ((t >> 40) & 0xfffff))
+    return NULL;
+  return c;
+}
+
+mg_conn *mg_engine_conn_for_token(mg_engine *e, VALUE token) {
+  mg_conn *c = conn_lookup(e, token);
+  if (!c || c->phase != MG_PH_APP) rb_raise(mg_eClientGone, "the connection is no longer held by this request");
+  return c;
+}
+
+typedef struct { mg_engine *e; mg_conn *c; VALUE out; } build_args;
+
+static VALUE build_request(VALUE p) {
+  build_args *b = (build_args *)p;
+  VALUE env = mg_env_build(b->e, b->c);
+  mg_conn_consume_head(b->c);
+  b->out = rb_assoc_new(mg_conn_token(b->c), env);
+  return b->out;
+}
+
+static VALUE ready(mg_engine *e, mg_conn *c) {
+  build_args b = {e, c, Qnil};
+  int state = 0;
+  rb_protect(build_request, (VALUE)&b, &state);
+  if (state) { mg_conn_close(e, c); rb_jump_tag(state); }
+  return b.out;
+}
+
+/*
+ * Engine#next_request(continue_token = nil, idle_ms = nil)
+ *   -> [token, env], :timeout (idle_ms passed without work), or nil (stopped)
+ * Waits without the GVL. continue_token: the token #respond returned, when a
+ * pipelined request is already buffered on that connection.
+ */
+static VALUE engine_next_request(int argc, VALUE *argv, VALUE self) {
+  VALUE cont, idle;
+  rb_scan_args(argc, argv, "02", &cont, &idle);
+  mg_engine *e = mg_engine_get(self);
+  if (!NIL_P(cont)) {
+    mg_conn *c = conn_lookup(e, cont);
+    if (c && c->phase == MG_PH_IDLE && mg_conn_continue(e, c)) return ready(e, c);
+  }
+  mg_wait_args a = {e, NULL, NIL_P(idle) ? -1 : NUM2LL(idle), 0};
+  for (;;) {
+    a.result = MG_WAIT_INTR;
+    rb_thread_call_without_gvl2(mg_wait_nogvl, &a, RUBY_UBF_IO, NULL);
+    if (a.result == MG_WAIT_READY) return ready(e, a.conn);
+    if (a.result == MG_WAIT_TIMEOUT) return ID2SYM(id_timeout);
+    if (a.result == MG_WAIT_STOP) return Qnil;
+    rb_thread_check_ints(); /* interrupted: signals, Thread#raise, or a closed engine */
+    if (e->closed) return Qnil;
+  }
+}
+
+/* Engine#stop(force = false): stop accepting; idle connections close at once,
+ * others when their request is done (force: now). Safe from a trap handler. */
+static VALUE engine_stop(int argc, VALUE *argv, VALUE self) {
+  VALUE force;
+  rb_scan_args(argc, argv, "01", &force);
+  mg_engine *e = mg_engine_get(self);
+  int level = RTEST(force) ? 2 : 1;
+  if (atomic_load(&e->stopping) < level) atomic_store(&e->stopping, level);
+  for (int i = 0; i < e->nlisteners; i++) mg_ev_disarm(e->ev, e->listeners[i].fd);
+  atomic_store(&e->next_sweep_ms, 0);
+  mg_engine_wake(e);
+  return Qnil;
+}
+
+/* Engine#abort(token): drop a connection whose response cannot be completed. */
+static VALUE engine_abort(VALUE self, VALUE token) {
+  mg_engine *e = mg_engine_get(self);
+  mg_conn *c = conn_lookup(e, token);
+  if (c) mg_conn_close(e, c);
+  return Qnil;
+}
+
+/* Engine#hijack(token) -> [fd, buffered_input]: the socket leaves the engine. */
+static VALUE engine_hijack(VALUE self, VALUE token) {
+  mg_engine *e = mg_engine_get(self);
+  mg_conn *c = mg_engine_conn_for_token(e, token);
+  mg_ev_disarm(e->ev, c->fd);
+  VALUE rest = rb_str_new(c->rbuf, (long)c->rlen);
+  int fd = c->fd;
+  /* forget the connection without closing its fd */
+  c->fd = -1;
+  c->rlen = 0;
+  mg_conn_reset_request(c);
+  uint64_t gen = mg_state_gen(atomic_load(&c->state));
+  atomic_store(&c->state, ((gen + 1) << 8) | MG_FREE);
+  int left = atomic_fetch_sub(&e->nconns, 1) - 1;
+  if (left == 0 && atomic_load(&e->stopping)) mg_engine_wake(e);
+  return rb_assoc_new(INT2FIX(fd), rest);
+}
+
+/* Engine#error_response(token, status): a plain-text error, then close. */
+static VALUE engine_error_response(VALUE self, VALUE token, VALUE status) {
+  mg_engine *e = mg_engine_get(self);
+  mg_conn *c = mg_engine_conn_for_token(e, token);
+  mg_simple_response(e, c, NUM2INT(status));
+  c->resp_started = 1;
+  mg_conn_complete(e, c);
+  return Qnil;
+}
+
+static VALUE engine_stats(VALUE self) {
+  mg_engine *e = mg_engine_get(self);
+  VALUE h = rb_hash_new();
+  rb_hash_aset(h, ID2SYM(rb_intern("connections")), INT2NUM(atomic_load(&e->nconns)));
+  rb_hash_aset(h, ID2SYM(rb_intern("waiting_threads")), INT2NUM(atomic_load(&e->idle_waiters)));
+  rb_hash_aset(h, ID2SYM(rb_intern("requests")), ULL2NUM(atomic_load(&e->requests)));
+  rb_hash_aset(h, ID2SYM(rb_intern("max_connections")), INT2NUM(e->cfg.max_connections));
+  rb_hash_aset(h, ID2SYM(rb_intern("event_backend")), rb_str_new_cstr(e->ev->ops->name));
+  return h;
+}
+
+static VALUE engine_waiting_threads(VALUE self) {
+  return INT2NUM(atomic_load(&mg_engine_get(self)->idle_waiters));
+}
+
+static VALUE engine_close(VALUE self) {
+  mg_engine *e = rb_check_typeddata(self, &engine_type);
+  engine_release(e);
+  return Qnil;
+}
+
+void mg_engine_init(VALUE mNative) {
+  cEngine = rb_define_class_under(mNative, "Engine", rb_cObject);
+  rb_define_alloc_func(cEngine, engine_alloc);
+  mg_eClientGone = rb_define_class_under(mg_mMargay, "ClientGone", rb_eIOError);
+  mg_eInvalidResponse = rb_define_class_under(mg_mMargay, "InvalidResponse", rb_eStandardError);
+  id_timeout = rb_intern("timeout");
+  rb_define_method(cEngine, "initialize", engine_initialize, 2);
+  rb_define_method(cEngine, "add_listener", engine_add_listener, 4);
+  rb_define_method(cEngine, "start", engine_start, 0);
+  rb_define_method(cEngine, "next_request", engine_next_request, -1);
+  rb_define_method(cEngine, "stop", engine_stop, -1);
+  rb_define_method(cEngine, "abort", engine_abort, 1);
+  rb_define_method(cEngine, "hijack", engine_hijack, 1);
+  rb_define_method(cEngine, "error_response", engine_error_response, 2);
+  rb_define_method(cEngine, "stats", engine_stats, 0);
+  rb_define_method(cEngine, "waiting_threads", engine_waiting_threads, 0);
+  rb_define_method(cEngine, "close", engine_close, 0);
+  mg_response_init(cEngine);
+  mg_env_init(mNative);
+}

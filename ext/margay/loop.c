@@ -1,0 +1,646 @@
+/*
+ * loop.c - the event loop, run without the GVL by every thread that waits in
+ * Engine#next_request (leader/follower: no hand-off per request). A thread
+ * takes one event, does the I/O it calls for (accept, read and parse, body
+ * framing, finishing a queued response, lingering close), and returns to Ruby
+ * only with a complete request; the same thread then runs the application.
+ */
+#include "engine.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef HAVE_SYS_SENDFILE_H
+#include <sys/sendfile.h>
+#endif
+
+#define SWEEP_INTERVAL_MS 250
+#define LINGER_MS 2000
+#define READ_CHUNK 65536
+#define ACCEPT_BATCH 64
+
+enum { IN_READY, IN_AGAIN, IN_DONE /* connection handled (closed or writing) */ };
+
+int64_t mg_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint64_t conn_gen(mg_conn *c) { return mg_state_gen(atomic_load(&c->state)); }
+
+static void set_state(mg_conn *c, int st) {
+  uint64_t s = atomic_load(&c->state);
+  atomic_store(&c->state, (mg_state_gen(s) << 8) | (uint64_t)st);
+}
+
+void mg_engine_wake(mg_engine *e) {
+  uint64_t one = 1;
+  ssize_t w = write(e->wake_fd[1], &one, e->wake_fd[0] == e->wake_fd[1] ? sizeof one : 1);
+  (void)w;
+}
+
+/* ---- arming ---- */
+
+static void arm(mg_engine *e, mg_conn *c, uint32_t events) {
+  set_state(c, MG_ARMED);
+  if (mg_ev_arm(e->ev, c->fd, events, mg_conn_data(c->fd, conn_gen(c))) != 0) {
+    /* cannot watch it: reclaim and close (only fails for a dead fd or no memory) */
+    uint64_t expect = (conn_gen(c) << 8) | MG_ARMED;
+    if (atomic_compare_exchange_strong(&c->state, &expect, (conn_gen(c) << 8) | MG_OWNED))
+      mg_conn_close(e, c);
+  }
+}
+
+void mg_conn_arm_read(mg_engine *e, mg_conn *c) { arm(e, c, MG_EV_IN); }
+
+static void arm_listeners(mg_engine *e) {
+  if (atomic_load(&e->stopping)) return;
+  for (int i = 0; i < e->nlisteners; i++)
+    mg_ev_arm(e->ev, e->listeners[i].fd, MG_EV_IN, MG_DATA_LISTENER | (uint64_t)i);
+}
+
+static void resume_accept(mg_engine *e) {
+  int paused = atomic_exchange(&e->accept_paused, 0);
+  if (paused) arm_listeners(e);
+}
+
+/* ---- request state ---- */
+
+static void free_out(mg_conn *c) {
+  mg_seg *s = c->out_head;
+  while (s) {
+    mg_seg *n = s->next;
+    if (s->file_fd >= 0) close(s->file_fd);
+    free(s->data);
+    free(s);
+    s = n;
+  }
+  c->out_head = c->out_tail = NULL;
+  c->out_bytes = 0;
+}
+
+void mg_conn_reset_request(mg_conn *c) {
+  c->head_done = 0;
+  c->scanned = 0;
+  c->body_left = 0;
+  c->blen = 0;
+  c->btotal = 0;
+  if (c->bfd >= 0) { close(c->bfd); c->bfd = -1; }
+  if (c->bcap > 262144) { free(c->bmem); c->bmem = NULL; c->bcap = 0; }
+  c->sent_continue = 0;
+  c->resp_chunked = 0;
+  c->resp_started = 0;
+  c->stream_left = -1;
+  c->head_request = 0;
+}
+
+void mg_conn_close(mg_engine *e, mg_conn *c) {
+  mg_ev_disarm(e->ev, c->fd);
+  close(c->fd);
+  free_out(c);
+  mg_conn_reset_request(c);
+  free(c->rbuf); c->rbuf = NULL; c->rlen = c->rcap = 0;
+  free(c->bmem); c->bmem = NULL; c->bcap = 0;
+  c->phase = MG_PH_IDLE;
+  uint64_t gen = conn_gen(c);
+  atomic_store(&c->state, ((gen + 1) << 8) | MG_FREE);
+  int left = atomic_fetch_sub(&e->nconns, 1) - 1;
+  if (atomic_load(&e->accept_paused) == 1) resume_accept(e);
+  if (left == 0 && atomic_load(&e->stopping)) mg_engine_wake(e);
+}
+
+/* ---- output ---- */
+
+static void queue_seg(mg_conn *c, mg_seg *s) {
+  s->next = NULL;
+  if (c->out_tail) c->out_tail->next = s; else c->out_head = s;
+  c->out_tail = s;
+}
+
+void mg_conn_queue_owned(mg_conn *c, char *data, size_t len) {
+  mg_seg *s = malloc(sizeof *s);
+  if (!s) { free(data); return; }
+  s->data = data; s->len = len; s->off = 0; s->file_fd = -1; s->file_off = 0; s->file_left = 0;
+  queue_seg(c, s);
+  c->out_bytes += len;
+}
+
+void mg_conn_queue(mg_conn *c, const char *data, size_t len) {
+  if (!len) return;
+  char *copy = malloc(len);
+  if (!copy) return;
+  memcpy(copy, data, len);
+  mg_conn_queue_owned(c, copy, len);
+}
+
+void mg_conn_queue_file(mg_conn *c, int fd, off_t off, uint64_t len) {
+  mg_seg *s = calloc(1, sizeof *s);
+  if (!s) { close(fd); return; }
+  s->file_fd = fd; s->file_off = off; s->file_left = len;
+  queue_seg(c, s);
+}
+
+static int flush_file(mg_conn *c, mg_seg *s) {
+  while (s->file_left) {
+    size_t want = s->file_left > (1u << 20) ? (1u << 20) : (size_t)s->file_left;
+    ssize_t n;
+#ifdef HAVE_SENDFILE
+    n = sendfile(c->fd, s->file_fd, &s->file_off, want);
+    if (n < 0 && (errno == EINVAL || errno == ENOSYS))
+#endif
+    {
+      char buf[65536];
+      if (want > sizeof buf) want = sizeof buf;
+      n = pread(s->file_fd, buf, want, s->file_off);
+      if (n > 0) {
+        ssize_t w = send(c->fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) s->file_off += w;
+        n = w;
+      } else if (n == 0) {
+        return -1; /* the file shrank: the announced length can no longer be met */
+      }
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+    }
+    if (n == 0) return -1;
+    s->file_left -= (uint64_t)n;
+  }
+  return 1;
+}
+
+int mg_conn_flush(mg_engine *e, mg_conn *c) {
+  (void)e;
+  while (c->out_head) {
+    mg_seg *s = c->out_head;
+    if (s->file_fd >= 0) {
+      int r = flush_file(c, s);
+      if (r <= 0) return r;
+    } else {
+      struct iovec iov[16];
+      int n = 0;
+      for (mg_seg *t = s; t && t->file_fd < 0 && n < 16; t = t->next) {
+        iov[n].iov_base = t->data + t->off;
+        iov[n].iov_len = t->len - t->off;
+        n++;
+      }
+      struct msghdr msg = {0};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = (size_t)n;
+      ssize_t w = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+      }
+      size_t left = (size_t)w;
+      c->out_bytes -= left;
+      while (left && c->out_head && c->out_head->file_fd < 0) {
+        mg_seg *t = c->out_head;
+        size_t avail = t->len - t->off;
+        if (left < avail) { t->off += left; left = 0; break; }
+        left -= avail;
+        c->out_head = t->next;
+        if (!c->out_head) c->out_tail = NULL;
+        free(t->data);
+        free(t);
+      }
+      continue;
+    }
+    c->out_head = s->next;
+    if (!c->out_head) c->out_tail = NULL;
+    close(s->file_fd);
+    free(s);
+  }
+  return 1;
+}
+
+/* Shut our side, then read and discard what the client still sends for a
+ * short while, so that closing does not turn into a reset that destroys the
+ * response before the client read it (RFC 9112 9.6). */
+static void begin_close(mg_engine *e, mg_conn *c) {
+  shutdown(c->fd, SHUT_WR);
+  c->phase = MG_PH_LINGER;
+  c->deadline_ms = mg_now_ms() + LINGER_MS;
+  arm(e, c, MG_EV_IN);
+}
+
+static void linger_read(mg_engine *e, mg_conn *c) {
+  char buf[16384];
+  for (int i = 0; i < 64; i++) {
+    ssize_t n = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) continue;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { arm(e, c, MG_EV_IN); return; }
+    break; /* EOF or error */
+  }
+  mg_conn_close(e, c);
+}
+
+/* Called once the queued response is on the wire. */
+void mg_conn_after_response(mg_engine *e, mg_conn *c, int *continue_now) {
+  *continue_now = 0;
+  if (!c->keep_alive) { begin_close(e, c); return; }
+  c->requests++;
+  mg_conn_reset_request(c);
+  c->phase = MG_PH_IDLE;
+  if (c->rlen > 0) { *continue_now = 1; return; } /* pipelined request already buffered */
+  if (c->rcap > 16384) { free(c->rbuf); c->rbuf = NULL; c->rcap = 0; }
+  c->deadline_ms = mg_now_ms() + e->cfg.keepalive_timeout_ms;
+  arm(e, c, MG_EV_IN);
+}
+
+/* Queue and send what the response needs; continue in the event loop if the
+ * socket is full. Returns IN_DONE, or IN_AGAIN/IN_READY for a pipelined request. */
+static int finish_output(mg_engine *e, mg_conn *c);
+int mg_conn_complete(mg_engine *e, mg_conn *c);
+
+void mg_simple_response(mg_engine *e, mg_conn *c, int status) {
+  char buf[512];
+  char date[64];
+  const char *reason = mg_reason(status);
+  size_t dlen = mg_date_header(date);
+  int n = snprintf(buf, sizeof buf,
+                   "HTTP/1.1 %d %s\r\ncontent-type: text/plain\r\ncontent-length: %zu\r\n"
+                   "connection: close\r\n%.*s\r\n%s\n",
+                   status, reason, strlen(reason) + 1, (int)dlen, date, reason);
+  c->keep_alive = 0;
+  mg_conn_queue(c, buf, (size_t)n);
+}
+
+/* ---- input ---- */
+
+static int error_out(mg_engine *e, mg_conn *c, int status) {
+  free_out(c); /* e.g. a pending 100 Continue */
+  mg_simple_response(e, c, status);
+  c->rlen = 0;
+  return finish_output(e, c);
+}
+
+static int body_store(mg_engine *e, mg_conn *c, const char *data, size_t n) {
+  if (!n) return 0;
+  if (c->bfd < 0 && c->blen + n > e->cfg.body_buffer_size) {
+    int fd = -1;
+#ifdef O_TMPFILE
+    fd = open(e->cfg.tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+#endif
+    if (fd < 0) {
+      char path[4200];
+      snprintf(path, sizeof path, "%s/margay-body-XXXXXX", e->cfg.tmpdir);
+      fd = mkstemp(path);
+      if (fd < 0) return -1;
+      unlink(path);
+      fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+    c->bfd = fd;
+    if (c->blen && write(fd, c->bmem, c->blen) != (ssize_t)c->blen) return -1;
+    c->blen = 0;
+  }
+  if (c->bfd >= 0) {
+    while (n) {
+      ssize_t w = write(c->bfd, data, n);
+      if (w < 0) { if (errno == EINTR) continue; return -1; }
+      data += w; n -= (size_t)w;
+    }
+    return 0;
+  }
+  if (c->blen + n > c->bcap) {
+    size_t cap = c->bcap ? c->bcap : 4096;
+    while (cap < c->blen + n) cap *= 2;
+    char *m = realloc(c->bmem, cap);
+    if (!m) return -1;
+    c->bmem = m; c->bcap = cap;
+  }
+  memcpy(c->bmem + c->blen, data, n);
+  c->blen += n;
+  return 0;
+}
+
+static void drop_input(mg_conn *c, size_t at, size_t n) {
+  memmove(c->rbuf + at, c->rbuf + at + n, c->rlen - at - n);
+  c->rlen -= n;
+}
+
+static int start_body(mg_engine *e, mg_conn *c) {
+  mg_request *r = &c->req;
+  c->minor = r->minor;
+  c->head_request = r->method.len == 4 && memcmp(c->rbuf + r->method.off, "HEAD", 4) == 0;
+  c->keep_alive = r->keep_alive;
+  if (r->chunked) {
+    c->body_left = -1;
+    mg_chunked_init(&c->chunked, e->cfg.max_body, e->cfg.max_chunk_ext, e->cfg.max_head);
+  } else if (r->content_length > 0) {
+    if ((uint64_t)r->content_length > e->cfg.max_body) return 413;
+    c->body_left = r->content_length;
+  } else {
+    c->body_left = 0;
+  }
+  if (c->body_left != 0 && r->expect_continue && c->rlen == r->head_len) {
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    mg_conn_queue(c, cont, sizeof cont - 1);
+    c->sent_continue = 1;
+    if (mg_conn_flush(e, c) < 0) return -1;
+  }
+  return 0;
+}
+
+/* Frame what is buffered. Returns IN_READY, IN_AGAIN, or IN_DONE after an error. */
+static int process_input(mg_engine *e, mg_conn *c) {
+  if (!c->head_done) {
+    if (c->rlen == 0) return IN_AGAIN;
+    if (c->phase == MG_PH_IDLE) {
+      c->phase = MG_PH_HEAD;
+      c->deadline_ms = mg_now_ms() + e->cfg.header_timeout_ms;
+    }
+    /* Re-parse only when a line ended or a limit may be crossed: bounded work per byte. */
+    if (c->rlen <= e->cfg.max_head && !memchr(c->rbuf + c->scanned, '\n', c->rlen - c->scanned)) {
+      c->scanned = c->rlen;
+      return IN_AGAIN;
+    }
+    mg_limits lim = {e->cfg.max_target, e->cfg.max_head, e->cfg.max_headers};
+    long r = mg_parse_head(c->rbuf, c->rlen, &lim, &c->req);
+    if (r < 0) return error_out(e, c, (int)-r);
+    if (r == 0) {
+      if (c->rlen > e->cfg.max_head) return error_out(e, c, 431);
+      c->scanned = c->rlen;
+      return IN_AGAIN;
+    }
+    c->head_done = 1;
+    atomic_fetch_add(&e->requests, 1);
+    int st = start_body(e, c);
+    if (st < 0) { mg_conn_close(e, c); return IN_DONE; }
+    if (st > 0) return error_out(e, c, st);
+  }
+  size_t at = c->req.head_len;
+  if (c->body_left > 0) {
+    size_t avail = c->rlen - at;
+    size_t take = avail < (uint64_t)c->body_left ? avail : (size_t)c->body_left;
+    if (body_store(e, c, c->rbuf + at, take) < 0) return error_out(e, c, 500);
+    drop_input(c, at, take);
+    c->body_left -= (int64_t)take;
+    c->btotal += take;
+  } else if (c->body_left < 0) {
+    size_t consumed = 0, produced = 0;
+    int r = mg_chunked_decode(&c->chunked, c->rbuf + at, c->rlen - at, &consumed, &produced);
+    if (r < 0) return error_out(e, c, -r);
+    if (body_store(e, c, c->rbuf + at, produced) < 0) return error_out(e, c, 500);
+    c->btotal += produced;
+    drop_input(c, at, consumed);
+    if (r == MG_CHUNKED_DONE) c->body_left = 0;
+  }
+  if (c->body_left != 0) {
+    c->phase = MG_PH_BODY;
+    c->deadline_ms = mg_now_ms() + e->cfg.body_timeout_ms;
+    return IN_AGAIN;
+  }
+  if (c->bfd >= 0) lseek(c->bfd, 0, SEEK_SET);
+  c->phase = MG_PH_APP;
+  c->deadline_ms = 0;
+  return IN_READY;
+}
+
+static int ensure_room(mg_engine *e, mg_conn *c) {
+  size_t want = c->head_done ? c->req.head_len + READ_CHUNK : e->cfg.max_head + 1;
+  size_t cap = c->rcap;
+  if (c->rlen < cap) return 1;
+  if (cap >= want) return 0;
+  cap = cap ? cap * 2 : 4096;
+  if (cap > want) cap = want;
+  char *b = realloc(c->rbuf, cap);
+  if (!b) return -1;
+  c->rbuf = b; c->rcap = cap;
+  return 1;
+}
+
+/* Read what the socket has and frame it. */
+static int read_input(mg_engine *e, mg_conn *c) {
+  for (;;) {
+    int room = ensure_room(e, c);
+    if (room < 0) { mg_conn_close(e, c); return IN_DONE; }
+    if (room == 0) {
+      /* buffer full: the head is over its limit, or a body chunk waits to be framed */
+      int r = process_input(e, c);
+      if (r != IN_AGAIN) return r;
+      if (ensure_room(e, c) <= 0) return error_out(e, c, 431);
+      continue;
+    }
+    ssize_t n = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, MSG_DONTWAIT);
+    if (n > 0) {
+      c->rlen += (size_t)n;
+      int r = process_input(e, c);
+      if (r != IN_AGAIN) return r;
+      if ((size_t)n < READ_CHUNK / 4) break; /* likely drained */
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    /* EOF or error: nothing left to answer (a half-sent request is abandoned) */
+    mg_conn_close(e, c);
+    return IN_DONE;
+  }
+  arm(e, c, MG_EV_IN);
+  return IN_AGAIN;
+}
+
+static int finish_output(mg_engine *e, mg_conn *c) {
+  if (!mg_conn_complete(e, c)) return IN_DONE;
+  int r = process_input(e, c);
+  if (r == IN_AGAIN) arm(e, c, MG_EV_IN);
+  return r == IN_READY ? IN_READY : IN_DONE;
+}
+
+int mg_conn_complete(mg_engine *e, mg_conn *c) {
+  int r = mg_conn_flush(e, c);
+  if (r < 0) { mg_conn_close(e, c); return 0; }
+  if (r == 0) {
+    c->phase = MG_PH_WRITE;
+    c->deadline_ms = mg_now_ms() + e->cfg.write_timeout_ms;
+    arm(e, c, MG_EV_OUT);
+    return 0;
+  }
+  int cont;
+  mg_conn_after_response(e, c, &cont);
+  return cont;
+}
+
+int mg_conn_continue(mg_engine *e, mg_conn *c) {
+  int r = process_input(e, c);
+  if (r == IN_AGAIN) arm(e, c, MG_EV_IN);
+  return r == IN_READY;
+}
+
+void mg_conn_consume_head(mg_conn *c) {
+  drop_input(c, 0, c->req.head_len);
+  c->head_done = 0;
+  c->scanned = 0;
+}
+
+/* ---- accept ---- */
+
+static void accept_batch(mg_engine *e, int li) {
+  mg_listener *l = &e->listeners[li];
+  for (int i = 0; i < ACCEPT_BATCH; i++) {
+    if (atomic_load(&e->nconns) >= e->cfg.max_connections) {
+      atomic_store(&e->accept_paused, 1);
+      /* a connection may have closed meanwhile */
+      if (atomic_load(&e->nconns) < e->cfg.max_connections) resume_accept(e);
+      return;
+    }
+    struct sockaddr_storage peer;
+    socklen_t plen = sizeof peer;
+    int fd;
+#ifdef HAVE_ACCEPT4
+    fd = accept4(l->fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+#else
+    fd = accept(l->fd, (struct sockaddr *)&peer, &plen);
+    if (fd >= 0) {
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+      fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+#endif
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        /* out of descriptors: stop accepting briefly instead of spinning */
+        atomic_store(&e->resume_accept_ms, mg_now_ms() + 100);
+        atomic_store(&e->accept_paused, 2);
+        return;
+      }
+      break; /* EAGAIN or a listener error */
+    }
+    if (fd >= e->max_fds) { close(fd); continue; }
+    if (!l->is_unix) {
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    mg_conn *c = e->conns[fd];
+    if (!c) {
+      c = calloc(1, sizeof *c);
+      if (!c) { close(fd); continue; }
+      c->bfd = -1;
+      e->conns[fd] = c;
+    }
+    uint64_t gen = mg_state_gen(atomic_load(&c->state)) + 1;
+    atomic_store(&c->state, (gen << 8) | MG_OWNED);
+    c->fd = fd;
+    c->listener = li;
+    c->requests = 0;
+    c->rlen = 0;
+    mg_conn_reset_request(c);
+    c->phase = MG_PH_IDLE;
+    c->keep_alive = 0;
+    memcpy(&c->peer, &peer, plen < sizeof peer ? plen : sizeof peer);
+    c->peer_len = plen;
+    c->deadline_ms = mg_now_ms() + e->cfg.header_timeout_ms;
+    atomic_fetch_add(&e->nconns, 1);
+    int hw = atomic_load(&e->hiwater);
+    while (fd + 1 > hw && !atomic_compare_exchange_weak(&e->hiwater, &hw, fd + 1)) {}
+    arm(e, c, MG_EV_IN);
+  }
+  if (!atomic_load(&e->accept_paused))
+    mg_ev_arm(e->ev, l->fd, MG_EV_IN, MG_DATA_LISTENER | (uint64_t)li);
+}
+
+/* ---- timeouts ---- */
+
+static void expire(mg_engine *e, mg_conn *c) {
+  switch (c->phase) {
+  case MG_PH_HEAD:
+  case MG_PH_BODY:
+    error_out(e, c, 408);
+    break;
+  default: /* idle keep-alive, stalled writer, lingering close */
+    mg_conn_close(e, c);
+  }
+}
+
+static void sweep(mg_engine *e, int64_t now) {
+  if (pthread_mutex_trylock(&e->sweep_lock) != 0) return;
+  atomic_store(&e->next_sweep_ms, now + SWEEP_INTERVAL_MS);
+  int stopping = atomic_load(&e->stopping);
+  int hw = atomic_load(&e->hiwater);
+  for (int fd = 0; fd < hw; fd++) {
+    mg_conn *c = e->conns[fd];
+    if (!c) continue;
+    uint64_t s = atomic_load(&c->state);
+    if (mg_state_st(s) != MG_ARMED) continue;
+    int idle_stop = stopping && c->phase == MG_PH_IDLE;
+    int forced = stopping == 2;
+    if (!idle_stop && !forced && !(c->deadline_ms && now >= c->deadline_ms)) continue;
+    uint64_t owned = (mg_state_gen(s) << 8) | MG_OWNED;
+    if (!atomic_compare_exchange_strong(&c->state, &s, owned)) continue;
+    if (forced || idle_stop) mg_conn_close(e, c); else expire(e, c);
+  }
+  if (atomic_load(&e->accept_paused) == 2 && now >= atomic_load(&e->resume_accept_ms)) resume_accept(e);
+  pthread_mutex_unlock(&e->sweep_lock);
+}
+
+/* ---- the wait loop ---- */
+
+static int handle_conn(mg_engine *e, mg_conn *c, uint32_t events) {
+  switch (c->phase) {
+  case MG_PH_WRITE:
+    c->deadline_ms = mg_now_ms() + e->cfg.write_timeout_ms;
+    return finish_output(e, c);
+  case MG_PH_LINGER:
+    linger_read(e, c);
+    return IN_DONE;
+  default:
+    return read_input(e, c);
+  }
+}
+
+void *mg_wait_nogvl(void *p) {
+  mg_wait_args *a = p;
+  mg_engine *e = a->e;
+  int64_t start = mg_now_ms();
+  atomic_fetch_add(&e->idle_waiters, 1);
+  a->conn = NULL;
+  for (;;) {
+    int stopping = atomic_load(&e->stopping);
+    if (stopping && atomic_load(&e->nconns) == 0) {
+      mg_engine_wake(e); /* pass it on to the next waiting thread */
+      a->result = MG_WAIT_STOP;
+      break;
+    }
+    int64_t now = mg_now_ms();
+    if (now >= atomic_load(&e->next_sweep_ms)) sweep(e, now);
+    int timeout = SWEEP_INTERVAL_MS;
+    if (a->idle_ms >= 0) {
+      int64_t left = start + a->idle_ms - now;
+      if (left <= 0) { a->result = MG_WAIT_TIMEOUT; break; }
+      if (left < timeout) timeout = (int)left;
+    }
+    mg_ev_event ev;
+    int n = mg_ev_wait(e->ev, &ev, timeout);
+    if (n < 0) { a->result = MG_WAIT_INTR; break; } /* EINTR: Ruby checks interrupts and calls again */
+    if (n == 0) continue;
+    if (ev.data & MG_DATA_WAKE) {
+      uint64_t v;
+      ssize_t r = read(e->wake_fd[0], &v, sizeof v);
+      (void)r;
+      continue;
+    }
+    if (ev.data & MG_DATA_LISTENER) { accept_batch(e, (int)(ev.data & 0xff)); continue; }
+    int fd = (int)(uint32_t)ev.data;
+    uint64_t gen = ev.data >> 32;
+    if (fd < 0 || fd >= e->max_fds || !e->conns[fd]) continue;
+    mg_conn *c = e->conns[fd];
+    uint64_t cur = atomic_load(&c->state);
+    if ((mg_state_gen(cur) & MG_GEN_MASK) != (gen & MG_GEN_MASK) || mg_state_st(cur) != MG_ARMED) continue;
+    uint64_t expect = cur;
+    if (!atomic_compare_exchange_strong(&c->state, &expect, (mg_state_gen(cur) << 8) | MG_OWNED)) continue;
+    if (handle_conn(e, c, ev.events) == IN_READY) {
+      a->conn = c;
+      a->result = MG_WAIT_READY;
+      break;
+    }
+  }
+  atomic_fetch_sub(&e->idle_waiters, 1);
+  return NULL;
+}

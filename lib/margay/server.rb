@@ -1,0 +1,152 @@
+# frozen_string_literal: true
+
+require "stringio"
+require_relative "configuration"
+require_relative "log"
+require_relative "binder"
+require_relative "thread_pool"
+require_relative "request_handler"
+require_relative "margay_native"
+
+module Margay
+  # A single-process, multi-threaded Rack server. Ruby owns the listeners,
+  # the thread pool and the app; the native engine owns every connection.
+  #
+  #   server = Margay::Server.new(app, config, log: Margay::Log.new)
+  #   server.bind    # open listeners (port 0 resolved: see #addresses)
+  #   server.run     # serve until #stop; returns after a graceful stop
+  class Server
+    attr_reader :config, :app
+
+    # @param app [#call] the Rack application
+    # @param config [Configuration]
+    # @param log [Log]
+    def initialize(app, config, log: Log.new(quiet: config.quiet))
+      @app = app
+      @config = config
+      @log = log
+      @listeners = nil
+      @engine = nil
+      @pool = nil
+      @counters = { errors: 0 }
+      @stop_r, @stop_w = IO.pipe
+      @started_at = nil
+    end
+
+    # Open every listener in config.binds. Returns self.
+    def bind
+      @listeners ||= Binder.new(@config.binds, backlog: @config.backlog).bind
+      self
+    end
+
+    # The addresses actually bound, e.g. ["tcp://127.0.0.1:43121"].
+    def addresses
+      (@listeners || []).map(&:url)
+    end
+
+    # Serve until #stop is called. Returns after in-flight requests finished
+    # (or the grace period passed).
+    def run
+      bind
+      @engine = Native::Engine.new(engine_settings, env_template)
+      @listeners.each { |l| @engine.add_listener(l.io.fileno, l.unix, l.server_name, l.server_port) }
+      handler = RequestHandler.new(@app, @engine, @config, @log, @counters)
+      @pool = ThreadPool.new(min: @config.effective_min_threads, max: @config.max_threads,
+                             idle_timeout: @config.thread_idle_timeout) { |pool| serve(pool, handler) }
+      @started_at = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      @engine.start
+      @pool.start
+      wait_for_stop
+      shutdown
+    end
+
+    # Graceful stop: stop accepting, finish requests in flight (bounded by
+    # config.shutdown_timeout), close. Safe to call from a signal trap.
+    def stop
+      @stop_w.write_nonblock(".", exception: false)
+      nil
+    rescue IOError
+      nil
+    end
+
+    # Live counters for the demo app and monitoring.
+    def stats
+      base = { requests: 0, connections: 0, threads: 0, busy_threads: 0, errors: @counters[:errors] }
+      return base unless @engine && @pool
+
+      engine = @engine.stats
+      base.merge(requests: engine[:requests], connections: engine[:connections],
+                 threads: @pool.size, busy_threads: @pool.busy, event_backend: engine[:event_backend],
+                 max_connections: engine[:max_connections],
+                 uptime: (Process.clock_gettime(Process::CLOCK_MONOTONIC) - @started_at).round(1))
+    rescue IOError
+      base
+    end
+
+    private
+
+    # The loop of every pool thread: wait in the engine, run the app, repeat.
+    def serve(pool, handler)
+      continue_with = nil
+      loop do
+        request = @engine.next_request(continue_with, continue_with ? nil : pool.idle_budget)
+        continue_with = nil
+        break if request.nil?
+
+        if request == :timeout
+          break if pool.leave?(Thread.current)
+
+          next
+        end
+        token, env = request
+        pool.busy!(@engine.waiting_threads)
+        begin
+          continue_with = handler.call(token, env)
+        ensure
+          pool.idle!
+        end
+      end
+    end
+
+    def wait_for_stop
+      @stop_r.wait_readable
+    rescue Interrupt
+      nil
+    end
+
+    def shutdown
+      @engine.stop
+      unless @pool.join(@config.shutdown_timeout)
+        @log.warn("grace period of #{@config.shutdown_timeout}s over: closing remaining connections")
+        @engine.stop(true)
+        @pool.force_stop unless @pool.join(1)
+      end
+      @listeners.each { |l| l.io.close unless l.io.closed? }
+      @listeners.select(&:unix).each { |l| File.unlink(l.url.delete_prefix("unix://")) if File.socket?(l.url.delete_prefix("unix://")) }
+      @engine.close
+      @stop_r.close
+      @stop_w.close
+      nil
+    end
+
+    def engine_settings
+      keys = %i[max_request_target max_header_size max_headers max_body_size body_buffer_size
+                max_chunk_extensions header_timeout body_timeout keepalive_timeout write_timeout
+                max_keepalive_requests response_buffer_limit max_connections tmpdir event_backend]
+      keys.to_h { |k| [k, @config.public_send(k)] }
+    end
+
+    def env_template
+      {
+        "SCRIPT_NAME" => "",
+        "SERVER_SOFTWARE" => "Margay/#{VERSION}",
+        "rack.url_scheme" => "http",
+        "rack.errors" => $stderr,
+        "rack.hijack?" => true,
+        "rack.multithread" => @config.max_threads > 1,
+        "rack.multiprocess" => @config.workers.positive?,
+        "rack.run_once" => false
+      }
+    end
+  end
+end

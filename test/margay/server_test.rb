@@ -1,0 +1,355 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "tempfile"
+require "json"
+
+# Wire behaviour of the single-process server over real sockets: framing,
+# keep-alive, pipelining, bodies, and the Rack 3 server contract.
+class ServerTest < Minitest::Test
+  include Margay::TestHelper
+
+  ECHO = lambda do |env|
+    body = env["rack.input"].read
+    info = { "method" => env["REQUEST_METHOD"], "path" => env["PATH_INFO"], "query" => env["QUERY_STRING"],
+             "body" => body, "length" => env["CONTENT_LENGTH"], "host" => env["SERVER_NAME"],
+             "port" => env["SERVER_PORT"], "protocol" => env["SERVER_PROTOCOL"],
+             "remote" => env["REMOTE_ADDR"], "cookie" => env["HTTP_COOKIE"], "xff" => env["HTTP_X_FORWARDED_FOR"] }
+    [200, { "content-type" => "application/json" }, [JSON.generate(info)]]
+  end
+
+  def test_get_with_date_and_content_length
+    with_server(HELLO) do |_, port|
+      raw = raw_exchange(port, "GET /hi?x=1 HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n")
+      assert_match(%r{\AHTTP/1.1 200 OK\r\n}, raw)
+      assert_match(/^content-length: 5\r$/, raw)
+      assert_match(/^date: \w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d GMT\r$/, raw)
+      assert_match(/^connection: close\r$/, raw)
+      assert_match(%r{^x-path: /hi\r$}, raw)
+      assert raw.end_with?("\r\n\r\nhello")
+    end
+  end
+
+  def test_env_values
+    with_server(ECHO) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("POST /p/a%20th?q=2 HTTP/1.1\r\nHost: example.com:8080\r\nContent-Length: 3\r\n" \
+                 "Cookie: a=1\r\nCookie: b=2\r\nX-Forwarded-For: 1.1.1.1\r\nX_Forwarded_For: 6.6.6.6\r\n\r\nabc")
+      status, _, body = read_response(sock)
+      info = JSON.parse(body)
+      assert_equal 200, status
+      assert_equal ["POST", "/p/a%20th", "q=2", "abc", "3"], info.values_at("method", "path", "query", "body", "length")
+      assert_equal ["example.com", "8080", "HTTP/1.1", "127.0.0.1"], info.values_at("host", "port", "protocol", "remote")
+      assert_equal "a=1; b=2", info["cookie"]
+      assert_equal "1.1.1.1", info["xff"], "an underscore header must never alias the dashed one"
+    ensure
+      sock&.close
+    end
+  end
+
+  def test_keep_alive_and_pipelining_in_order
+    with_server(HELLO) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write((1..3).map { |i| "GET /#{i} HTTP/1.1\r\nHost: x\r\n\r\n" }.join)
+      3.times do |i|
+        status, headers, body = read_response(sock)
+        assert_equal [200, "/#{i + 1}", "hello"], [status, headers["x-path"], body]
+      end
+      sock.write("GET /again HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_equal "/again", read_response(sock)[1]["x-path"]
+    ensure
+      sock&.close
+    end
+  end
+
+  def test_http10_closes_unless_keep_alive
+    with_server(HELLO) do |_, port|
+      raw = raw_exchange(port, "GET / HTTP/1.0\r\n\r\n")
+      assert_match(%r{\AHTTP/1.0 200 OK}, raw)
+      assert_match(/^connection: close\r$/, raw)
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+      status, headers, = read_response(sock)
+      assert_equal [200, "keep-alive"], [status, headers["connection"]]
+      sock.write("GET /2 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+      assert_equal 200, read_response(sock)[0]
+    ensure
+      sock&.close
+    end
+  end
+
+  def test_chunked_request_body_and_pipelined_follow_up
+    with_server(ECHO) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" \
+                 "3;ext=1\r\nabc\r\n4\r\ndefg\r\n0\r\nX-Trailer: t\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+      _, _, body = read_response(sock)
+      info = JSON.parse(body)
+      assert_equal ["abcdefg", "7"], info.values_at("body", "length")
+      assert_equal "/next", JSON.parse(read_response(sock)[2])["path"]
+    ensure
+      sock&.close
+    end
+  end
+
+  def test_large_body_goes_to_a_tempfile_and_is_rewindable
+    seen = nil
+    app = lambda do |env|
+      input = env["rack.input"]
+      first = input.read
+      input.rewind
+      seen = [first.bytesize, input.read.bytesize]
+      [200, {}, [first[0, 3]]]
+    end
+    with_server(app, body_buffer_size: 1024) do |_, port|
+      data = "z" * 300_000
+      raw = raw_exchange(port, "PUT / HTTP/1.1\r\nHost: x\r\nContent-Length: #{data.bytesize}\r\nConnection: close\r\n\r\n#{data}")
+      assert_match(/zzz\z/, raw)
+      assert_equal [300_000, 300_000], seen
+    end
+  end
+
+  def test_expect_100_continue
+    with_server(ECHO) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n")
+      assert_equal "HTTP/1.1 100 Continue\r\n", gets_line(sock, 5)
+      assert_equal "\r\n", gets_line(sock, 5)
+      sock.write("hi")
+      _, _, body = read_response(sock)
+      assert_equal "hi", JSON.parse(body)["body"]
+    ensure
+      sock&.close
+    end
+  end
+
+  def test_body_too_large_is_413_and_closes
+    with_server(ECHO, max_body_size: 10) do |_, port|
+      raw = raw_exchange(port, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\n01234567890GET / HTTP/1.1\r\n\r\n")
+      assert_match(%r{\AHTTP/1.1 413 }, raw)
+      assert_equal 1, raw.scan("HTTP/1.1").size, "no pipelined request may be answered after an error"
+    end
+  end
+
+  def test_head_and_bodyless_statuses
+    app = lambda do |env|
+      case env["PATH_INFO"]
+      when "/204" then [204, {}, []]
+      when "/304" then [304, { "etag" => "x" }, []]
+      else [200, { "content-type" => "text/plain" }, ["body!"]]
+      end
+    end
+    with_server(app) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("HEAD / HTTP/1.1\r\nHost: x\r\n\r\n")
+      status, headers, body = read_response(sock, head: true)
+      assert_equal [200, "5", ""], [status, headers["content-length"], body]
+      sock.write("GET /204 HTTP/1.1\r\nHost: x\r\n\r\n")
+      status, headers, = read_response(sock)
+      assert_equal 204, status
+      refute headers.key?("content-length")
+      sock.write("GET /304 HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_equal 304, read_response(sock)[0]
+      sock.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_equal "body!", read_response(sock)[2], "connection stays in sync after bodyless responses"
+    ensure
+      sock&.close
+    end
+  end
+
+  def test_streamed_body_is_chunked_and_closed
+    closed = Queue.new
+    body = Object.new
+    body.define_singleton_method(:each) { |&b| %w[one two three].each(&b) }
+    body.define_singleton_method(:close) { closed << true }
+    with_server(->(_env) { [200, {}, body] }) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      status, headers, data = read_response(sock)
+      assert_equal [200, "chunked", "onetwothree"], [status, headers["transfer-encoding"], data]
+      assert closed.pop(timeout: 5)
+    ensure
+      sock&.close
+    end
+  end
+
+  def test_streaming_body_with_call
+    app = ->(_env) { [200, {}, ->(stream) { stream.write("a"); stream << "b"; stream.close }] }
+    with_server(app) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_equal "ab", read_response(sock)[2]
+    ensure
+      sock&.close
+    end
+  end
+
+  def test_to_path_body_uses_the_file
+    file = Tempfile.new("margay")
+    file.write("x" * 100_000)
+    file.flush
+    body = Object.new
+    body.define_singleton_method(:to_path) { file.path }
+    body.define_singleton_method(:each) { |&b| b.call(File.read(file.path)) }
+    with_server(->(_env) { [200, { "content-type" => "text/plain" }, body] }) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      status, headers, data = read_response(sock)
+      assert_equal [200, "100000", 100_000], [status, headers["content-length"], data.bytesize]
+    ensure
+      sock&.close
+      file.close!
+    end
+  end
+
+  def test_app_error_is_500_and_server_carries_on
+    app = ->(env) { env["PATH_INFO"] == "/boom" ? raise("boom") : HELLO.call(env) }
+    with_server(app, environment: "production") do |_, port|
+      raw = raw_exchange(port, "GET /boom HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      assert_match(%r{\AHTTP/1.1 500 }, raw)
+      refute_match(/boom/, raw.split("\r\n\r\n", 2).last, "no backtrace outside development")
+      assert_match(/hello\z/, raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+    end
+  end
+
+  def test_response_header_injection_never_reaches_the_wire
+    app = ->(_env) { [200, { "x-bad" => "a\r\nset-cookie: evil=1" }, ["x"]] }
+    with_server(app, lint: false) do |_, port|
+      raw = raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      assert_match(%r{\AHTTP/1.1 500 }, raw)
+      refute_match(/evil/, raw)
+    end
+  end
+
+  def test_invalid_status_and_length_mismatch_are_500
+    app = lambda do |env|
+      env["PATH_INFO"] == "/status" ? [42, {}, ["x"]] : [200, { "content-length" => "10" }, ["short"]]
+    end
+    with_server(app, lint: false) do |_, port|
+      %w[/status /length].each do |path|
+        raw = raw_exchange(port, "GET #{path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert_match(%r{\AHTTP/1.1 500 }, raw, path)
+      end
+    end
+  end
+
+  def test_body_closed_and_response_finished_called_on_error
+    events = Queue.new
+    body = Object.new
+    body.define_singleton_method(:each) { |&_b| raise "each failed" }
+    body.define_singleton_method(:close) { events << :closed }
+    app = lambda do |env|
+      env["rack.response_finished"] << ->(_env, _status, _headers, error) { events << [:finished, error&.message] }
+      [200, {}, body]
+    end
+    with_server(app) do |_, port|
+      raw = raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      refute_match(/200 OK.*200 OK/m, raw)
+      got = [events.pop(timeout: 5), events.pop(timeout: 5)]
+      assert_includes got, :closed
+      assert_includes got, [:finished, "each failed"]
+    end
+  end
+
+  def test_early_hints
+    app = lambda do |env|
+      env["rack.early_hints"].call({ "link" => "</style.css>; rel=preload" })
+      [200, {}, ["ok"]]
+    end
+    with_server(app) do |_, port|
+      raw = raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      assert_match(%r{\AHTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK}, raw)
+    end
+  end
+
+  def test_full_hijack
+    app = lambda do |env|
+      io = env["rack.hijack"].call
+      io.write("HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nhijacked")
+      io.close
+      [200, {}, []]
+    end
+    with_server(app) do |_, port|
+      assert_equal "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nhijacked",
+                   raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    end
+  end
+
+  def test_partial_hijack
+    app = lambda do |_env|
+      [101, { "upgrade" => "echo", "connection" => "upgrade",
+              "rack.hijack" => ->(io) { io.write(io.readpartial(100).upcase); io.close } }, []]
+    end
+    with_server(app) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("GET / HTTP/1.1\r\nHost: x\r\nUpgrade: echo\r\nConnection: upgrade\r\n\r\n")
+      assert_equal "HTTP/1.1 101 Switching Protocols\r\n", gets_line(sock, 5)
+      nil until gets_line(sock, 5) == "\r\n"
+      sock.write("ping")
+      assert_equal "PING", read_all(sock)
+    ensure
+      sock&.close
+    end
+  end
+
+  def test_slow_client_holds_no_thread
+    with_server(HELLO, min_threads: 1, max_threads: 1) do |_, port|
+      slow = Array.new(20) { TCPSocket.new("127.0.0.1", port).tap { |s| s.write("GET / HTTP/1.1\r\nHo") } }
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      raw = raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+      assert_match(/hello\z/, raw)
+      assert_operator elapsed, :<, 2, "a normal request waited behind slow clients"
+      slow.each(&:close)
+    end
+  end
+
+  def test_unread_large_response_holds_no_thread
+    big = "b" * (8 * 1024 * 1024)
+    app = ->(env) { env["PATH_INFO"] == "/big" ? [200, {}, [big]] : HELLO.call(env) }
+    with_server(app, min_threads: 1, max_threads: 1) do |_, port|
+      readers = Array.new(3) { TCPSocket.new("127.0.0.1", port).tap { |s| s.write("GET /big HTTP/1.1\r\nHost: x\r\n\r\n") } }
+      sleep 0.2 # let the server queue the big responses
+      raw = raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout: 3)
+      assert_match(/hello\z/, raw, "the only thread was stuck writing to a client that does not read")
+      status, _, body = read_response(readers.first, timeout: 10)
+      assert_equal [200, big.bytesize], [status, body.bytesize]
+      readers.each(&:close)
+    end
+  end
+
+  def test_header_timeout_answers_408
+    with_server(HELLO, header_timeout: 0.5) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("GET / HTTP/1.1\r\n")
+      assert_match(%r{\AHTTP/1.1 408 }, read_all(sock, timeout: 5))
+    ensure
+      sock&.close
+    end
+  end
+
+  def test_pool_grows_under_load_and_serves_concurrently
+    gate = Queue.new
+    app = ->(env) { env["PATH_INFO"] == "/wait" ? (gate.pop; HELLO.call(env)) : HELLO.call(env) }
+    with_server(app, min_threads: 1, max_threads: 4) do |_, port, server|
+      waiting = Array.new(3) { TCPSocket.new("127.0.0.1", port).tap { |s| s.write("GET /wait HTTP/1.1\r\nHost: x\r\n\r\n") } }
+      raw = raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout: 5)
+      assert_match(/hello\z/, raw)
+      assert_operator server.stats[:threads], :>=, 4
+      3.times { gate << true }
+      waiting.each { |s| assert_equal 200, read_response(s)[0] }
+      waiting.each(&:close)
+    end
+  end
+
+  def test_graceful_stop_finishes_in_flight_requests
+    started = Queue.new
+    app = ->(_env) { started << true; sleep 0.5; [200, {}, ["done"]] }
+    with_server(app) do |_, port, server|
+      client = Thread.new { raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") }
+      started.pop(timeout: 5)
+      server.stop
+      assert_match(/done\z/, client.value)
+    end
+  end
+end
