@@ -6,6 +6,7 @@ require "socket"
 require "rack"
 require "rack/lint"
 require "stringio"
+require "timeout"
 require "margay"
 
 module Margay
@@ -122,6 +123,13 @@ module Margay
         data << chunk
       end
       data
+    end
+
+    # Queue#pop with a timeout (Ruby 3.1 has no pop(timeout:)); fails the test on timeout.
+    def pop_within(queue, seconds = 5)
+      Timeout.timeout(seconds) { queue.pop }
+    rescue Timeout::Error
+      flunk "nothing arrived within #{seconds}s"
     end
 
     # A minimal Rack app: "hello" with the method and path echoed in a header.

@@ -29,7 +29,8 @@ enum mg_target_form { MG_ORIGIN_FORM, MG_ABSOLUTE_FORM, MG_AUTHORITY_FORM, MG_AS
 typedef struct {
   mg_span method;
   mg_span target;      /* the request-target as sent */
-  mg_span path;        /* origin-form path, or the path of an absolute-form target ("/" when empty);
+  mg_span path;        /* origin-form path, or the path of an absolute-form target (len 0 when
+                          empty: spans index the caller's buffer, so the caller uses "/");
                           len 0 for authority- and asterisk-form */
   mg_span query;       /* after '?', without it; len 0 when absent */
   mg_span authority;   /* host[:port] of an absolute- or authority-form target; len 0 otherwise */
@@ -53,8 +54,9 @@ typedef struct {
  * Returns:
  *   > 0   the head is complete; the value is head_len (the body starts at buf + head_len)
  *   0     incomplete, more bytes are needed (limits already checked on what is there)
- *   < 0   -status: -400 malformed/ambiguous, -414 target too long, -431 head or field count
- *         too large, -501 unknown transfer coding or unsupported method form, -505 version.
+ *   < 0   -status: -400 malformed/ambiguous, -413 Content-Length above 18 digits, -414 target
+ *         too long, -417 Expect other than 100-continue (HTTP/1.1), -431 head or field count
+ *         too large, -501 unsupported transfer coding or CONNECT, -505 HTTP major version not 1.
  * Leading empty lines before the request line (RFC 9112 2.2) are skipped and counted in head_len.
  */
 long mg_parse_head(const char *buf, size_t len, const mg_limits *lim, mg_request *req);

@@ -334,7 +334,10 @@ static VALUE engine_stream_start(VALUE self, VALUE token, VALUE status, VALUE he
   int st = status_of(status);
   head_builder h;
   begin_head(&h, c, st, headers);
-  if (h.hijack != Qnil) c->keep_alive = 0; /* the app takes the socket after the head */
+  if (h.hijack != Qnil) {
+    c->keep_alive = 0; /* the app takes the socket after the head ... */
+    h.has_te = 1;      /* ... and frames its bytes itself: add no content-length or chunked */
+  }
   finish_head(e, &h, c, st, h.hijack != Qnil || bodyless(st) ? -1 : h.content_length);
   c->resp_chunked = h.resp_chunked && !c->head_request;
   c->stream_left = (c->head_request || bodyless(st)) ? 0 : h.content_length;

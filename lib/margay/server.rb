@@ -6,7 +6,7 @@ require_relative "log"
 require_relative "binder"
 require_relative "thread_pool"
 require_relative "request_handler"
-require_relative "margay_native"
+require "margay/margay_native"
 
 module Margay
   # A single-process, multi-threaded Rack server. Ruby owns the listeners,
