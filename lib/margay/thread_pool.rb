@@ -43,16 +43,18 @@ module Margay
     end
 
     # Called by a pool thread when it takes a request; grows the pool when
-    # +waiting+ (threads still waiting in the engine) reached zero.
+    # +waiting+ (threads still waiting in the engine) reached zero. The busy
+    # count is a statistic only (updated under the GVL without a lock); the
+    # lock is taken just when the pool may grow.
     def busy!(waiting)
-      @lock.synchronize do
-        @busy += 1
-        spawn_locked if waiting.zero? && @threads.size < @max && !@stopped
-      end
+      @busy += 1
+      return unless waiting.zero? && @threads.size < @max
+
+      @lock.synchronize { spawn_locked if @threads.size < @max && !@stopped }
     end
 
     def idle!
-      @lock.synchronize { @busy -= 1 }
+      @busy -= 1
     end
 
     # How long the calling thread may idle before leaving (nil: forever).

@@ -1,0 +1,60 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# Connection lifetime limits enforced by the native side: idle keep-alive,
+# body read timeout, requests per connection; and the access log.
+class TimeoutsTest < Minitest::Test
+  include Margay::TestHelper
+
+  def test_idle_keep_alive_connection_is_closed
+    with_server(HELLO, keepalive_timeout: 0.4) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_equal 200, read_response(sock)[0]
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      assert_equal "", read_all(sock, timeout: 5), "an idle connection gets no bytes, just a close"
+      assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 3
+    ensure
+      sock&.close
+    end
+  end
+
+  def test_stalled_body_gets_408
+    with_server(HELLO, body_timeout: 0.4) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+      assert_match(%r{\AHTTP/1.1 408 }, read_all(sock, timeout: 5))
+    ensure
+      sock&.close
+    end
+  end
+
+  def test_requests_per_connection_are_bounded
+    with_server(HELLO, max_keepalive_requests: 3) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      headers = Array.new(3) do
+        sock.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        read_response(sock)[1]
+      end
+      assert_nil headers[1]["connection"]
+      assert_equal "close", headers[2]["connection"]
+      assert_equal "", read_all(sock, timeout: 3)
+    ensure
+      sock&.close
+    end
+  end
+
+  def test_access_log_in_common_format
+    log = StringIO.new
+    config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], log_requests: true, event_backend: BACKEND)
+    server = Margay::Server.new(Rack::Lint.new(HELLO), config, log: Margay::Log.new(out: log, err: log))
+    server.bind
+    thread = Thread.new { server.run }
+    port = server.addresses.first[/\d+\z/].to_i
+    raw_exchange(port, "GET /logged?a=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    server.stop
+    thread.join(10)
+    assert_match(%r{\A127\.0\.0\.1 - - \[\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d [+-]\d{4}\] "GET /logged\?a=1 HTTP/1\.1" 200 - [\d.]+ms\n\z}, log.string)
+  end
+end
