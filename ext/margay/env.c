@@ -13,7 +13,7 @@
 static VALUE k_REQUEST_METHOD, k_PATH_INFO, k_QUERY_STRING, k_REQUEST_URI, k_SERVER_PROTOCOL,
     k_SERVER_NAME, k_SERVER_PORT, k_REMOTE_ADDR, k_CONTENT_LENGTH, k_CONTENT_TYPE, k_HTTP_HOST,
     k_HTTP_COOKIE, k_rack_input;
-static VALUE v_HTTP_1_1, v_HTTP_1_0, v_empty, v_port80, v_localhost, v_star;
+static VALUE v_HTTP_1_1, v_HTTP_1_0, v_empty, v_port80, v_port443, v_localhost, v_star;
 static VALUE cStringIO;
 static ID id_for_fd;
 
@@ -38,7 +38,7 @@ static VALUE method_string(const char *p, size_t n) {
 static VALUE span_str(const char *buf, mg_span s) { return rb_str_new(buf + s.off, s.len); }
 
 /* SERVER_NAME and SERVER_PORT from a host[:port] authority. */
-static void set_server(VALUE env, const char *p, size_t n) {
+static void set_server(VALUE env, const char *p, size_t n, int https) {
   size_t name_end = n;
   const char *port = NULL;
   size_t port_len = 0;
@@ -51,7 +51,7 @@ static void set_server(VALUE env, const char *p, size_t n) {
     if (colon) { name_end = (size_t)(colon - p); port = colon + 1; port_len = n - name_end - 1; }
   }
   rb_hash_aset(env, k_SERVER_NAME, name_end ? rb_str_new(p, (long)name_end) : v_localhost);
-  rb_hash_aset(env, k_SERVER_PORT, port_len ? rb_str_new(port, (long)port_len) : v_port80);
+  rb_hash_aset(env, k_SERVER_PORT, port_len ? rb_str_new(port, (long)port_len) : https ? v_port443 : v_port80);
 }
 
 static VALUE remote_addr(mg_conn *c) {
@@ -140,9 +140,10 @@ VALUE mg_env_build(mg_engine *e, mg_conn *c) {
   }
   if (r->authority.len) {
     rb_hash_aset(env, k_HTTP_HOST, span_str(b, r->authority));
-    set_server(env, b + r->authority.off, r->authority.len);
+    int https = r->target.len > 5 && (b[r->target.off + 4] == 's' || b[r->target.off + 4] == 'S');
+    set_server(env, b + r->authority.off, r->authority.len, https);
   } else if (r->host.len) {
-    set_server(env, b + r->host.off, r->host.len);
+    set_server(env, b + r->host.off, r->host.len, 0);
   } else {
     mg_listener *l = &e->listeners[c->listener];
     rb_hash_aset(env, k_SERVER_NAME, l->server_name);
@@ -170,6 +171,7 @@ void mg_env_init(VALUE mNative) {
   v_HTTP_1_0 = interned("HTTP/1.0");
   v_empty = interned("");
   v_port80 = interned("80");
+  v_port443 = interned("443");
   v_localhost = interned("localhost");
   v_star = interned("*");
   id_for_fd = rb_intern("for_fd");

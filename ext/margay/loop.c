@@ -357,10 +357,12 @@ static int process_input(mg_engine *e, mg_conn *c) {
       c->phase = MG_PH_HEAD;
       c->deadline_ms = mg_now_ms() + e->cfg.header_timeout_ms;
     }
-    /* Re-parse only when a line ended or a limit may be crossed: bounded work per byte. */
+    /* Re-parse only when a line ended or a limit may be crossed: bounded work per byte.
+     * A request line that never ends is parsed once it is longer than the target limit (414). */
     if (c->rlen <= e->cfg.max_head && !memchr(c->rbuf + c->scanned, '\n', c->rlen - c->scanned)) {
+      int line_open = c->scanned == 0 || !memchr(c->rbuf, '\n', c->scanned);
       c->scanned = c->rlen;
-      return IN_AGAIN;
+      if (!(line_open && c->rlen > e->cfg.max_target + 32)) return IN_AGAIN;
     }
     mg_limits lim = {e->cfg.max_target, e->cfg.max_head, e->cfg.max_headers};
     long r = mg_parse_head(c->rbuf, c->rlen, &lim, &c->req);

@@ -114,23 +114,39 @@ module Margay
 
     # Bodies of unknown length, streaming bodies and partial hijack.
     def stream(token, env, status, headers, body)
-      partial = @engine.stream_start(token, status, headers)
-      if partial
-        @engine.flush(token)
-        fd, _buffered = @engine.hijack(token)
-        io = Socket.for_fd(fd)
-        io.autoclose = true
-        partial.call(io)
-        return nil
-      end
-      if body.respond_to?(:each)
-        body.each { |chunk| @engine.stream_write(token, chunk) }
-      elsif body.respond_to?(:call)
-        body.call(Stream.new(@engine, token, env[RACK_INPUT]))
-      else
-        raise InvalidResponse, "body must respond to each or call, got #{body.class}"
-      end
+      return partial_hijack(token, status, headers) if hijack_header?(headers)
+      return stream_each(token, status, headers, body) if body.respond_to?(:each)
+      raise InvalidResponse, "body must respond to each or call, got #{body.class}" unless body.respond_to?(:call)
+
+      @engine.stream_start(token, status, headers)
+      body.call(Stream.new(@engine, token, env[RACK_INPUT]))
       @engine.stream_finish(token)
+    end
+
+    # The rack.hijack response header: send the head, then the app owns the
+    # socket (the body is ignored, as the SPEC says).
+    def partial_hijack(token, status, headers)
+      callback = @engine.stream_start(token, status, headers)
+      @engine.flush(token)
+      fd, _buffered = @engine.hijack(token)
+      io = Socket.for_fd(fd)
+      io.autoclose = true
+      callback.call(io)
+      nil
+    end
+
+    # An each-body: the head goes out with the first chunk, so a body that
+    # raises before yielding anything still gets a clean 500.
+    def stream_each(token, status, headers, body)
+      started = false
+      body.each do |chunk|
+        unless started
+          @engine.stream_start(token, status, headers)
+          started = true
+        end
+        @engine.stream_write(token, chunk)
+      end
+      started ? @engine.stream_finish(token) : @engine.respond(token, status, headers, [])
     end
 
     # The one place where failures become HTTP: a 500 when nothing was sent
