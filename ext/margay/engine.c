@@ -315,6 +315,14 @@ static VALUE engine_waiting_threads(VALUE self) {
   return INT2NUM(atomic_load(&mg_engine_get(self)->idle_waiters));
 }
 
+/* Engine#saturated_ms: how long no thread has been waiting for work (0 while one is). */
+static VALUE engine_saturated_ms(VALUE self) {
+  mg_engine *e = mg_engine_get(self);
+  if (atomic_load(&e->idle_waiters) > 0) return INT2FIX(0);
+  int64_t d = mg_now_ms() - atomic_load(&e->all_busy_since_ms);
+  return LL2NUM(d < 0 ? 0 : d);
+}
+
 static VALUE engine_close(VALUE self) {
   mg_engine *e = rb_check_typeddata(self, &engine_type);
   engine_release(e);
@@ -337,6 +345,7 @@ void mg_engine_init(VALUE mNative) {
   rb_define_method(cEngine, "error_response", engine_error_response, 2);
   rb_define_method(cEngine, "stats", engine_stats, 0);
   rb_define_method(cEngine, "waiting_threads", engine_waiting_threads, 0);
+  rb_define_method(cEngine, "saturated_ms", engine_saturated_ms, 0);
   rb_define_method(cEngine, "close", engine_close, 0);
   mg_response_init(cEngine);
   mg_env_init(mNative);

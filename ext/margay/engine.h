@@ -109,6 +109,7 @@ typedef struct mg_engine {
   _Atomic int hiwater;       /* highest fd ever used + 1 */
   _Atomic int nconns;
   _Atomic int idle_waiters;  /* threads inside next_request */
+  _Atomic int64_t all_busy_since_ms; /* when idle_waiters last dropped to 0 */
   _Atomic int stopping;      /* 1 graceful, 2 forced */
   _Atomic uint64_t requests; /* completed request heads */
   _Atomic int accept_paused; /* listeners not armed (limit or EMFILE) */

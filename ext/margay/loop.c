@@ -643,6 +643,6 @@ void *mg_wait_nogvl(void *p) {
       break;
     }
   }
-  atomic_fetch_sub(&e->idle_waiters, 1);
+  if (atomic_fetch_sub(&e->idle_waiters, 1) == 1) atomic_store(&e->all_busy_since_ms, mg_now_ms());
   return NULL;
 }

@@ -23,7 +23,8 @@ enum {
   C_DIGIT = 1 << 3,
   C_HEX = 1 << 4,
   C_REGNAME = 1 << 5, /* unreserved / sub-delims, minus ',' (see host_ok) */
-  C_QDTEXT = 1 << 6   /* quoted-string text: HTAB / SP / VCHAR except '"' and '\' / obs-text */
+  C_QDTEXT = 1 << 6,  /* quoted-string text: HTAB / SP / VCHAR except '"' and '\' / obs-text */
+  C_VALUE = 1 << 7    /* field-value byte: C_FIELD / SP / HTAB */
 };
 
 #define IS_DIGIT_(c) ((c) >= '0' && (c) <= '9')
@@ -45,7 +46,8 @@ enum {
    (IS_HEX_(c) ? C_HEX : 0) | (IS_REGNAME_(c) ? C_REGNAME : 0) |                                 \
    (((c) == '\t' || (c) == ' ' || (c) >= 0x80 || (IS_VCHAR_(c) && (c) != '"' && (c) != '\\'))    \
         ? C_QDTEXT                                                                               \
-        : 0))
+        : 0) |                                                                                   \
+   ((IS_VCHAR_(c) || (c) >= 0x80 || (c) == ' ' || (c) == '\t') ? C_VALUE : 0))
 #define R4(n) CLS(n), CLS((n) + 1), CLS((n) + 2), CLS((n) + 3)
 #define R16(n) R4(n), R4((n) + 4), R4((n) + 8), R4((n) + 12)
 #define R64(n) R16(n), R16((n) + 16), R16((n) + 32), R16((n) + 48)
@@ -350,22 +352,17 @@ long mg_parse_head(const char *buf, size_t len, const mg_limits *lim, mg_request
 
   /* method SP */
   start = i;
-  for (;; i++) {
-    NEED(i);
-    if (b[i] == ' ') break;
-    if (!IS(b[i], C_TCHAR)) return -400;
-  }
-  if (i == start) return -400;
+  while (i < end && IS(b[i], C_TCHAR)) i++;
+  NEED(i);
+  if (b[i] != ' ' || i == start) return -400;
   req->method = span(start, i - start);
 
   /* request-target SP */
   start = ++i;
-  for (;; i++) {
-    NEED(i);
-    if (b[i] == ' ') break;
-    if (i - start >= lim->max_target) return -414;
-    if (!IS(b[i], C_TARGET)) return -400;
-  }
+  size_t stop = end - start > lim->max_target ? start + lim->max_target : end;
+  while (i < stop && IS(b[i], C_TARGET)) i++;
+  NEED(i);
+  if (b[i] != ' ') return i - start >= lim->max_target ? -414 : -400;
   if (i == start) return -400;
   req->target = span(start, i - start);
 
@@ -398,30 +395,20 @@ long mg_parse_head(const char *buf, size_t len, const mg_limits *lim, mg_request
     if (req->nheaders >= max_headers) return -431;
 
     start = i;
-    for (;; i++) {
-      NEED(i);
-      if (b[i] == ':') break;
-      if (!IS(b[i], C_TCHAR)) return -400; /* includes whitespace before the colon */
-    }
-    if (i == start) return -400;
+    while (i < end && IS(b[i], C_TCHAR)) i++;
+    NEED(i);
+    if (b[i] != ':' || i == start) return -400; /* includes whitespace before the colon */
     mg_span name = span(start, i - start);
 
-    size_t v0 = 0, v1 = 0; /* value without leading/trailing OWS */
-    for (i++;; i++) {
-      NEED(i);
-      uint8_t c = b[i];
-      if (IS(c, C_FIELD)) {
-        if (!v1) v0 = i;
-        v1 = i + 1;
-      } else if (c == '\r') {
-        break;
-      } else if (!IS_OWS(c)) {
-        return -400; /* NUL, bare LF, other CTLs, DEL */
-      }
-    }
+    i++;
+    while (i < end && IS_OWS(b[i])) i++;
+    size_t v0 = i, v1;
+    while (i < end && IS(b[i], C_VALUE)) i++;
+    NEED(i);
+    if (b[i] != '\r') return -400; /* NUL, bare LF, other CTLs, DEL */
     NEED(i + 1);
     if (b[i + 1] != '\n') return -400;
-    if (!v1) v0 = v1 = i;
+    for (v1 = i; v1 > v0 && IS_OWS(b[v1 - 1]); v1--) {}
     req->headers[req->nheaders].name = name;
     req->headers[req->nheaders].value = span(v0, v1 - v0);
     req->nheaders++;

@@ -10,7 +10,7 @@
 static VALUE cChunkedDecoder;
 static ID id_method, id_target, id_path, id_query, id_authority, id_form, id_minor, id_headers,
     id_content_length, id_chunked, id_keep_alive, id_expect_continue, id_host, id_head_len,
-    id_origin, id_absolute, id_authority_form, id_asterisk;
+    id_origin, id_absolute, id_asterisk;
 
 static size_t size_arg(VALUE v, const char *what) {
   long n = NUM2LONG(v);
@@ -49,13 +49,14 @@ static VALUE native_parse_head(int argc, VALUE *argv, VALUE self) {
   if (r <= 0) return LONG2NUM(r);
 
   VALUE h = rb_hash_new();
-  static const ID *forms[] = {&id_origin, &id_absolute, &id_authority_form, &id_asterisk};
+  /* indexed by enum mg_target_form */
+  const ID forms[] = {id_origin, id_absolute, id_authority, id_asterisk};
   set(h, id_method, span_str(b, req->method));
   set(h, id_target, span_str(b, req->target));
   set(h, id_path, span_str(b, req->path));
   set(h, id_query, span_str(b, req->query));
   set(h, id_authority, span_str(b, req->authority));
-  set(h, id_form, ID2SYM(*forms[req->target_form & 3]));
+  set(h, id_form, ID2SYM(forms[req->target_form & 3]));
   set(h, id_minor, INT2NUM(req->minor));
   VALUE headers = rb_ary_new_capa((long)req->nheaders);
   VALUE host = Qnil;
@@ -133,7 +134,6 @@ void mg_parser_ruby_init(VALUE mNative) {
   I(content_length); I(chunked); I(keep_alive); I(expect_continue); I(host); I(head_len);
   I(origin); I(absolute); I(asterisk);
 #undef I
-  id_authority_form = id_authority;
 
   rb_define_module_function(mNative, "parse_head", native_parse_head, -1);
 

@@ -99,7 +99,7 @@ module Margay
           next
         end
         token, env = request
-        pool.busy!(@engine.waiting_threads)
+        pool.busy!
         begin
           continue_with = handler.call(token, env)
         ensure
@@ -108,10 +108,43 @@ module Margay
       end
     end
 
+    # How often the main thread looks at the pool; for how many consecutive
+    # looks every thread must have been busy while the process used less than
+    # BLOCKED_CPU_SHARE of a core before one more thread starts. Busy but not
+    # computing means blocked (I/O, a lock, a sleep): only then does one more
+    # thread add throughput rather than GVL hand-offs. Several looks filter
+    # out the process merely being descheduled for a moment.
+    SUPERVISE_INTERVAL = 0.005
+    GROW_AFTER_LOOKS = 3
+    BLOCKED_CPU_SHARE = 0.5
+
+    # The main thread supervises the pool until #stop is called.
     def wait_for_stop
-      @stop_r.wait_readable
+      cpu = cpu_time
+      wall = now
+      looks = 0
+      until @stop_r.wait_readable(SUPERVISE_INTERVAL)
+        cpu_now = cpu_time
+        wall_now = now
+        blocked = (cpu_now - cpu) < BLOCKED_CPU_SHARE * (wall_now - wall)
+        looks = blocked && @engine.saturated_ms.positive? ? looks + 1 : 0
+        if looks >= GROW_AFTER_LOOKS
+          @pool.grow
+          looks = 0
+        end
+        cpu = cpu_now
+        wall = wall_now
+      end
     rescue Interrupt
       nil
+    end
+
+    def cpu_time
+      Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
+    end
+
+    def now
+      Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
 
     def shutdown

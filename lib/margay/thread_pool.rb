@@ -4,8 +4,9 @@ module Margay
   # Internal: the Ruby threads that run the application. There is no queue:
   # every idle thread waits inside the engine (leader/follower), and the thread
   # that receives a complete request runs the app itself, so no request is
-  # handed from one thread to another. The pool grows toward max when no
-  # thread is left waiting, and threads above min exit after idling.
+  # handed from one thread to another. The pool grows toward max when every
+  # thread has been busy for a few milliseconds, and threads above min exit
+  # after idling.
   class ThreadPool
     # Raised inside pool threads that are still busy when a forced stop ends
     # the grace period.
@@ -42,19 +43,21 @@ module Margay
       @busy
     end
 
-    # Called by a pool thread when it takes a request; grows the pool when
-    # +waiting+ (threads still waiting in the engine) reached zero. The busy
-    # count is a statistic only (updated under the GVL without a lock); the
-    # lock is taken just when the pool may grow.
-    def busy!(waiting)
+    # Counted while a thread runs the app (a statistic: updated under the GVL).
+    def busy!
       @busy += 1
-      return unless waiting.zero? && @threads.size < @max
-
-      @lock.synchronize { spawn_locked if @threads.size < @max && !@stopped }
     end
 
     def idle!
       @busy -= 1
+    end
+
+    # One thread more, up to max. Called by the server's supervisor when every
+    # thread has been busy for a while (a slow or blocking app), never per
+    # request: on a fast app one thread that never waits for the GVL beats
+    # several that hand it to each other.
+    def grow
+      @lock.synchronize { spawn_locked if @threads.size < @max && !@stopped }
     end
 
     # How long the calling thread may idle before leaving (nil: forever).

@@ -343,6 +343,22 @@ class ServerTest < Minitest::Test
     end
   end
 
+  def test_stop_closes_idle_keep_alive_connections_promptly
+    with_server(HELLO) do |_, port, server|
+      socks = Array.new(30) do
+        TCPSocket.new("127.0.0.1", port).tap do |s|
+          s.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+          read_response(s)
+        end
+      end
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      server.stop
+      socks.each { |s| assert_equal "", read_all(s, timeout: 5) }
+      assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 2
+      socks.each(&:close)
+    end
+  end
+
   def test_graceful_stop_finishes_in_flight_requests
     started = Queue.new
     app = ->(_env) { started << true; sleep 0.5; [200, {}, ["done"]] }

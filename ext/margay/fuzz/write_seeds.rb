@@ -1,0 +1,43 @@
+# frozen_string_literal: true
+
+# Writes the fuzz seed corpus (run by `rake fuzz:seeds`, with -Ilib -Itest): the request heads of
+# test/margay/parser_test.rb and the bodies of test/margay/chunked_test.rb, plus the requests of
+# the conformance corpus test/corpus/cases.rb when it exists. Files are named by content digest,
+# so rewriting is idempotent and duplicates collapse. Inputs above MAX_SEED bytes are left out
+# (the fuzzers run with -max_len=4096, and big seeds would bloat the repository).
+require "digest"
+require "fileutils"
+require "minitest"
+
+# Load the test files for their CASES tables without running them.
+def Minitest.autorun; end
+
+MAX_SEED = 4096
+
+root = File.expand_path("../../..", __dir__)
+require File.join(root, "test/margay/parser_test")
+require File.join(root, "test/margay/chunked_test")
+
+heads = Margay::ParserTest::CASES.map(&:first)
+bodies = Margay::ChunkedTest::CASES.map(&:first)
+
+corpus = File.join(root, "test/corpus/cases.rb")
+if File.exist?(corpus)
+  require corpus
+  Margay::Corpus::CASES.each do |c|
+    raw = c[:request].to_s.b
+    next if raw.empty?
+
+    heads << raw
+    r = Margay::Native.parse_head(raw)
+    bodies << raw.byteslice(r[:head_len]..) if r.is_a?(Hash) && r[:chunked]
+  end
+end
+
+{ "head" => heads, "chunked" => bodies }.each do |kind, inputs|
+  dir = File.join(__dir__, "seeds", kind)
+  FileUtils.rm_rf(dir)
+  FileUtils.mkdir_p(dir)
+  inputs.uniq.select { |input| input.bytesize <= MAX_SEED }.each { |input| File.binwrite(File.join(dir, Digest::SHA1.hexdigest(input)[0, 16]), input) }
+  puts "#{dir}: #{Dir.children(dir).size} seeds"
+end
