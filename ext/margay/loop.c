@@ -100,8 +100,8 @@ void mg_conn_reset_request(mg_conn *c) {
 }
 
 void mg_conn_close(mg_engine *e, mg_conn *c) {
-  mg_ev_disarm(e->ev, c->fd);
-  close(c->fd);
+  int fd = c->fd;
+  mg_ev_disarm(e->ev, fd);
   free_out(c);
   mg_conn_reset_request(c);
   free(c->rbuf); c->rbuf = NULL; c->rlen = c->rcap = 0;
@@ -110,6 +110,9 @@ void mg_conn_close(mg_engine *e, mg_conn *c) {
   uint64_t gen = conn_gen(c);
   atomic_store(&c->state, ((gen + 1) << 8) | MG_FREE);
   int left = atomic_fetch_sub(&e->nconns, 1) - 1;
+  /* Last: once the fd is closed, accept() may hand out the same number and
+   * another thread reuses this struct, so nothing may touch it after close. */
+  close(fd);
   if (atomic_load(&e->accept_paused) == 1) resume_accept(e);
   if (left == 0 && atomic_load(&e->stopping)) mg_engine_wake(e);
 }
@@ -571,7 +574,9 @@ static void sweep(mg_engine *e, int64_t now) {
     if (!c) continue;
     uint64_t s = atomic_load(&c->state);
     if (mg_state_st(s) != MG_ARMED) continue;
-    int idle_stop = stopping && c->phase == MG_PH_IDLE;
+    /* On stop, idle keep-alive connections close at once; a connection that was
+     * accepted but has not sent its first request yet is still answered. */
+    int idle_stop = stopping && c->phase == MG_PH_IDLE && c->requests > 0;
     int forced = stopping == 2;
     if (!idle_stop && !forced && !(c->deadline_ms && now >= c->deadline_ms)) continue;
     uint64_t owned = (mg_state_gen(s) << 8) | MG_OWNED;

@@ -105,6 +105,8 @@ static mg_chunked *decoder_get(VALUE self) {
  * ChunkedDecoder.new(max_body, max_ext, max_trailer): max_body nil means unlimited.
  */
 static VALUE decoder_initialize(VALUE self, VALUE max_body, VALUE max_ext, VALUE max_trailer) {
+  if (!NIL_P(max_body) && RTEST(rb_funcall(max_body, rb_intern("negative?"), 0)))
+    rb_raise(rb_eArgError, "max_body must not be negative");
   uint64_t mb = NIL_P(max_body) ? UINT64_MAX : NUM2ULL(max_body);
   mg_chunked_init(decoder_get(self), mb, size_arg(max_ext, "max_ext"),
                   size_arg(max_trailer, "max_trailer"));

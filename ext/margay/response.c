@@ -213,7 +213,8 @@ static void begin_head(head_builder *h, mg_conn *c, int status, VALUE headers) {
   h->hijack = Qnil;
   h->strip_length = status < 200 || status == 204;
   char line[64];
-  int n = snprintf(line, sizeof line, "HTTP/1.%d %d %s\r\n", c->minor ? 1 : 0, status, mg_reason(status));
+  /* RFC 9110 6.2: answer with the highest 1.x version we conform to, also to 1.0 clients */
+  int n = snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, mg_reason(status));
   hb_put(h, line, (size_t)n);
   rb_hash_foreach(headers, header_i, (VALUE)h);
 }

@@ -40,8 +40,16 @@ module Margay
       event_backend: :auto,           # :auto, :epoll, :poll
       tmpdir: nil,                    # nil: Dir.tmpdir
       response_buffer_limit: 4_194_304, # streamed bodies block the thread beyond this
-      workers: 0                      # cluster mode (later issue); 0: single process
+      workers: 0,                     # cluster mode: worker processes (0: single process)
+      preload_app: nil,               # load the app in the master before forking (nil: yes in cluster mode)
+      worker_timeout: 60,             # a worker silent this long is killed and replaced
+      worker_boot_timeout: 60,        # a worker must report ready within this
+      hooks: {}.freeze                # name => [Proc]: before_fork, on_worker_boot, before_worker_shutdown,
+                                      # on_worker_shutdown, on_restart
     }.freeze
+
+    # Hook names a config file may register blocks for.
+    HOOKS = %i[before_fork on_worker_boot before_worker_shutdown on_worker_shutdown on_restart].freeze
 
     SETTINGS = DEFAULTS.keys.freeze
 
@@ -78,18 +86,29 @@ module Margay
       [min_threads, 1].max
     end
 
+    # True when the app is loaded once in the master before forking workers.
+    def preload_app?
+      preload_app.nil? ? workers.positive? : preload_app
+    end
+
+    # Run the blocks registered for hook +name+ with +args+.
+    def run_hook(name, *args)
+      (hooks[name] || []).each { |block| block.call(*args) }
+    end
+
     private
 
     def deep_freeze(value)
       case value
       when Array then value.map { |v| deep_freeze(v) }.freeze
+      when Hash then value.to_h { |k, v| [k, deep_freeze(v)] }.freeze
       when String then value.frozen? ? value : value.dup.freeze
       else value
       end
     end
 
     POSITIVE = %i[shutdown_timeout header_timeout body_timeout keepalive_timeout write_timeout
-                  thread_idle_timeout].freeze
+                  thread_idle_timeout worker_timeout worker_boot_timeout].freeze
     POSITIVE_INTEGERS = %i[max_threads max_keepalive_requests max_request_target max_header_size
                            max_headers body_buffer_size max_chunk_extensions backlog
                            response_buffer_limit].freeze
@@ -117,7 +136,19 @@ module Margay
       raise ConfigError, "at least one bind is required" if binds.empty?
       binds.each { |url| validate_bind(url) }
       raise ConfigError, "workers must be a non-negative integer" unless workers.is_a?(Integer) && workers >= 0
+
+      validate_hooks
     end
+
+    def validate_hooks
+      raise ConfigError, "hooks must be a Hash of name => [callables]" unless hooks.is_a?(Hash)
+
+      hooks.each do |name, blocks|
+        raise ConfigError, "unknown hook #{name.inspect} (known: #{HOOKS.join(', ')})" unless HOOKS.include?(name)
+        raise ConfigError, "hook #{name} must be a list of callables" unless blocks.is_a?(Array) && blocks.all? { |b| b.respond_to?(:call) }
+      end
+    end
+
 
     def validate_bind(url)
       return if url.match?(%r{\Atcp://(\[[0-9a-fA-F:.]+\]|[^\s/:\[\]]+):\d{1,5}\z}) || url.match?(%r{\Aunix://\S+\z})

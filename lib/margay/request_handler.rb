@@ -180,7 +180,7 @@ module Margay
     def send_500(token, error)
       if @development
         text = "#{error.class}: #{error.message}\n\n#{(error.backtrace || []).join("\n")}\n"
-        @engine.respond(token, 500, { "content-type" => "text/plain; charset=utf-8" }, [text])
+        @engine.respond(token, 500, { "content-type" => "text/plain; charset=utf-8", "connection" => "close" }, [text])
       else
         @engine.error_response(token, 500)
       end

@@ -21,11 +21,17 @@ module Margay
     # @param app [#call] the Rack application
     # @param config [Configuration]
     # @param log [Log]
-    def initialize(app, config, log: Log.new(quiet: config.quiet))
+    # @param listeners [Array<Binder::Listener>, nil] already bound listeners (a
+    #   cluster worker's, inherited from the master); nil: bind config.binds
+    # @param on_tick [#call, nil] called from the main thread about every 5 ms
+    #   while serving (a cluster worker's heartbeat)
+    def initialize(app, config, log: Log.new(quiet: config.quiet), listeners: nil, on_tick: nil)
       @app = app
       @config = config
       @log = log
-      @listeners = nil
+      @listeners = listeners
+      @owns_listeners = listeners.nil?
+      @on_tick = on_tick
       @engine = nil
       @pool = nil
       @counters = { errors: 0 }
@@ -132,6 +138,7 @@ module Margay
           @pool.grow
           looks = 0
         end
+        @on_tick&.call
         cpu = cpu_now
         wall = wall_now
       end
@@ -154,12 +161,19 @@ module Margay
         @engine.stop(true)
         @pool.force_stop unless @pool.join(1)
       end
-      @listeners.each { |l| l.io.close unless l.io.closed? }
-      @listeners.select(&:unix).each { |l| File.unlink(l.url.delete_prefix("unix://")) if File.socket?(l.url.delete_prefix("unix://")) }
+      close_listeners if @owns_listeners
       @engine.close
       @stop_r.close
       @stop_w.close
       nil
+    end
+
+    def close_listeners
+      @listeners.each do |l|
+        l.io.close unless l.io.closed?
+        path = l.url.delete_prefix("unix://")
+        File.unlink(path) if l.unix && File.socket?(path)
+      end
     end
 
     def engine_settings

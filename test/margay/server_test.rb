@@ -65,7 +65,7 @@ class ServerTest < Minitest::Test
   def test_http10_closes_unless_keep_alive
     with_server(HELLO) do |_, port|
       raw = raw_exchange(port, "GET / HTTP/1.0\r\n\r\n")
-      assert_match(%r{\AHTTP/1.0 200 OK}, raw)
+      assert_match(%r{\AHTTP/1.1 200 OK}, raw)
       assert_match(/^connection: close\r$/, raw)
       sock = TCPSocket.new("127.0.0.1", port)
       sock.write("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")

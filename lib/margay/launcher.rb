@@ -1,0 +1,150 @@
+# frozen_string_literal: true
+
+require_relative "configuration"
+require_relative "log"
+require_relative "version"
+
+module Margay
+  # Runs one server process from a Configuration: loads the app, binds, writes
+  # the pidfile, prints the banner, turns TERM/INT into a graceful stop and
+  # serves until then. Used by the CLI and by the rackup handler.
+  class Launcher
+    # The rackup file raised while loading; #cause is the app's exception.
+    class AppLoadError < StandardError; end
+
+    # Exit status when a second INT cuts the grace period short (128 + SIGINT).
+    FORCED_EXIT_STATUS = 130
+
+    attr_reader :server
+
+    # @param config [Configuration]
+    # @param log [Log]
+    # @param app [#call, nil] the Rack app; nil loads config.rackup (or the demo app)
+    # @param app_name [String] how the banner names a given +app+
+    # @param rackup_given [Boolean] config.rackup was named explicitly, so a
+    #   missing file is an error rather than a reason to serve the demo app
+    def initialize(config, log: Log.new(quiet: config.quiet), app: nil, app_name: "application", rackup_given: false)
+      @config = config
+      @log = log
+      @app = app
+      @app_name = app_name
+      @rackup_given = rackup_given
+      @server = nil
+      @pid_written = nil
+    end
+
+    # Serve until TERM or INT. Yields the bound server before serving when a
+    # block is given. Returns 0 after a graceful stop.
+    # @raise [ConfigError] missing rackup file, cannot bind, cannot write the pidfile
+    # @raise [AppLoadError] the rackup file raised
+    def run
+      ENV["RACK_ENV"] = @config.environment
+      app, description = load_app
+      require_relative "server"
+      @server = Server.new(app, @config, log: @log)
+      @server.bind
+      write_pidfile
+      banner(description)
+      yield @server if block_given?
+      previous = trap_signals
+      @server.run
+      @log.info("Margay stopped")
+      0
+    ensure
+      previous&.each { |signal, handler| Signal.trap(signal, handler || "DEFAULT") }
+      remove_pidfile
+    end
+
+    private
+
+    # Returns [app, description for the banner].
+    def load_app
+      return [@app, @app_name] if @app
+
+      path = @config.rackup
+      if File.file?(path)
+        [parse_rackup(path), path]
+      elsif @rackup_given || File.exist?(path)
+        raise ConfigError, File.exist?(path) ? "rackup file #{path} is not a file" : "rackup file #{path} not found"
+      else
+        require_relative "demo_app"
+        demo = DemoApp.new(@config, stats: -> { @server ? @server.stats : {} },
+                                    addresses: -> { @server ? @server.addresses : @config.binds })
+        [demo, "built-in demo app (no #{path} in #{Dir.pwd}; name a rackup file to serve yours)"]
+      end
+    end
+
+    def parse_rackup(path)
+      require "rack/builder"
+      Rack::Builder.parse_file(path)
+    rescue ScriptError, StandardError
+      raise AppLoadError, "cannot load #{path}"
+    end
+
+    def banner(description)
+      min, max = @config.min_threads, @config.max_threads
+      lines = ["Margay #{VERSION} (ruby #{RUBY_VERSION}-p#{RUBY_PATCHLEVEL}) pid #{Process.pid}",
+               "* Environment: #{@config.environment}",
+               "* App: #{description}",
+               "* Threads: #{min}:#{max}"]
+      lines << "* Pidfile: #{@config.pidfile}" if @config.pidfile
+      lines.concat(@server.addresses.map { |address| "* Listening on #{address}" })
+      lines << "Use Ctrl-C to stop"
+      @log.info(lines.join("\n"))
+    end
+
+    # TERM and INT stop gracefully; a second INT exits at once. Returns the
+    # previous handlers so that #run can put them back.
+    def trap_signals
+      interrupted = false
+      previous = {}
+      previous["TERM"] = Signal.trap("TERM") { graceful_stop("TERM") }
+      previous["INT"] = Signal.trap("INT") do
+        force_exit if interrupted
+        interrupted = true
+        graceful_stop("INT")
+      end
+      previous
+    end
+
+    # Trap context: no mutexes. Server#stop is trap-safe; the log line is best effort.
+    def graceful_stop(signal)
+      say("SIG#{signal} received: stopping gracefully (up to #{@config.shutdown_timeout}s for requests in flight" \
+          "#{'; Ctrl-C again to force' if signal == 'INT'})")
+      @server.stop
+    end
+
+    def force_exit
+      say("Second SIGINT: exiting without waiting")
+      remove_pidfile
+      Process.exit!(FORCED_EXIT_STATUS)
+    end
+
+    def say(message)
+      @log.info(message)
+    rescue ThreadError
+      nil # the log stream's lock was held by the interrupted code; the stop matters more
+    end
+
+    def write_pidfile
+      path = @config.pidfile
+      return unless path
+
+      File.write(path, "#{Process.pid}\n")
+      @pid_written = path
+    rescue SystemCallError => e
+      raise ConfigError, "cannot write pidfile #{path}: #{e.message.sub(/ @ \w+/, '')}"
+    end
+
+    # Remove the pidfile only if it is still ours (a newer process may own it).
+    def remove_pidfile
+      path = @pid_written
+      return unless path
+
+      @pid_written = nil
+      File.unlink(path) if File.read(path).to_i == Process.pid
+    rescue SystemCallError
+      nil # already gone
+    end
+  end
+end
