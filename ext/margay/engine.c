@@ -290,6 +290,14 @@ static VALUE engine_hijack(VALUE self, VALUE token) {
   return rb_assoc_new(INT2FIX(fd), rest);
 }
 
+/* Engine#release(token): close this connection after the response (the
+ * client's next request then goes to whichever worker has a free thread). */
+static VALUE engine_release_conn(VALUE self, VALUE token) {
+  mg_engine *e = mg_engine_get(self);
+  mg_engine_conn_for_token(e, token)->keep_alive = 0;
+  return Qnil;
+}
+
 /* Engine#error_response(token, status): a plain-text error, then close. */
 static VALUE engine_error_response(VALUE self, VALUE token, VALUE status) {
   mg_engine *e = mg_engine_get(self);
@@ -343,6 +351,7 @@ void mg_engine_init(VALUE mNative) {
   rb_define_method(cEngine, "abort", engine_abort, 1);
   rb_define_method(cEngine, "hijack", engine_hijack, 1);
   rb_define_method(cEngine, "error_response", engine_error_response, 2);
+  rb_define_method(cEngine, "release", engine_release_conn, 1);
   rb_define_method(cEngine, "stats", engine_stats, 0);
   rb_define_method(cEngine, "waiting_threads", engine_waiting_threads, 0);
   rb_define_method(cEngine, "saturated_ms", engine_saturated_ms, 0);

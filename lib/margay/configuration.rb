@@ -42,6 +42,7 @@ module Margay
       response_buffer_limit: 4_194_304, # streamed bodies block the thread beyond this
       workers: 0,                     # cluster mode: worker processes (0: single process)
       preload_app: nil,               # load the app in the master before forking (nil: yes in cluster mode)
+      balance_keepalive: true,        # cluster: a saturated worker releases keep-alive connections
       worker_timeout: 60,             # a worker silent this long is killed and replaced
       worker_boot_timeout: 60,        # a worker must report ready within this
       hooks: {}.freeze                # name => [Proc]: before_fork, on_worker_boot, before_worker_shutdown,

@@ -54,10 +54,14 @@ module Margay
       end
     end
 
-    def initialize(app, engine, config, log, counters)
+    # @param pool [ThreadPool, nil] given in cluster mode: a response sent while
+    #   every other thread is busy releases its keep-alive connection, so the
+    #   client's next request reaches a worker with a free thread
+    def initialize(app, engine, config, log, counters, pool: nil)
       @app = app
       @engine = engine
       @log = log
+      @pool = pool
       @development = config.development?
       @access_log = config.log_requests
       @counters = counters
@@ -95,6 +99,7 @@ module Margay
     private
 
     def send_response(token, env, status, headers, body)
+      @engine.release(token) if @pool && saturated?
       return @engine.respond(token, status, headers, body) if body.instance_of?(Array) && !hijack_header?(headers)
 
       if body.respond_to?(:to_path) && !body.respond_to?(:call) && !hijack_header?(headers)
@@ -106,6 +111,11 @@ module Margay
       end
 
       stream(token, env, status, headers, body)
+    end
+
+    # No other thread of this worker is free to take this connection's next request.
+    def saturated?
+      @pool.busy > 1 && @engine.waiting_threads.zero?
     end
 
     def hijack_header?(headers)

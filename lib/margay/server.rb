@@ -32,6 +32,7 @@ module Margay
       @listeners = listeners
       @owns_listeners = listeners.nil?
       @on_tick = on_tick
+      @handler = nil
       @engine = nil
       @pool = nil
       @counters = { errors: 0 }
@@ -56,9 +57,10 @@ module Margay
       bind
       @engine = Native::Engine.new(engine_settings, env_template)
       @listeners.each { |l| @engine.add_listener(l.io.fileno, l.unix, l.server_name, l.server_port) }
-      handler = RequestHandler.new(@app, @engine, @config, @log, @counters)
       @pool = ThreadPool.new(min: @config.effective_min_threads, max: @config.max_threads,
-                             idle_timeout: @config.thread_idle_timeout) { |pool| serve(pool, handler) }
+                             idle_timeout: @config.thread_idle_timeout) { |pool| serve(pool, @handler) }
+      @handler = RequestHandler.new(@app, @engine, @config, @log, @counters,
+                                    pool: @config.workers.positive? && @config.balance_keepalive ? @pool : nil)
       @started_at = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       @engine.start
       @pool.start

@@ -1,0 +1,50 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "json"
+require "open3"
+require "rbconfig"
+require "tmpdir"
+
+# Smoke test of the benchmark harness: `bench/core --quick --servers margay` must run
+# end to end and write a JSON result with Margay rows. It never asserts a speed figure
+# (absolute numbers depend on the machine); it skips when wrk is not installed.
+class BenchSmokeTest < Minitest::Test
+  ROOT = File.expand_path("../..", __dir__)
+  CORE = File.join(ROOT, "bench", "core")
+
+  def test_quick_core_benchmark_produces_margay_rows
+    skip "wrk is not installed (apt-get install wrk)" unless executable_in_path?("wrk")
+
+    Dir.mktmpdir("margay-bench-smoke-") do |dir|
+      out, status = Open3.capture2e(RbConfig.ruby, CORE, "--quick", "--servers", "margay",
+                                    "--connections", "16,64", "--results-dir", dir, chdir: ROOT)
+      latest = File.join(dir, "core-latest.json")
+      assert File.exist?(latest), "bench/core wrote no core-latest.json (exit #{status.exitstatus}):\n#{out}"
+
+      result = JSON.parse(File.read(latest))
+      assert_equal "quick", result["mode"]
+      assert_empty result["failures"], "bench/core reported failures:\n#{out}"
+      assert status.success?, "bench/core exited #{status.exitstatus}:\n#{out}"
+
+      hello = result.fetch("hello").fetch("summary").select { |r| r["server"] == "margay" }
+      refute_empty hello, "no Margay row in the hello results:\n#{out}"
+      hello.each { |row| assert_operator row["requests"], :>, 0, "no requests served at #{row['connections']} connections" }
+
+      slow = result.fetch("slow").fetch("summary").find { |r| r["server"] == "margay" }
+      refute_nil slow, "no Margay row in the slow-client results:\n#{out}"
+      assert_operator slow["requests"], :>, 0
+
+      assert File.exist?(File.join(dir, "core-latest.md")), "no Markdown summary written"
+    end
+  end
+
+  private
+
+  def executable_in_path?(cmd)
+    ENV.fetch("PATH", "").split(File::PATH_SEPARATOR).any? do |d|
+      path = File.join(d, cmd)
+      File.file?(path) && File.executable?(path)
+    end
+  end
+end

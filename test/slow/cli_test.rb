@@ -1,0 +1,201 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "json"
+require "net/http"
+require "open3"
+require "tmpdir"
+
+# The real executable: `bundle exec exe/margay`, port learnt from the banner,
+# requests over TCP, TERM/INT, exit statuses and the pidfile.
+class SlowCLITest < Minitest::Test
+  ROOT = File.expand_path("../..", __dir__)
+  EXE = File.join(ROOT, "exe", "margay")
+  ENV_FOR_CHILD = { "BUNDLE_GEMFILE" => File.join(ROOT, "Gemfile"), "RACK_ENV" => nil, "RAILS_ENV" => nil }.freeze
+
+  # The app tells the test on stdout when a slow request has started, so the
+  # test can signal the server while that request is in flight.
+  APP = <<~'RUBY'
+    run lambda { |env|
+      case env["PATH_INFO"]
+      when "/slow"
+        $stdout.puts "app: slow request started"
+        sleep 0.5
+        [200, { "content-type" => "text/plain" }, ["slow done"]]
+      when "/block"
+        $stdout.puts "app: blocking request started"
+        sleep 60
+        [200, {}, []]
+      else
+        [200, { "content-type" => "text/plain" }, ["env=#{ENV['RACK_ENV']}"]]
+      end
+    }
+  RUBY
+
+  def setup
+    @dir = Dir.mktmpdir("margay-slow-cli-")
+    File.write(File.join(@dir, "app.ru"), APP)
+    @pid = nil
+    @output = +""
+  end
+
+  def teardown
+    if @pid
+      Process.kill("KILL", @pid)
+      Process.wait(@pid)
+    end
+  rescue Errno::ESRCH, Errno::ECHILD
+    nil
+  ensure
+    @out_r&.close
+    FileUtils.remove_entry(@dir)
+  end
+
+  # Start the executable in @dir with +args+; returns after it is spawned.
+  def spawn_margay(*args)
+    @out_r, out_w = IO.pipe
+    @pid = Process.spawn(ENV_FOR_CHILD, "bundle", "exec", EXE, *args, chdir: @dir, out: out_w, err: out_w)
+    out_w.close
+  end
+
+  # Read the child's output until a line matches +pattern+; returns the match.
+  def wait_for_line(pattern, timeout: 20)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+    loop do
+      if (match = @output.match(pattern))
+        return match
+      end
+
+      left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      flunk "no line matching #{pattern.inspect} within #{timeout}s; output:\n#{@output}" if left <= 0
+      next unless @out_r.wait_readable(left)
+
+      chunk = @out_r.read_nonblock(4096, exception: false)
+      flunk "margay exited before printing #{pattern.inspect}; output:\n#{@output}" if chunk.nil?
+      @output << chunk if chunk.is_a?(String)
+    end
+  end
+
+  def port_from_banner
+    wait_for_line(%r{Listening on tcp://127\.0\.0\.1:(\d+)})[1].to_i
+  end
+
+  # Wait for the child to exit; returns its Process::Status. Reads the rest of its output.
+  def wait_exit(timeout: 20)
+    _, status = Timeout.timeout(timeout) { Process.wait2(@pid) }
+    @pid = nil
+    @output << @out_r.read # the writer is gone: reads to EOF
+    status
+  rescue Timeout::Error
+    flunk "margay did not exit within #{timeout}s; output:\n#{@output}"
+  end
+
+  def get(port, path)
+    Net::HTTP.start("127.0.0.1", port, open_timeout: 5, read_timeout: 10) { |http| http.get(path) }
+  end
+
+  def run_margay(*args)
+    Open3.capture3(ENV_FOR_CHILD, "bundle", "exec", EXE, *args, chdir: @dir)
+  end
+
+  def test_serves_the_rackup_file_and_stops_gracefully_on_term
+    pidfile = File.join(@dir, "margay.pid")
+    spawn_margay("-b", "tcp://127.0.0.1:0", "-e", "production", "-t", "1:3", "--pidfile", pidfile, "app.ru")
+    port = port_from_banner
+    assert_match(/Margay #{Regexp.escape(Margay::VERSION)}/, @output)
+    assert_match(/Environment: production/, @output)
+    assert_match(/Threads: 1:3/, @output)
+    assert_equal @pid, File.read(pidfile).to_i, "pidfile holds the server's pid"
+
+    response = get(port, "/")
+    assert_equal "200", response.code
+    assert_equal "env=production", response.body, "RACK_ENV is set from -e"
+
+    slow = Thread.new { get(port, "/slow") }
+    wait_for_line(/app: slow request started/)
+    Process.kill("TERM", @pid)
+    assert_equal "slow done", slow.value.body, "the request in flight finishes after TERM"
+
+    status = wait_exit
+    assert status.success?, "exit status #{status.inspect}; output:\n#{@output}"
+    refute File.exist?(pidfile), "pidfile removed on exit"
+    assert_match(/SIGTERM received: stopping gracefully/, @output)
+    assert_raises(Errno::ECONNREFUSED) { TCPSocket.new("127.0.0.1", port) }
+  end
+
+  def test_demo_app_without_config_ru_and_int_stops
+    File.delete(File.join(@dir, "app.ru"))
+    spawn_margay("-b", "tcp://127.0.0.1:0", "--log-requests")
+    port = port_from_banner
+    assert_match(/built-in demo app \(no config\.ru/, @output)
+
+    page = get(port, "/")
+    assert_equal "200", page.code
+    assert_includes page.body, "Margay #{Margay::VERSION}"
+    stats = JSON.parse(get(port, "/stats.json").body)
+    assert_operator stats.dig("stats", "requests"), :>=, 2
+    assert_equal ["tcp://127.0.0.1:#{port}"], stats["addresses"]
+    wait_for_line(%r{"GET /stats\.json HTTP/1\.1" 200}) # --log-requests
+
+    Process.kill("INT", @pid)
+    assert wait_exit.success?, @output
+  end
+
+  def test_second_int_forces_exit
+    pidfile = File.join(@dir, "margay.pid")
+    spawn_margay("-b", "tcp://127.0.0.1:0", "--pidfile", pidfile, "app.ru")
+    port = port_from_banner
+    blocked = Thread.new do
+      get(port, "/block")
+    rescue StandardError => e
+      e
+    end
+    wait_for_line(/app: blocking request started/)
+    Process.kill("INT", @pid)
+    wait_for_line(/SIGINT received/)
+    Process.kill("INT", @pid)
+    status = wait_exit(timeout: 10)
+    assert_equal Margay::Launcher::FORCED_EXIT_STATUS, status.exitstatus, @output
+    refute File.exist?(pidfile), "pidfile removed on a forced exit too"
+    blocked.join(10)
+  end
+
+  def test_usage_errors_exit_64_with_one_message
+    [
+      [["--bogus"], /invalid option: --bogus/],
+      [["-t", "many"], /threads must be MIN:MAX or N/],
+      [["-b", "tcp://127.0.0.1:0", "missing.ru"], /rackup file missing\.ru not found/],
+      [["-C", "nope.rb"], /config file nope\.rb not found/]
+    ].each do |args, pattern|
+      out, err, status = run_margay(*args)
+      assert_equal 64, status.exitstatus, "#{args.inspect}: #{err}"
+      assert_match pattern, err
+      assert_equal "", out
+      refute_match(/\.rb:\d+:in /, err, "no backtrace for #{args.inspect}")
+    end
+  end
+
+  def test_config_file_error_exits_64
+    File.write(File.join(@dir, "bad.rb"), "threads 1, 2\nworker_count 4\n")
+    _, err, status = run_margay("-C", "bad.rb")
+    assert_equal 64, status.exitstatus
+    assert_equal "margay: bad.rb:2: unknown setting 'worker_count'\n", err
+  end
+
+  def test_port_in_use_exits_64
+    taken = TCPServer.new("127.0.0.1", 0)
+    _, err, status = run_margay("-b", "tcp://127.0.0.1:#{taken.local_address.ip_port}", "app.ru")
+    assert_equal 64, status.exitstatus
+    assert_match(/margay: cannot bind/, err)
+  ensure
+    taken&.close
+  end
+
+  def test_app_that_raises_while_loading_exits_1_with_its_backtrace
+    File.write(File.join(@dir, "broken.ru"), "raise 'config.ru is broken'\n")
+    _, err, status = run_margay("-b", "tcp://127.0.0.1:0", "broken.ru")
+    assert_equal 1, status.exitstatus
+    assert_match(/cannot load broken\.ru: RuntimeError: config\.ru is broken/, err)
+    assert_match(/broken\.ru:1/, err, "the app's own backtrace helps here")
+  end
+end

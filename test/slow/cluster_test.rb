@@ -1,0 +1,146 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "open3"
+require "json"
+
+# Cluster mode end to end: a real master process with forked workers,
+# driven by signals, under continuous client load.
+class ClusterTest < Minitest::Test
+  include Margay::TestHelper
+
+  RUNNER = File.expand_path("support/cluster_runner.rb", __dir__)
+
+  def start_cluster(workers, **settings)
+    @stdin, @out, @thread = Open3.popen2e(RbConfig.ruby, RUNNER, workers.to_s, JSON.generate(settings))
+    @log = +""
+    @log_lock = Mutex.new
+    @reader = Thread.new do
+      @out.each_line { |line| @log_lock.synchronize { @log << line } }
+    rescue IOError
+      nil
+    end
+    wait_for_log(/^listening tcp:\/\/127\.0\.0\.1:(\d+)/)
+    @port = @log[/^listening tcp:\/\/127\.0\.0\.1:(\d+)/, 1].to_i
+    wait_for_log(/booted/, count: workers)
+    @master = @thread.pid
+  end
+
+  def stop_cluster
+    return unless @thread
+
+    Process.kill(:TERM, @master) if @thread.alive?
+    assert @thread.join(20), "master did not exit after TERM"
+    @reader.join(5)
+  ensure
+    @stdin&.close
+  end
+
+  def teardown
+    stop_cluster if @thread&.alive?
+    Process.kill(:KILL, @master) if @thread&.alive?
+  rescue Errno::ESRCH
+    nil
+  end
+
+  def log_text
+    @log_lock.synchronize { @log.dup }
+  end
+
+  def wait_for_log(pattern, count: 1, timeout: 20)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+    until log_text.scan(pattern).size >= count
+      flunk "timed out waiting for #{pattern.inspect} x#{count}; log:\n#{log_text}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      sleep 0.02
+    end
+  end
+
+  def worker_pids
+    log_text.scan(/worker \d+ \(pid (\d+)\) booted/).flatten.map(&:to_i).select do |pid|
+      Process.kill(0, pid)
+    rescue Errno::ESRCH
+      false
+    end
+  end
+
+  def post(body)
+    sock = TCPSocket.new("127.0.0.1", @port)
+    sock.write("POST / HTTP/1.1\r\nHost: t\r\nContent-Length: #{body.bytesize}\r\nConnection: close\r\n\r\n#{body}")
+    read_response(sock, timeout: 30)
+  ensure
+    sock&.close
+  end
+
+  def test_zero_downtime_through_hot_and_phased_restarts
+    start_cluster(2)
+    body = "p" * 16_384
+    counts = Hash.new(0)
+    lock = Mutex.new
+    running = true
+    clients = Array.new(10) do
+      Thread.new do
+        while running
+          result = begin
+            status, _, answer = post(body)
+            status == 200 && answer == "16384" ? :ok : :"bad_#{status}"
+          rescue SystemCallError, EOFError, IOError => e
+            :"#{e.class}"
+          end
+          lock.synchronize { counts[result] += 1 }
+        end
+      end
+    end
+    booted = 2
+    5.times do
+      Process.kill(:USR2, @master)
+      booted += 2
+      wait_for_log(/booted/, count: booted)
+      Process.kill(:USR1, @master)
+      booted += 2
+      wait_for_log(/booted/, count: booted)
+    end
+    sleep 0.3
+    running = false
+    clients.each(&:join)
+    assert_equal [:ok], counts.keys, "every request must be answered 200: #{counts.inspect}\n#{log_text}"
+    assert_operator counts[:ok], :>, 100
+    warn "zero-downtime: #{counts.inspect}, #{log_text.scan(/booted/).size} workers booted, #{log_text.scan(/hot restart/).size} hot, #{log_text.scan(/phased restart/).size} phased" if ENV["VERBOSE"]
+    stop_cluster
+  end
+
+  def test_killed_worker_closes_its_client_and_is_replaced
+    start_cluster(2)
+    victim_conn = TCPSocket.new("127.0.0.1", @port)
+    victim_conn.write("GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+    wait_for_log(/slow request in (\d+)/)
+    Process.kill(:KILL, log_text[/slow request in (\d+)/, 1].to_i)
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    assert_equal "", read_all(victim_conn, timeout: 5), "the client of a killed worker gets a closed connection"
+    wait_for_log(/booted/, count: 3, timeout: 5)
+    assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 2.5
+    assert_equal 200, post("x")[0]
+  ensure
+    victim_conn&.close
+  end
+
+  def test_silent_worker_is_killed_and_replaced
+    start_cluster(1, worker_timeout: 1)
+    pid = worker_pids.first
+    Process.kill(:STOP, pid)
+    wait_for_log(/silent for 1s: killing it/, timeout: 10)
+    wait_for_log(/booted/, count: 2, timeout: 10)
+    assert_equal 200, post("y")[0]
+  end
+
+  def test_ttin_and_ttou
+    start_cluster(1)
+    Process.kill(:TTIN, @master)
+    wait_for_log(/booted/, count: 2)
+    assert_equal 2, worker_pids.size
+    Process.kill(:TTOU, @master)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+    sleep 0.05 until worker_pids.size == 1 || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    assert_equal 1, worker_pids.size
+  end
+
+end

@@ -1,0 +1,146 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "digest"
+require "net/http"
+require "open3"
+require "tmpdir"
+
+# The rackup handler end to end: a real Rails 7.2 app (test/fixtures/rails_app,
+# its own Gemfile, margay by path) under `bin/rails server -u margay`, and a
+# plain config.ru under `rackup -s margay`.
+#
+# The Rails bundle is not part of Margay's; install it once with
+#   bundle install --gemfile test/fixtures/rails_app/Gemfile
+class RailsHandlerTest < Minitest::Test
+  ROOT = File.expand_path("../..", __dir__)
+  RAILS_APP = File.join(ROOT, "test", "fixtures", "rails_app")
+  RAILS_GEMFILE = File.join(RAILS_APP, "Gemfile")
+  CLEAN = { "RUBYOPT" => nil, "BUNDLER_SETUP" => nil, "RACK_ENV" => nil, "RAILS_ENV" => nil }.freeze
+
+  def teardown
+    if @pid
+      Process.kill("KILL", @pid)
+      Process.wait(@pid)
+    end
+  rescue Errno::ESRCH, Errno::ECHILD
+    nil
+  ensure
+    @out_r&.close
+  end
+
+  def test_rails_server_with_margay
+    skip_unless_rails_bundle
+    Dir.mktmpdir("margay-rails-") do |tmp|
+      pidfile = File.join(tmp, "server.pid")
+      env = CLEAN.merge("BUNDLE_GEMFILE" => RAILS_GEMFILE)
+      start(env, "bin/rails", "server", "-u", "margay", "-b", "127.0.0.1", "-p", "0", "-P", pidfile, chdir: RAILS_APP)
+      port = wait_for_line(%r{Listening on tcp://127\.0\.0\.1:(\d+)})[1].to_i
+      assert_match(/=> Booting Margay/, @output)
+      assert_match(/App: given by Rails/, @output)
+
+      Net::HTTP.start("127.0.0.1", port, open_timeout: 5, read_timeout: 20) do |http|
+        page = http.get("/")
+        assert_equal "200", page.code, @output
+        assert_match(/\AHello from Rails 7\.2\.\d+ on Margay\/#{Regexp.escape(Margay::VERSION)}\z/, page.body)
+
+        body = Random.new(42).bytes(300_000) # above body_buffer_size: goes through the tempfile
+        echo = http.post("/echo", body, "content-type" => "application/octet-stream")
+        assert_equal "200", echo.code, @output
+        assert_equal "#{body.bytesize} #{Digest::SHA256.hexdigest(body)}", echo.body, "same connection, keep-alive"
+      end
+      assert_equal @pid, File.read(pidfile).to_i
+
+      Process.kill("TERM", @pid)
+      status = wait_exit
+      assert status.success?, "rails server exited with #{status.inspect}:\n#{@output}"
+      assert_match(/SIGTERM received: stopping gracefully/, @output)
+    end
+  end
+
+  def test_rackup_with_margay
+    Dir.mktmpdir("margay-rackup-") do |dir|
+      File.write(File.join(dir, "config.ru"), <<~'RUBY')
+        run ->(env) { [200, { "content-type" => "text/plain" }, ["#{env['SERVER_SOFTWARE']} #{env['rack.multithread']}"]] }
+      RUBY
+      env = CLEAN.merge("BUNDLE_GEMFILE" => File.join(ROOT, "Gemfile"))
+      start(env, "bundle", "exec", "rackup", "-s", "margay", "-o", "127.0.0.1", "-p", "0", "-O", "Threads=2:4",
+            "-O", "header_timeout=5", chdir: dir)
+      port = wait_for_line(%r{Listening on tcp://127\.0\.0\.1:(\d+)})[1].to_i
+      assert_match(/Threads: 2:4/, @output)
+
+      response = Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/"))
+      assert_equal "200", response.code
+      assert_equal "Margay/#{Margay::VERSION} true", response.body
+
+      Process.kill("INT", @pid)
+      assert wait_exit.success?, @output
+    end
+  end
+
+  # How rackup's and Rails' options become a Configuration (no process needed).
+  def test_option_mapping
+    require "rackup/handler/margay"
+    handler = Rackup::Handler::Margay
+    assert_same handler, Rackup::Handler.get(:margay)
+
+    c = handler.configuration({ Host: "::1", Port: "8080", environment: "production", Threads: "2:6", Verbose: true,
+                                 quiet: true, header_timeout: "7", pid: "x.pid", config: "config.ru" },
+                              config_file: "/nonexistent")
+    assert_equal ["tcp://[::1]:8080"], c.binds
+    assert_equal ["production", 2, 6, true, true, 7], [c.environment, c.min_threads, c.max_threads, c.log_requests, c.quiet, c.header_timeout]
+
+    Dir.mktmpdir do |dir|
+      file = File.join(dir, "margay.rb")
+      File.write(file, "bind 'tcp://127.0.0.1:4567'\nthreads 3, 3\n")
+      rails = { Host: "localhost", Port: 3000, environment: "development", user_supplied_options: [] }
+      c = handler.configuration(rails, config_file: file)
+      assert_equal ["tcp://127.0.0.1:4567"], c.binds, "Rails' default Host/Port do not override the file's bind"
+      assert_equal 3, c.max_threads
+      c = handler.configuration(rails.merge(user_supplied_options: [:Port]), config_file: file)
+      assert_equal ["tcp://localhost:3000"], c.binds, "a port the user typed does"
+      File.write(file, "threads 3, 3\n")
+      assert_equal ["tcp://localhost:3000"], handler.configuration(rails, config_file: file).binds
+    end
+    assert_raises(Margay::ConfigError) { handler.configuration({ Port: "http" }, config_file: "/nonexistent") }
+  end
+
+  private
+
+  def skip_unless_rails_bundle
+    _, status = Open3.capture2e(CLEAN.merge("BUNDLE_GEMFILE" => RAILS_GEMFILE), "bundle", "check", chdir: RAILS_APP)
+    return if status.success?
+
+    skip "the Rails fixture bundle is not installed: run `bundle install --gemfile test/fixtures/rails_app/Gemfile`"
+  end
+
+  def start(env, *cmd, chdir:)
+    @output = +""
+    @out_r, out_w = IO.pipe
+    @pid = Process.spawn(env, *cmd, chdir: chdir, out: out_w, err: out_w)
+    out_w.close
+  end
+
+  def wait_for_line(pattern, timeout: 60)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+    until (match = @output.match(pattern))
+      left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      flunk "no line matching #{pattern.inspect} within #{timeout}s; output:\n#{@output}" if left <= 0
+      next unless @out_r.wait_readable(left)
+
+      chunk = @out_r.read_nonblock(4096, exception: false)
+      flunk "the server exited before printing #{pattern.inspect}; output:\n#{@output}" if chunk.nil?
+      @output << chunk if chunk.is_a?(String)
+    end
+    match
+  end
+
+  def wait_exit(timeout: 30)
+    _, status = Timeout.timeout(timeout) { Process.wait2(@pid) }
+    @pid = nil
+    @output << @out_r.read
+    status
+  rescue Timeout::Error
+    flunk "the server did not exit within #{timeout}s; output:\n#{@output}"
+  end
+end
