@@ -17,9 +17,10 @@ module Margay
     BACKEND = (ENV["MARGAY_TEST_BACKEND"] || "auto").to_sym
 
     # Start a server for +app+ (wrapped in Rack::Lint unless lint: false), yield
-    # [host, port, server], stop it afterwards. Extra keywords are Configuration settings.
+    # [host, port, server], stop it afterwards. Extra keywords are Configuration
+    # settings. The server's log is in @server_log (a StringIO) meanwhile.
     def with_server(app, lint: true, **settings)
-      log_io = StringIO.new
+      log_io = @server_log = StringIO.new
       settings = { event_backend: BACKEND }.merge(settings)
       config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], quiet: true, **settings)
       wrapped = lint ? Rack::Lint.new(app) : app

@@ -75,6 +75,7 @@ module Margay
       @signals.shift(@signals.size).each { |sig| handle_signal(sig) }
       reap
       check_heartbeats
+      check_memory
       force_stop if @stopping && now > @stop_deadline
     end
 
@@ -195,7 +196,10 @@ module Margay
       $PROGRAM_NAME = "margay: worker #{index}"
       app = @app || @app_loader.call
       @config.run_hook(:on_worker_boot, index)
-      server = Server.new(app, @config, log: @log, listeners: @listeners, on_tick: heartbeat(beat_w))
+      server = nil
+      # a request that ignores its request_timeout interrupt: drain and let the master replace us
+      on_stuck = -> { server&.stop }
+      server = Server.new(app, @config, log: @log, listeners: @listeners, on_tick: heartbeat(beat_w), on_stuck: on_stuck)
       %w[TERM INT QUIT].each { |sig| trap(sig) { server.stop } }
       %w[TTIN TTOU USR1 USR2 HUP].each { |sig| trap(sig, "IGNORE") }
       server.run
@@ -251,6 +255,32 @@ module Margay
         kill(w, :KILL)
         w.last_beat = now # one kill per timeout
       end
+    end
+
+    # worker_memory_limit: a worker over it finishes its requests and is replaced.
+    def check_memory
+      limit = @config.worker_memory_limit
+      return unless limit && now >= (@next_memory_check ||= 0)
+
+      @next_memory_check = now + 1
+      @workers.each_value do |w|
+        next if w.stopping || !w.booted
+
+        rss = rss_bytes(w.pid)
+        next unless rss && rss > limit
+
+        @log.warn("master: worker #{w.index} (pid #{w.pid}) RSS #{rss / 1024 / 1024} MiB over the limit of " \
+                  "#{limit / 1024 / 1024} MiB: replacing it")
+        retire(w)
+      end
+    end
+
+    def rss_bytes(pid)
+      status = File.read("/proc/#{pid}/status")
+      status[/^VmRSS:\s+(\d+) kB/, 1].to_i * 1024
+    rescue SystemCallError
+      kb = `ps -o rss= -p #{Integer(pid)}`.strip
+      kb.empty? ? nil : kb.to_i * 1024
     end
 
     def reap(blocking: false)

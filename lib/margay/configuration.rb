@@ -43,6 +43,8 @@ module Margay
       workers: 0,                     # cluster mode: worker processes (0: single process)
       preload_app: nil,               # load the app in the master before forking (nil: yes in cluster mode)
       balance_keepalive: true,        # cluster: a saturated worker releases keep-alive connections
+      request_timeout: nil,           # seconds an app call may run: 503 and the thread interrupted (nil: off)
+      worker_memory_limit: nil,       # bytes of RSS after which a worker is gracefully replaced (nil: off)
       worker_timeout: 60,             # a worker silent this long is killed and replaced
       worker_boot_timeout: 60,        # a worker must report ready within this
       hooks: {}.freeze                # name => [Proc]: before_fork, on_worker_boot, before_worker_shutdown,
@@ -129,6 +131,12 @@ module Margay
       end
       unless max_body_size.nil? || (max_body_size.is_a?(Integer) && max_body_size >= 0)
         raise ConfigError, "max_body_size must be a non-negative integer or nil"
+      end
+      unless request_timeout.nil? || (request_timeout.is_a?(Numeric) && request_timeout.positive?)
+        raise ConfigError, "request_timeout must be a positive number of seconds or nil"
+      end
+      unless worker_memory_limit.nil? || (worker_memory_limit.is_a?(Integer) && worker_memory_limit.positive?)
+        raise ConfigError, "worker_memory_limit must be a positive number of bytes or nil"
       end
       unless max_connections.nil? || (max_connections.is_a?(Integer) && max_connections.positive?)
         raise ConfigError, "max_connections must be a positive integer or nil"

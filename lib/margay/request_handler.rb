@@ -2,6 +2,7 @@
 
 require "socket"
 require_relative "stream"
+require_relative "deadline"
 
 module Margay
   # Internal: runs the application for one request the engine handed over,
@@ -57,11 +58,13 @@ module Margay
     # @param pool [ThreadPool, nil] given in cluster mode: a response sent while
     #   every other thread is busy releases its keep-alive connection, so the
     #   client's next request reaches a worker with a free thread
-    def initialize(app, engine, config, log, counters, pool: nil)
+    # @param deadline [Deadline, nil] enforces request_timeout when set
+    def initialize(app, engine, config, log, counters, pool: nil, deadline: nil)
       @app = app
       @engine = engine
       @log = log
       @pool = pool
+      @deadline = deadline
       @development = config.development?
       @access_log = config.log_requests
       @counters = counters
@@ -79,9 +82,9 @@ module Margay
       status = headers = body = error = nil
       continue_with = nil
       begin
-        status, headers, body = @app.call(env)
+        status, headers, body = @deadline ? @deadline.track(env) { @app.call(env) } : @app.call(env)
         continue_with = hijack.io ? nil : send_response(token, env, status, headers, body)
-      rescue *APP_ERRORS => e
+      rescue *APP_ERRORS, RequestTimeout => e
         error = e
         status = fail_request(token, env, e)
       rescue Exception # rubocop:disable Lint/RescueException -- thread is unwinding: free the connection
@@ -169,6 +172,8 @@ module Margay
         return nil
       when InvalidResponse
         @log.error("invalid response from the app for #{env['REQUEST_METHOD']} #{env['PATH_INFO']}: #{error.message}")
+      when RequestTimeout
+        nil # Deadline logged the path and backtrace
       else
         @log.exception(error, "app error for #{env['REQUEST_METHOD']} #{env['PATH_INFO']}")
       end
@@ -188,6 +193,10 @@ module Margay
     end
 
     def send_500(token, error)
+      if error.is_a?(RequestTimeout)
+        @engine.error_response(token, 503)
+        return 503
+      end
       if @development
         text = "#{error.class}: #{error.message}\n\n#{(error.backtrace || []).join("\n")}\n"
         @engine.respond(token, 500, { "content-type" => "text/plain; charset=utf-8", "connection" => "close" }, [text])

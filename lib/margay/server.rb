@@ -6,6 +6,7 @@ require_relative "log"
 require_relative "binder"
 require_relative "thread_pool"
 require_relative "request_handler"
+require_relative "deadline"
 require "margay/margay_native"
 
 module Margay
@@ -25,14 +26,18 @@ module Margay
     #   cluster worker's, inherited from the master); nil: bind config.binds
     # @param on_tick [#call, nil] called from the main thread about every 5 ms
     #   while serving (a cluster worker's heartbeat)
-    def initialize(app, config, log: Log.new(quiet: config.quiet), listeners: nil, on_tick: nil)
+    # @param on_stuck [#call, nil] called when a request ignores its
+    #   request_timeout interrupt (a cluster worker then replaces itself)
+    def initialize(app, config, log: Log.new(quiet: config.quiet), listeners: nil, on_tick: nil, on_stuck: nil)
       @app = app
       @config = config
       @log = log
       @listeners = listeners
       @owns_listeners = listeners.nil?
       @on_tick = on_tick
+      @on_stuck = on_stuck
       @handler = nil
+      @deadline = nil
       @engine = nil
       @pool = nil
       @counters = { errors: 0 }
@@ -59,7 +64,8 @@ module Margay
       @listeners.each { |l| @engine.add_listener(l.io.fileno, l.unix, l.server_name, l.server_port) }
       @pool = ThreadPool.new(min: @config.effective_min_threads, max: @config.max_threads,
                              idle_timeout: @config.thread_idle_timeout) { |pool| serve(pool, @handler) }
-      @handler = RequestHandler.new(@app, @engine, @config, @log, @counters,
+      @deadline = (Deadline.new(@config.request_timeout, log: @log, on_stuck: @on_stuck) if @config.request_timeout)
+      @handler = RequestHandler.new(@app, @engine, @config, @log, @counters, deadline: @deadline,
                                     pool: @config.workers.positive? && @config.balance_keepalive ? @pool : nil)
       @started_at = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       @engine.start
@@ -95,6 +101,10 @@ module Margay
 
     # The loop of every pool thread: wait in the engine, run the app, repeat.
     def serve(pool, handler)
+      Thread.handle_interrupt(RequestTimeout => :never) { serve_loop(pool, handler) }
+    end
+
+    def serve_loop(pool, handler)
       continue_with = nil
       loop do
         request = @engine.next_request(continue_with, continue_with ? nil : pool.idle_budget)
@@ -125,12 +135,14 @@ module Margay
     SUPERVISE_INTERVAL = 0.005
     GROW_AFTER_LOOKS = 3
     BLOCKED_CPU_SHARE = 0.5
+    DEADLINE_EVERY = 10 # ticks: request deadlines are checked every 50 ms
 
     # The main thread supervises the pool until #stop is called.
     def wait_for_stop
       cpu = cpu_time
       wall = now
       looks = 0
+      ticks = 0
       until @stop_r.wait_readable(SUPERVISE_INTERVAL)
         cpu_now = cpu_time
         wall_now = now
@@ -141,6 +153,8 @@ module Margay
           looks = 0
         end
         @on_tick&.call
+        ticks += 1
+        @deadline.check(@pool.threads) if @deadline && (ticks % DEADLINE_EVERY).zero?
         cpu = cpu_now
         wall = wall_now
       end

@@ -144,3 +144,16 @@ class ClusterTest < Minitest::Test
   end
 
 end
+
+# Worker replacement on memory growth (worker_memory_limit).
+class ClusterMemoryTest < ClusterTest
+  def test_worker_over_memory_limit_is_replaced
+    start_cluster(1, worker_memory_limit: 1024 * 1024) # every worker is over 1 MiB
+    wait_for_log(/RSS \d+ MiB over the limit of 1 MiB: replacing it/, timeout: 10)
+    wait_for_log(/booted/, count: 2, timeout: 10)
+    assert_equal 200, post("z")[0]
+  end
+
+  # the inherited tests run once, in ClusterTest
+  ClusterTest.public_instance_methods(false).grep(/\Atest_/).each { |m| undef_method(m) if method_defined?(m) }
+end
