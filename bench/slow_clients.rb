@@ -72,6 +72,7 @@ module MargayBench
       @trickle_connect_errors = 0
       @non_readers = []
       @non_reader_errors = 0
+      @non_readers_receiving = 0
       @stop = false
       @mutex = Mutex.new
     end
@@ -85,6 +86,8 @@ module MargayBench
       log "slow clients: #{@trickle.size} trickling, #{@non_readers.size} non-reading; settling #{@o.settle}s"
       sleep(@o.settle)
       measured = measure
+      # A non-reader with bytes waiting proves the server did start sending it the big body.
+      @non_readers_receiving = @non_readers.count { |sock| sock.wait_readable(0) }
       @stop = true
       trickler.join(TRICKLE_INTERVAL * 3) || trickler.kill
       result(measured, now - started)
@@ -262,6 +265,7 @@ module MargayBench
         "trickle_requested" => @o.trickle, "trickle_opened" => @o.trickle - @trickle_connect_errors,
         "trickle_closed_by_server" => @trickle_closed, "trickle_open_at_end" => @trickle.size,
         "non_readers_requested" => @o.non_readers, "non_readers_opened" => @non_readers.size,
+        "non_readers_receiving" => @non_readers_receiving,
         "duration_s" => @o.duration, "settle_s" => @o.settle, "request_timeout_s" => @o.request_timeout,
         "elapsed_s" => elapsed.round(2),
         "requests" => samples.size, "ok" => samples.count { |s| s[:error].nil? },

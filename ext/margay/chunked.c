@@ -94,11 +94,14 @@ int mg_chunked_decode(mg_chunked *c, char *buf, size_t len, size_t *consumed, si
         if (++c->digits > MAX_SIZE_DIGITS) FAIL(400);
         if (c->remaining >> 56) FAIL(400); /* a 16th significant hex digit */
         c->remaining = (c->remaining << 4) | (uint64_t)hexval(ch);
-        if (c->remaining > c->max_body - c->total) FAIL(413);
         st = S_SIZE;
         break;
       }
       if (st == S_SIZE0) FAIL(400);
+      /* The size is complete (at most 32 digits were buffered): a malformed size
+       * is a 400 first; a well-formed one over the body budget is a 413, before
+       * any of its data arrives. */
+      if (c->remaining > c->max_body - c->total) FAIL(413);
       if (ch != '\r' && ++c->ext_used > c->max_ext) FAIL(400);
       goto after_value;
 

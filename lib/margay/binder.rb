@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "socket"
+require_relative "systemd"
 
 module Margay
   # Internal: opens the listening sockets named by the bind URLs, or takes them
@@ -12,7 +13,8 @@ module Margay
     INHERIT_ENV = "MARGAY_INHERIT_FDS"
 
     # bind: the URL as configured; url: as bound (port 0 resolved).
-    Listener = Struct.new(:io, :bind, :url, :unix, :server_name, :server_port, keyword_init: true)
+    # activated: handed over by systemd (never unlinked or re-bound by us).
+    Listener = Struct.new(:io, :bind, :url, :unix, :server_name, :server_port, :activated, keyword_init: true)
 
     # @param binds [Array<String>] tcp://HOST:PORT or unix://PATH
     # @param backlog [Integer] listen(2) backlog
@@ -21,6 +23,49 @@ module Margay
       @binds = binds
       @backlog = backlog
       @inherited = parse_inherited(inherited)
+    end
+
+    # Set across a hot restart when the listeners came from socket activation.
+    ACTIVATED_ENV = "MARGAY_SOCKET_ACTIVATED"
+
+    # The listeners for this process: systemd's (socket activation), or those
+    # a hot restart handed over, or newly bound ones for +binds+.
+    def self.open(binds, backlog:, env: ENV)
+      sockets = Systemd.activated_sockets(env: env)
+      inherited = env.delete(INHERIT_ENV)
+      if !sockets.empty? || env.delete(ACTIVATED_ENV)
+        sockets = parse_inherited(inherited).values.map { |fd| Socket.for_fd(fd) } if sockets.empty?
+        return activated(sockets)
+      end
+      new(binds, backlog: backlog, inherited: inherited).bind
+    end
+
+    def self.parse_inherited(value)
+      return {} if value.nil? || value.empty?
+
+      value.split(",").to_h do |pair|
+        url, fd = pair.split(/=(?=\d+\z)/)
+        [url, Integer(fd, 10)]
+      end
+    end
+
+    # Listeners for sockets handed over by systemd socket activation: one per
+    # socket, whatever the configured binds say (systemd owns the addresses).
+    def self.activated(sockets)
+      sockets.map do |io|
+        addr = io.local_address
+        if addr.unix?
+          Listener.new(io: io, bind: "unix://#{addr.unix_path}", url: "unix://#{addr.unix_path}", unix: true,
+                       server_name: "localhost", server_port: "0", activated: true)
+        else
+          host = addr.ip_address
+          shown = addr.ipv6? ? "[#{host}]" : host
+          url = "tcp://#{shown}:#{addr.ip_port}"
+          name = %w[0.0.0.0 ::].include?(host) ? "localhost" : host
+          Listener.new(io: io, bind: url, url: url, unix: false, server_name: name, server_port: addr.ip_port.to_s,
+                       activated: true)
+        end
+      end
     end
 
     # @return [Array<Listener>] one per bind, ports resolved
@@ -39,12 +84,7 @@ module Margay
     private
 
     def parse_inherited(value)
-      return {} if value.nil? || value.empty?
-
-      value.split(",").to_h do |pair|
-        url, fd = pair.split(/=(?=\d+\z)/)
-        [url, Integer(fd, 10)]
-      end
+      self.class.parse_inherited(value)
     end
 
     def bind_tcp(url, io)

@@ -36,6 +36,7 @@ module Margay
     # @param err [IO] errors and warnings
     def initialize(argv, out: $stdout, err: $stderr)
       @argv = argv.dup
+      @original_argv = argv.dup.freeze
       @out = out
       @err = err
       @parsed = nil
@@ -77,7 +78,8 @@ module Margay
       config = configuration
       @out.sync = true if @out.respond_to?(:sync=)
       log = Log.new(out: @out, err: @err, quiet: config.quiet)
-      Launcher.new(config, log: log, rackup_given: rackup_given?).run
+      restart = [File.expand_path($PROGRAM_NAME), *@original_argv]
+      Launcher.new(config, log: log, rackup_given: rackup_given?, restart_argv: restart).run
     rescue Launcher::AppLoadError => e
       log.exception(e.cause || e, "cannot load #{config.rackup}")
       1
@@ -106,6 +108,7 @@ module Margay
         o.on("-b", "--bind URL", "Listen on URL: tcp://HOST:PORT or unix://PATH (repeatable)") { |v| @parsed[:binds] << v }
         o.on("-p", "--port PORT", "Listen on tcp://0.0.0.0:PORT (repeatable; with -b, adds)") { |v| @parsed[:binds] << port_bind(v) }
         o.on("-t", "--threads MIN:MAX", "Threads running the app; N means N:N (default 0:5)") { |v| single(:threads, v) }
+        o.on("-w", "--workers N", "Worker processes (cluster mode); auto: one per CPU (default: WEB_CONCURRENCY or 0)") { |v| single(:workers, v) }
         o.on("-e", "--environment ENV", "Environment, sets RACK_ENV (default: RACK_ENV or development)") { |v| single(:environment, v) }
         o.on("-C", "--config FILE", "Config file (default: #{DSL::DEFAULT_PATH} when present)") { |v| single(:config, v) }
         o.on("--pidfile PATH", "Write the process id to PATH while running") { |v| single(:pidfile, v) }
@@ -140,11 +143,23 @@ module Margay
     def file_settings
       @file_settings ||= begin
         path = config_path
-        if path.nil? then {}
-        elsif !File.file?(path) then raise ConfigError, "config file #{path} not found"
-        else DSL.load(path)
-        end
+        settings = if path.nil? then {}
+                   elsif !File.file?(path) then raise ConfigError, "config file #{path} not found"
+                   else DSL.load(path)
+                   end
+        env_workers.merge(settings)
       end
+    end
+
+    # WEB_CONCURRENCY (as Puma and Heroku use it) sets workers unless the file or a flag does.
+    def env_workers
+      value = ENV["WEB_CONCURRENCY"]
+      return {} if value.nil? || value.empty?
+
+      count = DSL.worker_count(value)
+      raise ConfigError, "WEB_CONCURRENCY=#{value.inspect}: expected a number or auto" unless count
+
+      { workers: count }
     end
 
     # Build from the file first so that an invalid value there is reported with
@@ -168,7 +183,12 @@ module Margay
       settings[:environment] = @parsed[:environment] if @parsed[:environment]
       settings[:pidfile] = @parsed[:pidfile] if @parsed[:pidfile]
       settings[:rackup] = @parsed[:rackup] if @parsed[:rackup]
+      settings[:workers] = worker_flag if @parsed[:workers]
       settings
+    end
+
+    def worker_flag
+      DSL.worker_count(@parsed[:workers]) || raise(UsageError, "invalid --workers #{@parsed[:workers].inspect}: a number or auto")
     end
   end
 end

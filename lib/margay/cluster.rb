@@ -3,6 +3,7 @@
 require "rbconfig"
 require_relative "binder"
 require_relative "server"
+require_relative "systemd"
 
 module Margay
   # The master process of cluster mode. It binds the listeners (or inherits
@@ -44,8 +45,7 @@ module Margay
 
     # Bind (or inherit) the listeners. Returns self.
     def bind
-      @listeners ||= Binder.new(@config.binds, backlog: @config.backlog,
-                                               inherited: ENV.delete(Binder::INHERIT_ENV)).bind
+      @listeners ||= Binder.open(@config.binds, backlog: @config.backlog)
       self
     end
 
@@ -54,9 +54,10 @@ module Margay
     end
 
     # Run until TERM/INT/QUIT; returns after every worker has exited.
-    def run
+    # @param preloaded_app [#call, nil] the app, when the caller preloaded it
+    def run(preloaded_app: nil)
       bind
-      @app = @app_loader.call if @config.preload_app?
+      @app = preloaded_app || (@app_loader.call if @config.preload_app?)
       trap_signals
       supervise until @stopping && @workers.empty?
       @listeners.each { |l| l.io.close unless l.io.closed? }
@@ -76,6 +77,7 @@ module Margay
       reap
       check_heartbeats
       check_memory
+      watchdog_ping
       force_stop if @stopping && now > @stop_deadline
     end
 
@@ -106,6 +108,7 @@ module Margay
     def begin_stop
       return if @stopping
 
+      Systemd.notify("STOPPING=1")
       @log.info("master: graceful stop (#{@workers.size} workers)")
       @stopping = true
       @stop_deadline = now + @config.shutdown_timeout + 5
@@ -128,6 +131,8 @@ module Margay
     # unless it is preloaded.
     def phased_restart
       @log.info("master: phased restart of #{@workers.size} workers")
+      Systemd.notify("RELOADING=1")
+      @ready = false
       @config.run_hook(:on_restart)
       @workers.each_value { |w| w.retiring = true }
     end
@@ -141,6 +146,7 @@ module Margay
         return
       end
       @log.info("master: hot restart")
+      Systemd.notify("RELOADING=1")
       @config.run_hook(:on_restart)
       signal_workers(:TERM)
       deadline = now + @config.shutdown_timeout + 5
@@ -149,7 +155,8 @@ module Margay
       reap(blocking: true) until @workers.empty?
       inherit = @listeners.map { |l| "#{l.bind}=#{l.io.fileno}" }.join(",")
       fds = @listeners.to_h { |l| [l.io.fileno, l.io.fileno] }
-      exec({ Binder::INHERIT_ENV => inherit }, RbConfig.ruby, *@restart_argv, fds.merge(close_others: false))
+      env = { Binder::INHERIT_ENV => inherit, Binder::ACTIVATED_ENV => (@listeners.any?(&:activated) ? "1" : nil) }
+      exec(env, RbConfig.ruby, *@restart_argv, fds.merge(close_others: false))
     end
 
     # ---- workers ----
@@ -244,6 +251,22 @@ module Margay
       worker.booted = true
       @failures = 0
       @log.info("master: worker #{worker.index} (pid #{worker.pid}) booted")
+      ready_once
+    end
+
+    # READY=1 once every worker of the first generation serves (systemd Type=notify).
+    def ready_once
+      return if @ready || @workers.values.count(&:booted) < @target
+
+      @ready = Systemd.notify("READY=1") || true
+    end
+
+    def watchdog_ping
+      interval = Systemd.watchdog_interval
+      return unless interval && now >= (@next_watchdog ||= 0)
+
+      Systemd.notify("WATCHDOG=1")
+      @next_watchdog = now + interval
     end
 
     def check_heartbeats

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "etc"
+
 require_relative "configuration"
 
 module Margay
@@ -50,13 +52,31 @@ module Margay
     end
     private_class_method :location
 
+    # An Integer worker count from a number, "3", :auto or "auto" (one per CPU); nil if invalid.
+    def self.worker_count(value)
+      return Etc.nprocessors if value.to_s == "auto"
+      return nil if value.nil?
+
+      Integer(value.to_s, 10)
+    rescue ArgumentError
+      nil
+    end
+
     # Internal: the receiver of the config file. Public methods are directives.
     class Evaluator
       # Settings that take exactly one value and are named as in Configuration
       # (a setting added there becomes a directive here). The others have
       # methods of their own below; hooks get their own directives later.
       PLAIN = (Configuration::SETTINGS - %i[binds workers environment pidfile rackup quiet log_requests
-                                           event_backend tmpdir hooks]).freeze
+                                           event_backend tmpdir hooks preload_app]).freeze
+
+      # Hook directives: the block runs at that point of a cluster's life.
+      # on_worker_boot and on_worker_shutdown blocks receive the worker index.
+      HOOK_ALIASES = {
+        before_fork: :before_fork, on_worker_boot: :on_worker_boot, after_worker_fork: :on_worker_boot,
+        before_worker_boot: :on_worker_boot, before_worker_shutdown: :before_worker_shutdown,
+        on_worker_shutdown: :on_worker_shutdown, on_restart: :on_restart
+      }.freeze
 
       def initialize(path)
         @path = path
@@ -122,12 +142,28 @@ module Margay
         @settings[:tmpdir] = path&.to_s
       end
 
-      # Cluster mode is not wired into the launcher yet: 0 (or nil, as in many
-      # Puma files) is accepted, anything else is refused rather than ignored.
+      # Worker processes (cluster mode): a number, or :auto for one per CPU.
       def workers(count)
-        return if count.nil? || count.to_s == "0"
+        return @settings[:workers] = 0 if count.nil?
 
-        raise_here "workers #{count.inspect}: cluster mode is not available from the margay command yet (use 0)"
+        @settings[:workers] = DSL.worker_count(count) || raise_here("workers must be a number or :auto, got #{count.inspect}")
+      end
+
+      # Load the app in the master before forking (Puma's preload_app!).
+      def preload_app!(flag = true)
+        @settings[:preload_app] = flag ? true : false
+      end
+
+      def preload_app(flag = true)
+        preload_app!(flag)
+      end
+
+      HOOK_ALIASES.each do |directive, hook|
+        define_method(directive) do |&block|
+          raise_here "#{directive} needs a block" unless block
+          hooks = (@settings[:hooks] ||= {})
+          (hooks[hook] ||= []) << block
+        end
       end
 
       PLAIN.each do |key|

@@ -23,8 +23,12 @@ module Margay
     # @param app_name [String] how the banner names a given +app+
     # @param rackup_given [Boolean] config.rackup was named explicitly, so a
     #   missing file is an error rather than a reason to serve the demo app
-    def initialize(config, log: Log.new(quiet: config.quiet), app: nil, app_name: "application", rackup_given: false)
+    # @param restart_argv [Array<String>, nil] the command line a cluster master
+    #   re-executes on USR2 (hot restart)
+    def initialize(config, log: Log.new(quiet: config.quiet), app: nil, app_name: "application", rackup_given: false,
+                   restart_argv: nil)
       @config = config
+      @restart_argv = restart_argv
       @log = log
       @app = app
       @app_name = app_name
@@ -37,14 +41,22 @@ module Margay
     # block is given. Returns 0 after a graceful stop.
     # @raise [ConfigError] missing rackup file, cannot bind, cannot write the pidfile
     # @raise [AppLoadError] the rackup file raised
-    def run
+    def run(&block)
       ENV["RACK_ENV"] = @config.environment
+      return run_cluster if @config.workers.positive?
+
+      run_single(&block)
+    end
+
+    private
+
+    def run_single
       app, description = load_app
       require_relative "server"
       @server = Server.new(app, @config, log: @log)
       @server.bind
       write_pidfile
-      banner(description)
+      banner(description, @server.addresses)
       yield @server if block_given?
       previous = trap_signals
       @server.run
@@ -55,7 +67,26 @@ module Margay
       remove_pidfile
     end
 
-    private
+    # Cluster mode: the master binds, (pre)loads and supervises; it traps the
+    # signals itself (docs/SIGNALS.md).
+    def run_cluster
+      require_relative "cluster"
+      description = nil
+      loader = lambda do
+        app, description = load_app
+        app
+      end
+      cluster = Cluster.new(@config, log: @log, app_loader: loader, restart_argv: @restart_argv)
+      cluster.bind
+      write_pidfile
+      app = loader.call if @config.preload_app? # load errors surface here, before any fork
+      banner(description || "#{@config.rackup} (loaded by each worker)", cluster.addresses)
+      cluster.run(preloaded_app: app)
+      @log.info("Margay stopped")
+      0
+    ensure
+      remove_pidfile
+    end
 
     # Returns [app, description for the banner].
     def load_app
@@ -81,14 +112,15 @@ module Margay
       raise AppLoadError, "cannot load #{path}"
     end
 
-    def banner(description)
+    def banner(description, addresses)
       min, max = @config.min_threads, @config.max_threads
       lines = ["Margay #{VERSION} (ruby #{RUBY_VERSION}-p#{RUBY_PATCHLEVEL}) pid #{Process.pid}",
                "* Environment: #{@config.environment}",
                "* App: #{description}",
                "* Threads: #{min}:#{max}"]
+      lines << "* Workers: #{@config.workers} (preload_app: #{@config.preload_app?})" if @config.workers.positive?
       lines << "* Pidfile: #{@config.pidfile}" if @config.pidfile
-      lines.concat(@server.addresses.map { |address| "* Listening on #{address}" })
+      lines.concat(addresses.map { |address| "* Listening on #{address}" })
       lines << "Use Ctrl-C to stop"
       @log.info(lines.join("\n"))
     end

@@ -47,7 +47,7 @@ module Margay
 
     # Open every listener in config.binds. Returns self.
     def bind
-      @listeners ||= Binder.new(@config.binds, backlog: @config.backlog).bind
+      @listeners ||= Binder.open(@config.binds, backlog: @config.backlog)
       self
     end
 
@@ -70,7 +70,9 @@ module Margay
       @started_at = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       @engine.start
       @pool.start
+      notify("READY=1")
       wait_for_stop
+      notify("STOPPING=1")
       shutdown
     end
 
@@ -142,6 +144,7 @@ module Margay
       cpu = cpu_time
       wall = now
       looks = 0
+      ping = watchdog
       ticks = 0
       until @stop_r.wait_readable(SUPERVISE_INTERVAL)
         cpu_now = cpu_time
@@ -153,6 +156,7 @@ module Margay
           looks = 0
         end
         @on_tick&.call
+        ping&.call
         ticks += 1
         @deadline.check(@pool.threads) if @deadline && (ticks % DEADLINE_EVERY).zero?
         cpu = cpu_now
@@ -160,6 +164,24 @@ module Margay
       end
     rescue Interrupt
       nil
+    end
+
+    # sd_notify, from a standalone server only (a cluster's master speaks for its workers).
+    def notify(state)
+      Systemd.notify(state) if @owns_listeners
+    end
+
+    def watchdog
+      interval = @owns_listeners && Systemd.watchdog_interval
+      return nil unless interval
+
+      last = now
+      lambda do
+        next if now - last < interval
+
+        Systemd.notify("WATCHDOG=1")
+        last = now
+      end
     end
 
     def cpu_time
@@ -188,7 +210,7 @@ module Margay
       @listeners.each do |l|
         l.io.close unless l.io.closed?
         path = l.url.delete_prefix("unix://")
-        File.unlink(path) if l.unix && File.socket?(path)
+        File.unlink(path) if l.unix && !l.activated && File.socket?(path)
       end
     end
 

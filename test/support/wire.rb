@@ -35,7 +35,7 @@ module Margay
 
     # A client connection with a read buffer.
     class Client
-      attr_reader :sock, :transcript
+      attr_reader :sock, :transcript, :responses
 
       # Connect to 127.0.0.1:+port+. +timeout+ bounds every wait for a byte.
       def self.open(port, host: "127.0.0.1", timeout: 5)
@@ -48,6 +48,7 @@ module Margay
         @buf = "".b
         @eof = false
         @transcript = "".b # every byte received, for failure messages and byte checks
+        @responses = []    # every response parsed, in order
       end
 
       def write(bytes)
@@ -90,8 +91,10 @@ module Margay
         end
         body, complete = read_body(status, headers, head)
         raw = @transcript.byteslice(start, @transcript.bytesize - @buf.bytesize - start)
-        Response.new(version: version, status: status, reason: m[3], fields: fields, headers: headers,
-                     body: body, complete: complete, raw: raw)
+        res = Response.new(version: version, status: status, reason: m[3], fields: fields, headers: headers,
+                           body: body, complete: complete, raw: raw)
+        @responses << res
+        res
       end
 
       # Read responses until a final one (status >= 200); returns [interims, final].
@@ -178,10 +181,8 @@ module Margay
       # One line including its "\r\n" (or "\n"), nil at EOF before any byte;
       # at EOF mid-line returns the partial line.
       def read_line
-        until (i = @buf.index("\n"))
-          break unless fill
-
-        end
+        i = @buf.index("\n")
+        i = @buf.index("\n") while i.nil? && fill
         if i
           @buf.slice!(0, i + 1)
         elsif @buf.empty?

@@ -1,0 +1,115 @@
+# frozen_string_literal: true
+
+require "rackup/handler"
+require "margay"
+require "margay/cli"
+require "margay/launcher"
+
+module Rackup
+  module Handler
+    # `rackup -s margay` and `bin/rails server -u margay`. Reads config/margay.rb
+    # when present, then applies rackup's options over it:
+    #
+    #   Host, Port       -> bind tcp://HOST:PORT
+    #   environment      -> environment
+    #   Threads          -> threads ("MIN:MAX" or "N", as with `rackup -O Threads=2:8`)
+    #   Silent, quiet    -> quiet
+    #   Verbose          -> log_requests
+    #   any setting name -> that setting (`rackup -O header_timeout=10`)
+    #
+    # When the caller says which options the user typed (Rails passes
+    # :user_supplied_options), only those override the config file.
+    module Margay
+      DEFAULT_HOST = "0.0.0.0"
+      DEFAULT_PORT = 9292
+
+      # Serve +app+ until TERM/INT; yields the bound server before serving.
+      def self.run(app, **options, &block)
+        config = configuration(options)
+        log = ::Margay::Log.new(quiet: config.quiet)
+        $stdout.sync = true
+        launcher = ::Margay::Launcher.new(config, log: log, app: app, app_name: "given by #{caller_name(options)}")
+        @launcher = launcher
+        launcher.run(&block)
+      rescue ::Margay::ConfigError => e
+        warn "margay: #{e.message}"
+        exit ::Margay::CLI::EX_USAGE
+      ensure
+        @launcher = nil
+      end
+
+      # Stop a server started with .run (graceful; safe from a trap).
+      def self.shutdown
+        @launcher&.server&.stop
+      end
+
+      # For `rackup -s margay -h`.
+      def self.valid_options
+        {
+          "Host=HOST" => "Hostname to listen on (default: localhost in development, else #{DEFAULT_HOST})",
+          "Port=PORT" => "Port to listen on (default: #{DEFAULT_PORT})",
+          "Threads=MIN:MAX" => "Threads running the app (default: 0:5)",
+          "Verbose" => "Log every request",
+          "SETTING=VALUE" => "Any Margay setting by name, e.g. header_timeout=10 (Margay::Configuration::DEFAULTS)"
+        }
+      end
+
+      # The Configuration for rackup/Rails +options+ (Symbol keys).
+      def self.configuration(options, config_file: ::Margay::DSL::DEFAULT_PATH)
+        file = File.file?(config_file) ? ::Margay::DSL.load(config_file) : {}
+        given = options[:user_supplied_options]
+        base = ::Margay::Configuration.new(**file)
+        settings = overrides(given ? options.select { |key, _| given.include?(key) } : options)
+        # rackup/Rails always pass Host and Port (their defaults included); they
+        # replace the file's binds unless the file has binds and the user typed neither.
+        if (options.key?(:Host) || options.key?(:Port)) && (file[:binds].nil? || settings.key?(:binds) || given.nil?)
+          settings[:binds] = [bind_url(options[:Host], options[:Port])]
+        end
+        # The environment is always rackup's: it has already set RACK_ENV from it.
+        settings[:environment] = options[:environment].to_s if options[:environment]
+        base.with(**settings)
+      end
+
+      def self.overrides(options)
+        settings = {}
+        settings[:binds] = [bind_url(options[:Host], options[:Port])] if options.key?(:Host) || options.key?(:Port)
+        settings[:min_threads], settings[:max_threads] = ::Margay::CLI.parse_threads(options[:Threads]) if options[:Threads]
+        settings[:quiet] = true if options[:Silent] || options[:quiet]
+        settings[:log_requests] = true if options[:Verbose]
+        options.each do |key, value|
+          next if %i[binds environment quiet].include?(key) || !::Margay::Configuration::SETTINGS.include?(key)
+
+          settings[key] = coerce(value)
+        end
+        settings
+      end
+
+      def self.bind_url(host, port)
+        host = (host || DEFAULT_HOST).to_s
+        host = "[#{host}]" if host.include?(":") && !host.start_with?("[")
+        "tcp://#{host}:#{Integer((port || DEFAULT_PORT).to_s, 10)}"
+      rescue ArgumentError
+        raise ::Margay::ConfigError, "Port must be an integer, got #{port.inspect}"
+      end
+
+      def self.coerce(value)
+        case value
+        when /\A\d+\z/ then Integer(value, 10)
+        when /\A\d+\.\d+\z/ then Float(value)
+        when "true" then true
+        when "false" then false
+        when /\A(auto|epoll|poll)\z/ then value.to_sym
+        else value
+        end
+      end
+
+      def self.caller_name(options)
+        options.key?(:user_supplied_options) ? "Rails" : "rackup"
+      end
+
+      private_class_method :overrides, :bind_url, :coerce, :caller_name
+    end
+
+    register :margay, Margay
+  end
+end

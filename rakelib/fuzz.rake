@@ -1,0 +1,76 @@
+# frozen_string_literal: true
+
+# libFuzzer runs of the pure-C parser and chunked decoder (ext/margay/fuzz/).
+#   rake fuzz[seconds]   build into tmp/fuzz/ and fuzz each harness that long (default 60);
+#                        fails when a harness finds a crash (reproducer in tmp/fuzz/artifacts/)
+#   rake fuzz:seeds      rewrite ext/margay/fuzz/seeds/{head,chunked}/ from the test inputs
+# Needs clang with libFuzzer (Debian: apt-get install clang-14 libclang-rt-14-dev); CLANG=... overrides.
+require "fileutils"
+require "rbconfig"
+
+module MargayFuzz
+  SRC = "ext/margay"
+  OUT = "tmp/fuzz"
+  HARNESSES = %w[head chunked].freeze
+  FLAGS = %w[-g -O1 -std=gnu11 -Wall -Wextra -Wno-unused-parameter
+             -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined].freeze
+
+  def self.clang
+    ENV.fetch("CLANG") do
+      %w[clang clang-19 clang-18 clang-17 clang-16 clang-15 clang-14].find do |cc|
+        system("command -v #{cc} >/dev/null 2>&1")
+      end || abort("fuzz: no clang found (apt-get install clang-14 libclang-rt-14-dev)")
+    end
+  end
+
+  def self.build(name)
+    exe = File.join(OUT, "fuzz_#{name}")
+    sources = ["#{SRC}/fuzz/fuzz_#{name}.c", "#{SRC}/parser.c", "#{SRC}/chunked.c"]
+    deps = sources + ["#{SRC}/parser.h"]
+    return exe if File.exist?(exe) && deps.all? { |d| File.mtime(d) <= File.mtime(exe) }
+
+    FileUtils.mkdir_p(OUT)
+    sh clang, *FLAGS, "-I#{SRC}", *sources, "-o", exe
+    exe
+  end
+
+  def self.sh(*cmd)
+    puts cmd.join(" ")
+    system(*cmd) || abort("fuzz: command failed: #{cmd.first}")
+  end
+
+  def self.run(name, seconds)
+    exe = build(name)
+    corpus = File.join(OUT, "corpus", name) # grows with what the fuzzer finds; seeds stay untouched
+    artifacts = File.join(OUT, "artifacts", name)
+    FileUtils.mkdir_p([corpus, artifacts])
+    seeds = "#{SRC}/fuzz/seeds/#{name}"
+    cmd = [exe, "-max_total_time=#{seconds}", "-print_final_stats=1", "-timeout=10", "-rss_limit_mb=2048",
+           "-max_len=4096", "-dict=#{SRC}/fuzz/http.dict", "-artifact_prefix=#{artifacts}/", corpus]
+    cmd << seeds if Dir.exist?(seeds)
+    puts cmd.join(" ")
+    return true if system(*cmd)
+
+    warn "fuzz: fuzz_#{name} found a crash; reproducer(s) in #{artifacts}/ (run: #{exe} <file>)"
+    false
+  end
+end
+
+desc "Fuzz the C request parser and chunked decoder for [seconds] each (default 60)"
+task :fuzz, [:seconds] do |_t, args|
+  seconds = Integer(args[:seconds] || 60)
+  failed = MargayFuzz::HARNESSES.reject { |name| MargayFuzz.run(name, seconds) }
+  abort("fuzz: crashes in #{failed.join(", ")}") unless failed.empty?
+end
+
+namespace :fuzz do
+  desc "Build the libFuzzer harnesses into tmp/fuzz/"
+  task :build do
+    MargayFuzz::HARNESSES.each { |name| MargayFuzz.build(name) }
+  end
+
+  desc "Write fuzz seeds into ext/margay/fuzz/seeds/ from the tests (and test/corpus/cases.rb)"
+  task seeds: :compile do
+    MargayFuzz.sh(RbConfig.ruby, "-Ilib", "-Itest", "#{MargayFuzz::SRC}/fuzz/write_seeds.rb")
+  end
+end

@@ -1,0 +1,88 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "tmpdir"
+require "rbconfig"
+
+# systemd integration with the real executable: socket activation through
+# systemd-socket-activate (Debian's systemd package) and sd_notify messages.
+class SystemdTest < Minitest::Test
+  include Margay::TestHelper
+
+  ROOT = File.expand_path("../..", __dir__)
+  EXE = File.join(ROOT, "exe", "margay")
+
+  def setup
+    @dir = Dir.mktmpdir("margay-systemd-")
+    File.write(File.join(@dir, "config.ru"), "run ->(env) { [200, {}, ['activated ' + env['SERVER_PORT']]] }\n")
+  end
+
+  def teardown
+    Process.kill(:KILL, @pid) if @pid && alive?(@pid)
+    Process.wait(@pid) if @pid
+  rescue Errno::ECHILD, Errno::ESRCH
+    nil
+  ensure
+    FileUtils.rm_rf(@dir)
+  end
+
+  def test_socket_activation
+    activate = `which systemd-socket-activate`.strip
+    skip "systemd-socket-activate is not installed (apt-get install systemd)" if activate.empty?
+
+    port = free_port
+    @pid = spawn(activate, "-l", "127.0.0.1:#{port}", RbConfig.ruby, "-I#{ROOT}/lib", EXE, "-q",
+                 chdir: @dir, out: File.join(@dir, "out.log"), err: File.join(@dir, "err.log"))
+    response = with_retries { raw_exchange(port, "GET / HTTP/1.1\r\nHost: a:#{port}\r\nConnection: close\r\n\r\n") }
+    assert_match(/activated #{port}\z/, response, File.read(File.join(@dir, "err.log")))
+    Process.kill(:TERM, @pid)
+    Process.wait(@pid)
+    @pid = nil
+  end
+
+  def test_sd_notify_ready_and_stopping
+    path = File.join(@dir, "notify.sock")
+    notify = Socket.new(:UNIX, :DGRAM)
+    notify.bind(Socket.pack_sockaddr_un(path))
+    @pid = spawn({ "NOTIFY_SOCKET" => path }, RbConfig.ruby, "-I#{ROOT}/lib", EXE, "-q", "-b", "tcp://127.0.0.1:0",
+                 chdir: @dir, out: File::NULL, err: File::NULL)
+    assert_equal "READY=1", receive(notify)
+    Process.kill(:TERM, @pid)
+    assert_equal "STOPPING=1", receive(notify)
+    Process.wait(@pid)
+    @pid = nil
+  ensure
+    notify&.close
+  end
+
+  private
+
+  def receive(sock)
+    assert sock.wait_readable(20), "no sd_notify message within 20 s"
+    sock.recv(256)
+  end
+
+  def free_port
+    server = TCPServer.new("127.0.0.1", 0)
+    server.local_address.ip_port
+  ensure
+    server&.close
+  end
+
+  def with_retries(tries = 50)
+    yield
+  rescue Errno::ECONNREFUSED
+    tries -= 1
+    raise if tries.zero?
+
+    sleep 0.1
+    retry
+  end
+
+  def alive?(pid)
+    Process.kill(0, pid)
+    true
+  rescue Errno::ESRCH
+    false
+  end
+end
