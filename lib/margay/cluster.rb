@@ -1,24 +1,28 @@
 # frozen_string_literal: true
 
 require "rbconfig"
+require "socket"
 require_relative "binder"
-require_relative "server"
 require_relative "systemd"
+require_relative "worker_process"
 
 module Margay
   # The master process of cluster mode. It binds the listeners (or inherits
-  # them across a hot restart), loads the app when preloading, forks
-  # config.workers workers that each run a Server on the shared listeners, and
-  # supervises them: heartbeats, replacement of dead or silent workers with
-  # back-off on boot failures, and the signals in docs/SIGNALS.md. The master
-  # never creates an engine and never runs the app.
+  # them), loads the app when preloading, forks config.workers workers that
+  # each run a Server on the shared listeners, and supervises them:
+  # heartbeats, replacement of dead, silent or oversized workers (with
+  # back-off on boot failures), reforking from a warm mold, and the signals
+  # in docs/SIGNALS.md. The master never creates an engine nor runs the app.
+  #
+  # Every worker is watched through its heartbeat pipe (EOF means it is gone),
+  # so workers forked by the mold, which are not the master's children, are
+  # supervised like the others.
   class Cluster
-    # Master-side record of one worker process.
-    WorkerRecord = Struct.new(:index, :pid, :beat, :last_beat, :booted, :started_at, :retiring, :stopping,
+    # Master-side record of one worker process (or of the mold).
+    WorkerRecord = Struct.new(:index, :pid, :beat, :ctl, :last_beat, :booted, :retiring, :stopping, :mold,
                               keyword_init: true)
 
-    MASTER_SIGNALS = %w[TERM INT QUIT TTIN TTOU USR1 USR2 HUP].freeze
-    HEARTBEAT_INTERVAL = 1.0
+    MASTER_SIGNALS = %w[TERM INT QUIT TTIN TTOU USR1 USR2 HUP URG].freeze
     MAX_BACKOFF = 30
 
     attr_reader :listeners
@@ -102,6 +106,7 @@ module Margay
       when "USR1" then phased_restart
       when "USR2" then hot_restart
       when "HUP" then signal_workers(:HUP)
+      when "URG" then promote(serving.select(&:booted).min_by(&:index))
       end
     end
 
@@ -123,18 +128,18 @@ module Margay
       return if @target <= 1
 
       @target -= 1
-      victim = @workers.values.reject(&:stopping).max_by(&:index)
+      victim = serving.max_by(&:index)
       retire(victim) if victim
     end
 
-    # USR1: replace workers one at a time; each new worker loads the app anew
-    # unless it is preloaded.
+    # USR1: replace workers one at a time. The mold goes too, so that new
+    # workers load the app anew (unless it is preloaded in the master).
     def phased_restart
-      @log.info("master: phased restart of #{@workers.size} workers")
+      @log.info("master: phased restart of #{serving.size} workers")
       Systemd.notify("RELOADING=1")
       @ready = false
       @config.run_hook(:on_restart)
-      @workers.each_value { |w| w.retiring = true }
+      @workers.each_value { |w| w.mold ? retire(w) : (w.retiring = true) }
     end
 
     # USR2: stop the workers gracefully, then re-execute the master with the
@@ -150,9 +155,11 @@ module Margay
       @config.run_hook(:on_restart)
       signal_workers(:TERM)
       deadline = now + @config.shutdown_timeout + 5
-      reap(blocking: true) until @workers.empty? || now > deadline
-      force_stop
-      reap(blocking: true) until @workers.empty?
+      until @workers.empty?
+        force_stop if now > deadline
+        wait_for_events
+        reap
+      end
       inherit = @listeners.map { |l| "#{l.bind}=#{l.io.fileno}" }.join(",")
       fds = @listeners.to_h { |l| [l.io.fileno, l.io.fileno] }
       env = { Binder::INHERIT_ENV => inherit, Binder::ACTIVATED_ENV => (@listeners.any?(&:activated) ? "1" : nil) }
@@ -161,20 +168,29 @@ module Margay
 
     # ---- workers ----
 
+    def serving
+      @workers.values.reject { |w| w.mold || w.stopping }
+    end
+
+    def mold
+      @workers.values.find { |w| w.mold && !w.stopping }
+    end
+
     def maintain
+      return if mold&.mold == :pending # wait until the mold can fork
+
       step_phased_restart
-      live = @workers.values.count { |w| !w.stopping }
-      return if live >= @target || now < @next_spawn_at
+      return if serving.size >= @target || now < @next_spawn_at
 
       spawn_worker
     end
 
     # One retiring worker at a time, and only while every other worker is up.
     def step_phased_restart
-      return if @workers.values.any? { |w| !w.booted && !w.stopping }
+      return if serving.any? { |w| !w.booted }
       return if @workers.values.any? { |w| w.retiring && w.stopping }
 
-      old = @workers.values.find(&:retiring)
+      old = serving.find(&:retiring)
       retire(old) if old
     end
 
@@ -183,50 +199,68 @@ module Margay
       kill(worker, :TERM)
     end
 
+    def free_index
+      ((0..@workers.size + @target).to_a - @workers.values.reject(&:mold).map(&:index)).first
+    end
+
     def spawn_worker
-      index = ((0...@target + @workers.size).to_a - @workers.values.map(&:index)).first
-      beat_r, beat_w = IO.pipe
+      index = free_index
       @config.run_hook(:before_fork, index)
-      pid = fork { worker_main(index, beat_w, beat_r) }
-      beat_w.close
-      @workers[pid] = WorkerRecord.new(index: index, pid: pid, beat: beat_r, last_beat: now, booted: false,
-                                       started_at: now, retiring: false, stopping: false)
+      source = mold
+      source&.mold == :ready ? spawn_from_mold(source, index) : fork_worker(index)
     end
 
-    # The child side: serve on the inherited listeners until TERM.
-    def worker_main(index, beat_w, beat_r)
-      beat_r.close
-      @wake_r.close
-      @wake_w.close
-      @workers.each_value { |w| w.beat.close }
-      MASTER_SIGNALS.each { |sig| trap(sig, "DEFAULT") }
-      $PROGRAM_NAME = "margay: worker #{index}"
-      app = @app || @app_loader.call
-      @config.run_hook(:on_worker_boot, index)
-      server = nil
-      # a request that ignores its request_timeout interrupt: drain and let the master replace us
-      on_stuck = -> { server&.stop }
-      server = Server.new(app, @config, log: @log, listeners: @listeners, on_tick: heartbeat(beat_w), on_stuck: on_stuck)
-      %w[TERM INT QUIT].each { |sig| trap(sig) { server.stop } }
-      %w[TTIN TTOU USR1 USR2 HUP].each { |sig| trap(sig, "IGNORE") }
-      server.run
-      @config.run_hook(:on_worker_shutdown, index)
-      exit!(0)
-    rescue Exception => e # rubocop:disable Lint/RescueException -- a worker must never run the master's code
-      @log.exception(e, "worker #{index} failed")
-      exit!(1)
-    end
-
-    # Called about every 5 ms in the worker: "r" once serving, then "." each second.
-    def heartbeat(io)
-      last = nil
-      lambda do
-        t = now
-        next if last && t - last < HEARTBEAT_INTERVAL
-
-        io.write_nonblock(last ? "." : "r", exception: false)
-        last = t
+    def fork_worker(index)
+      beat_r, beat_w = IO.pipe
+      ctl, child_ctl = UNIXSocket.pair
+      pid = fork do
+        [beat_r, ctl, @wake_r, @wake_w].each(&:close)
+        @workers.each_value { |w| [w.beat, w.ctl].each(&:close) }
+        MASTER_SIGNALS.each { |sig| trap(sig, "DEFAULT") }
+        app = @app || @app_loader.call
+        WorkerProcess.new(index: index, app: app, config: @config, log: @log, listeners: @listeners,
+                          beat: beat_w, ctl: child_ctl).run
       end
+      [beat_w, child_ctl].each(&:close)
+      add_worker(index, pid, beat_r, ctl)
+    end
+
+    # Ask the mold for a worker: it answers with the heartbeat pipe, the
+    # control socket and the pid.
+    def spawn_from_mold(source, index)
+      source.ctl.write("fork #{index}\n")
+      raise IOError, "the mold did not answer" unless source.ctl.wait_readable(10)
+
+      beat = source.ctl.recv_io
+      ctl = source.ctl.recv_io(UNIXSocket)
+      pid = Integer(source.ctl.gets)
+      add_worker(index, pid, beat, ctl)
+    rescue IOError, SystemCallError, ArgumentError, TypeError => e
+      @log.error("master: forking from the mold failed (#{e.message}): dropping the mold")
+      retire(source)
+    end
+
+    def add_worker(index, pid, beat, ctl)
+      @workers[pid] = WorkerRecord.new(index: index, pid: pid, beat: beat, ctl: ctl, last_beat: now, booted: false,
+                                       retiring: false, stopping: false, mold: nil)
+    end
+
+    # Reforking: the warm worker stops serving and becomes the mold; once it
+    # is ready, the other workers are replaced by its children one at a time.
+    def promote(worker)
+      return if worker.nil? || mold || @stopping
+
+      @log.info("master: worker #{worker.index} (pid #{worker.pid}) becomes the mold")
+      worker.mold = :pending
+      worker.ctl.write("mold\n")
+    rescue IOError, SystemCallError
+      nil
+    end
+
+    def mold_ready(worker)
+      worker.mold = :ready
+      @log.info("master: mold ready (pid #{worker.pid}); re-forking the workers from it")
+      serving.each { |w| w.retiring = true }
     end
 
     def wait_for_events
@@ -242,23 +276,25 @@ module Margay
 
     def record_beat(io)
       worker = @workers.values.find { |w| w.beat == io }
+      return unless worker
+
       data = io.read_nonblock(1024, exception: false)
-      return unless worker && data.is_a?(String)
+      return forget(worker, nil) if data.nil? # EOF: the process is gone
+      return unless data.is_a?(String)
 
       worker.last_beat = now
-      return if worker.booted || !data.include?("r")
+      booted(worker) if data.include?("r") && !worker.booted
+      promote(worker) if data.include?("R") && @config.refork_after
+      mold_ready(worker) if data.include?("M")
+    end
 
+    def booted(worker)
       worker.booted = true
       @failures = 0
       @log.info("master: worker #{worker.index} (pid #{worker.pid}) booted")
-      ready_once
-    end
+      return if @ready || serving.count(&:booted) < @target
 
-    # READY=1 once every worker of the first generation serves (systemd Type=notify).
-    def ready_once
-      return if @ready || @workers.values.count(&:booted) < @target
-
-      @ready = Systemd.notify("READY=1") || true
+      @ready = Systemd.notify("READY=1") || true # once every worker of a generation serves
     end
 
     def watchdog_ping
@@ -271,7 +307,7 @@ module Margay
 
     def check_heartbeats
       @workers.each_value do |w|
-        limit = w.booted ? @config.worker_timeout : @config.worker_boot_timeout
+        limit = w.booted || w.mold ? @config.worker_timeout : @config.worker_boot_timeout
         next if now - w.last_beat < limit
 
         @log.error("master: worker #{w.index} (pid #{w.pid}) silent for #{limit}s: killing it")
@@ -286,9 +322,7 @@ module Margay
       return unless limit && now >= (@next_memory_check ||= 0)
 
       @next_memory_check = now + 1
-      @workers.each_value do |w|
-        next if w.stopping || !w.booted
-
+      serving.select(&:booted).each do |w|
         rss = rss_bytes(w.pid)
         next unless rss && rss > limit
 
@@ -299,34 +333,35 @@ module Margay
     end
 
     def rss_bytes(pid)
-      status = File.read("/proc/#{pid}/status")
-      status[/^VmRSS:\s+(\d+) kB/, 1].to_i * 1024
+      File.read("/proc/#{pid}/status")[/^VmRSS:\s+(\d+) kB/, 1].to_i * 1024
     rescue SystemCallError
       kb = `ps -o rss= -p #{Integer(pid)}`.strip
       kb.empty? ? nil : kb.to_i * 1024
     end
 
-    def reap(blocking: false)
+    # Collect exit statuses of direct children (first-generation workers and
+    # the mold); the heartbeat pipe's EOF usually told us already.
+    def reap
       loop do
-        pid, status = Process.wait2(-1, blocking ? 0 : Process::WNOHANG)
+        pid, status = Process.wait2(-1, Process::WNOHANG)
         break unless pid
 
-        worker = @workers.delete(pid)
-        next unless worker
-
-        worker.beat.close
-        note_exit(worker, status)
-        break if blocking
+        worker = @workers[pid]
+        forget(worker, status) if worker
       end
     rescue Errno::ECHILD
       nil
     end
 
-    def note_exit(worker, status)
-      return if worker.stopping && status.success?
+    def forget(worker, status)
+      return unless @workers.delete(worker.pid)
 
-      @log.warn("master: worker #{worker.index} (pid #{worker.pid}) exited: #{status.inspect}") unless @stopping
-      return if worker.booted
+      [worker.beat, worker.ctl].each { |io| io.close unless io.closed? }
+      return if worker.stopping && (status.nil? || status.success?)
+
+      what = worker.mold ? "the mold" : "worker #{worker.index}"
+      @log.warn("master: #{what} (pid #{worker.pid}) exited#{status ? ": #{status.inspect}" : ''}") unless @stopping
+      return if worker.booted || worker.mold
 
       # Never got to serve: back off instead of fork-looping.
       @failures += 1

@@ -45,6 +45,7 @@ module Margay
       balance_keepalive: true,        # cluster: a saturated worker releases keep-alive connections
       request_timeout: nil,           # seconds an app call may run: 503 and the thread interrupted (nil: off)
       worker_memory_limit: nil,       # bytes of RSS after which a worker is gracefully replaced (nil: off)
+      refork_after: nil,              # requests after which a warm worker becomes the mold (nil: only on URG)
       worker_timeout: 60,             # a worker silent this long is killed and replaced
       worker_boot_timeout: 60,        # a worker must report ready within this
       hooks: {}.freeze                # name => [Proc]: before_fork, on_worker_boot, before_worker_shutdown,
@@ -137,6 +138,9 @@ module Margay
       end
       unless worker_memory_limit.nil? || (worker_memory_limit.is_a?(Integer) && worker_memory_limit.positive?)
         raise ConfigError, "worker_memory_limit must be a positive number of bytes or nil"
+      end
+      unless refork_after.nil? || (refork_after.is_a?(Integer) && refork_after.positive?)
+        raise ConfigError, "refork_after must be a positive number of requests or nil"
       end
       unless max_connections.nil? || (max_connections.is_a?(Integer) && max_connections.positive?)
         raise ConfigError, "max_connections must be a positive integer or nil"

@@ -1,0 +1,119 @@
+# frozen_string_literal: true
+
+require "socket"
+require_relative "server"
+
+module Margay
+  # Internal: the child side of cluster mode. A worker serves on the
+  # inherited listeners and reports to the master through two channels: a
+  # heartbeat pipe ("r" once serving, "." every second, "R" when it has served
+  # refork_after requests, "M" once it is the mold) and a control socket on
+  # which the master sends commands ("mold", "fork INDEX").
+  #
+  # The mold: a warm worker stops serving (its engine and pool threads are gone
+  # before anything forks) and from then on only forks new workers, which
+  # share its warmed-up heap copy-on-write. Each is double-forked so that it
+  # is not the mold's child; the master gets its pid, heartbeat pipe and
+  # control socket over the mold's control socket and watches its pipe.
+  class WorkerProcess
+    HEARTBEAT_INTERVAL = 1.0
+
+    # @param index [Integer] the worker's slot
+    # @param beat [IO] write end of the heartbeat pipe
+    # @param ctl [UNIXSocket] this side of the control socket
+    def initialize(index:, app:, config:, log:, listeners:, beat:, ctl:)
+      @index = index
+      @app = app
+      @config = config
+      @log = log
+      @listeners = listeners
+      @beat = beat
+      @ctl = ctl
+      @server = nil
+      @mold_requested = false
+      @asked_to_mold = false
+      @last_beat = nil
+    end
+
+    # Serve until told to stop (or to become the mold); never returns.
+    def run
+      $PROGRAM_NAME = "margay: worker #{@index}"
+      @config.run_hook(:on_worker_boot, @index)
+      @server = Server.new(@app, @config, log: @log, listeners: @listeners, on_tick: method(:tick),
+                                          on_stuck: -> { @server.stop })
+      %w[TERM INT QUIT].each { |sig| trap(sig) { @server.stop } }
+      %w[TTIN TTOU USR1 USR2 HUP URG].each { |sig| trap(sig, "IGNORE") }
+      @server.run
+      become_mold if @mold_requested
+      @config.run_hook(:on_worker_shutdown, @index)
+      exit!(0)
+    rescue Exception => e # rubocop:disable Lint/RescueException -- a child must never return into the master's code
+      @log.exception(e, "worker #{@index} failed")
+      exit!(1)
+    end
+
+    private
+
+    # From the server's supervisor, about every 5 ms.
+    def tick
+      t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      if @last_beat.nil? || t - @last_beat >= HEARTBEAT_INTERVAL
+        @beat.write_nonblock(@last_beat ? "." : "r", exception: false)
+        @last_beat = t
+        ask_to_mold
+      end
+      command = @ctl.read_nonblock(64, exception: false)
+      return unless command.is_a?(String) && command.include?("mold")
+
+      @mold_requested = true
+      @server.stop
+    end
+
+    def ask_to_mold
+      limit = @config.refork_after
+      return if @asked_to_mold || limit.nil? || @server.stats[:requests] < limit
+
+      @asked_to_mold = true
+      @beat.write_nonblock("R", exception: false)
+    end
+
+    # ---- the mold ----
+
+    def become_mold
+      $PROGRAM_NAME = "margay: mold (from worker #{@index})"
+      %w[TERM INT QUIT].each { |sig| trap(sig) { exit!(0) } }
+      GC.start # settle the heap once, so children share it instead of copying it on their first GC
+      @beat.write("M")
+      loop do
+        ready, = IO.select([@ctl], nil, nil, HEARTBEAT_INTERVAL)
+        @beat.write_nonblock(".", exception: false)
+        next unless ready
+
+        line = @ctl.gets
+        exit!(0) if line.nil? # the master is gone
+        fork_worker(Integer(line[/\Afork (\d+)/, 1])) if line.start_with?("fork ")
+      end
+    end
+
+    # Double fork: the new worker is re-parented away from the mold; the
+    # middle process reports it to the master and exits at once.
+    def fork_worker(index)
+      beat_r, beat_w = IO.pipe
+      master_end, child_end = UNIXSocket.pair
+      middle = fork do
+        pid = fork do
+          [beat_r, master_end, @ctl, @beat].each(&:close)
+          WorkerProcess.new(index: index, app: @app, config: @config, log: @log, listeners: @listeners,
+                            beat: beat_w, ctl: child_end).run
+        end
+        @ctl.send_io(beat_r)
+        @ctl.send_io(master_end)
+        @ctl.write("#{pid}\n")
+        exit!(0)
+      end
+      Process.wait(middle)
+    ensure
+      [beat_r, beat_w, master_end, child_end].each { |io| io&.close }
+    end
+  end
+end
