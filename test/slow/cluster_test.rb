@@ -2,6 +2,8 @@
 
 require "test_helper"
 require "open3"
+require "tmpdir"
+require "fileutils"
 require "json"
 
 # Cluster mode end to end: a real master process with forked workers,
@@ -9,10 +11,16 @@ require "json"
 class ClusterTest < Minitest::Test
   include Margay::TestHelper
 
-  RUNNER = File.expand_path("support/cluster_runner.rb", __dir__)
+  ROOT = File.expand_path("../..", __dir__)
+  APP = File.expand_path("support/cluster_app.ru", __dir__)
 
+  # Start `exe/margay -w WORKERS` with +settings+ written to a config file.
   def start_cluster(workers, **settings)
-    @stdin, @out, @thread = Open3.popen2e(RbConfig.ruby, RUNNER, workers.to_s, JSON.generate(settings))
+    @dir = Dir.mktmpdir("margay-cluster-")
+    config = File.join(@dir, "margay.rb")
+    File.write(config, settings.map { |k, v| "#{k} #{v.inspect}\n" }.join)
+    @stdin, @out, @thread = Open3.popen2e(RbConfig.ruby, File.join(ROOT, "exe/margay"), "-w", workers.to_s,
+                                          "-b", "tcp://127.0.0.1:0", "-C", config, APP, chdir: @dir)
     @log = +""
     @log_lock = Mutex.new
     @reader = Thread.new do
@@ -20,8 +28,8 @@ class ClusterTest < Minitest::Test
     rescue IOError
       nil
     end
-    wait_for_log(/^listening tcp:\/\/127\.0\.0\.1:(\d+)/)
-    @port = @log[/^listening tcp:\/\/127\.0\.0\.1:(\d+)/, 1].to_i
+    wait_for_log(%r{Listening on tcp://127\.0\.0\.1:(\d+)})
+    @port = log_text[%r{Listening on tcp://127\.0\.0\.1:(\d+)}, 1].to_i
     wait_for_log(/booted/, count: workers)
     @master = @thread.pid
   end
@@ -41,6 +49,8 @@ class ClusterTest < Minitest::Test
     Process.kill(:KILL, @master) if @thread&.alive?
   rescue Errno::ESRCH
     nil
+  ensure
+    FileUtils.rm_rf(@dir) if @dir
   end
 
   def log_text
