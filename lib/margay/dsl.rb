@@ -3,6 +3,7 @@
 require "etc"
 
 require_relative "configuration"
+require_relative "puma_compat"
 
 module Margay
   # The Ruby config file (config/margay.rb, or the file given with -C).
@@ -64,6 +65,8 @@ module Margay
 
     # Internal: the receiver of the config file. Public methods are directives.
     class Evaluator
+      include PumaCompat
+
       # Settings that take exactly one value and are named as in Configuration
       # (a setting added there becomes a directive here). The others have
       # methods of their own below; hooks get their own directives later.

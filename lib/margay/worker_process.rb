@@ -45,6 +45,7 @@ module Margay
       %w[TTIN TTOU USR1 USR2 HUP URG].each { |sig| trap(sig, "IGNORE") }
       @server.run
       become_mold if @mold_requested
+      @config.run_hook(:before_worker_shutdown, @index) # connections are drained; the app is still loaded
       @config.run_hook(:on_worker_shutdown, @index)
       exit!(0)
     rescue Exception => e # rubocop:disable Lint/RescueException -- a child must never return into the master's code
