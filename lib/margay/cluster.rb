@@ -87,8 +87,10 @@ module Margay
 
     # ---- signals ----
 
+    # The handlers in place before (an app loaded in the master may have set
+    # one, e.g. HUP to reopen its logs) are kept for the workers.
     def trap_signals
-      MASTER_SIGNALS.each { |sig| trap(sig) { request(sig) } }
+      @app_traps = MASTER_SIGNALS.to_h { |sig| [sig, trap(sig) { request(sig) }] }
     end
 
     def request(sig)
@@ -217,6 +219,7 @@ module Margay
         [beat_r, ctl, @wake_r, @wake_w].each(&:close)
         @workers.each_value { |w| [w.beat, w.ctl].each(&:close) }
         MASTER_SIGNALS.each { |sig| trap(sig, "DEFAULT") }
+        trap("HUP", @app_traps["HUP"]) if @app_traps["HUP"].is_a?(Proc)
         app = @app || @app_loader.call
         WorkerProcess.new(index: index, app: app, config: @config, log: @log, listeners: @listeners,
                           beat: beat_w, ctl: child_ctl).run

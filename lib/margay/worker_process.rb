@@ -42,7 +42,9 @@ module Margay
       @server = Server.new(@app, @config, log: @log, listeners: @listeners, on_tick: method(:tick),
                                           on_stuck: -> { @server.stop })
       %w[TERM INT QUIT].each { |sig| trap(sig) { @server.stop } }
-      %w[TTIN TTOU USR1 USR2 HUP URG].each { |sig| trap(sig, "IGNORE") }
+      %w[TTIN TTOU USR1 USR2 URG].each { |sig| trap(sig, "IGNORE") }
+      app_hup = trap("HUP", "IGNORE") # HUP never kills a worker ...
+      trap("HUP", app_hup) if app_hup.is_a?(Proc) # ... and an app's own handler (reopening logs) stays
       @server.run
       become_mold if @mold_requested
       @config.run_hook(:before_worker_shutdown, @index) # connections are drained; the app is still loaded

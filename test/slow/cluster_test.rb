@@ -205,3 +205,37 @@ class ClusterReforkTest < ClusterTest
     File.read("/proc/#{pid}/stat").split(") ").last.split[1].to_i
   end
 end
+
+# The remaining signals, and request_timeout in cluster mode.
+class ClusterSignalsTest < ClusterTest
+  ClusterTest.public_instance_methods(false).grep(/\Atest_/).each { |m| undef_method(m) if method_defined?(m) }
+
+  %i[INT QUIT].each do |sig|
+    define_method(:"test_#{sig.downcase}_stops_gracefully") do
+      start_cluster(2)
+      slow = Thread.new { raw_exchange(@port, "GET /slow HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", timeout: 15) }
+      wait_for_log(/slow request in/)
+      Process.kill(sig, @master)
+      assert_match(/\r\n\r\n0\z/, slow.value, "the request in flight completes")
+      assert @thread.join(20), "master did not exit after #{sig}"
+      assert_predicate @thread.value, :success?
+    end
+  end
+
+  def test_hup_reaches_the_workers_and_they_keep_serving
+    start_cluster(2)
+    Process.kill(:HUP, @master)
+    wait_for_log(/HUP in/, count: 2)
+    assert_equal 200, post("h")[0]
+  end
+
+  def test_a_request_ignoring_its_deadline_gets_its_worker_replaced
+    start_cluster(1, request_timeout: 0.5)
+    client = Thread.new { raw_exchange(@port, "GET /stuck HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", timeout: 20) }
+    wait_for_log(%r{request_timeout: GET /stuck ran}, timeout: 5)
+    wait_for_log(/ignores its interrupt for 5s: capacity lost/, timeout: 10)
+    wait_for_log(/booted/, count: 2, timeout: 15)
+    assert_equal 200, post("fresh")[0]
+    client.join(15)
+  end
+end

@@ -2,10 +2,14 @@
 
 # The app the cluster integration tests serve through the real executable.
 $stdout.sync = true
+Signal.trap("HUP") { puts "HUP in #{Process.pid}" } # an app that reopens its logs
 run lambda { |env|
-  if env["PATH_INFO"] == "/slow"
+  case env["PATH_INFO"]
+  when "/slow"
     puts "slow request in #{Process.pid}"
     sleep 5
+  when "/stuck" # a request that ignores request_timeout's interrupt
+    Thread.handle_interrupt(Margay::RequestTimeout => :never) { sleep 8 }
   end
   [200, { "content-type" => "text/plain" }, [env["rack.input"].read.bytesize.to_s]]
 }
