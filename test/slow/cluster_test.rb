@@ -239,3 +239,26 @@ class ClusterSignalsTest < ClusterTest
     client.join(15)
   end
 end
+
+# A worker that cannot boot: the master backs off and stays up.
+class ClusterBootFailureTest < ClusterTest
+  ClusterTest.public_instance_methods(false).grep(/\Atest_/).each { |m| undef_method(m) if method_defined?(m) }
+
+  def test_boot_failures_back_off_and_the_master_survives
+    @dir = Dir.mktmpdir("margay-bootfail-")
+    File.write(File.join(@dir, "config.ru"), "raise 'cannot boot' if ENV['MARGAY_TEST_WORKER']\nrun ->(e) { [200, {}, []] }\n")
+    File.write(File.join(@dir, "margay.rb"), "preload_app false\non_worker_boot { |i| }\n")
+    env = { "MARGAY_TEST_WORKER" => "1" }
+    # not preloaded: each worker loads config.ru itself and fails
+    @stdin, @out, @thread = Open3.popen2e(env, RbConfig.ruby, File.join(ROOT, "exe/margay"), "-w", "1",
+                                          "-b", "tcp://127.0.0.1:0", "-C", "margay.rb", "config.ru", chdir: @dir)
+    @log = +""
+    @log_lock = Mutex.new
+    @reader = Thread.new { @out.each_line { |l| @log_lock.synchronize { @log << l } } }
+    @master = @thread.pid
+    wait_for_log(/boot failed 1 time\(s\); next attempt in 1s/, timeout: 15)
+    wait_for_log(/boot failed 2 time\(s\); next attempt in 2s/, timeout: 15)
+    assert @thread.alive?, "the master must not die because a worker did"
+    assert_operator log_text.scan(/cannot boot/).size, :>=, 2, "each attempt reports the app's error"
+  end
+end

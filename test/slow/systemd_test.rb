@@ -40,6 +40,22 @@ class SystemdTest < Minitest::Test
     @pid = nil
   end
 
+  def test_socket_activation_in_cluster_mode
+    activate = `which systemd-socket-activate`.strip
+    skip "systemd-socket-activate is not installed (apt-get install systemd)" if activate.empty?
+
+    port = free_port
+    @pid = spawn(activate, "-l", "127.0.0.1:#{port}", RbConfig.ruby, "-I#{ROOT}/lib", EXE, "-q", "-w", "2",
+                 chdir: @dir, out: File.join(@dir, "out.log"), err: File.join(@dir, "err.log"))
+    3.times do
+      response = with_retries { raw_exchange(port, "GET / HTTP/1.1\r\nHost: a:#{port}\r\nConnection: close\r\n\r\n") }
+      assert_match(/activated #{port}\z/, response, File.read(File.join(@dir, "err.log")))
+    end
+    Process.kill(:TERM, @pid)
+    Process.wait(@pid)
+    @pid = nil
+  end
+
   def test_sd_notify_ready_and_stopping
     path = File.join(@dir, "notify.sock")
     notify = Socket.new(:UNIX, :DGRAM)
