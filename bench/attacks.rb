@@ -1,0 +1,571 @@
+#!/usr/bin/env ruby
+# frozen_string_literal: true
+
+# Hostile-client benchmark (docs/SECURITY.md, "Measured under attack").
+#
+# For each attack, against a fresh server started from the real executable
+# with default settings: the attack runs in a forked process (or slowhttptest),
+# and after --settle seconds a normal client in this process sends sequential
+# keep-alive GETs for --duration seconds, recording each latency. A request
+# that gets no answer within --request-timeout is an error (the client then
+# reconnects). Reported per attack: requests, p50/p99/max latency, errors, the
+# server's CPU seconds during the measurement, and whether it was still alive.
+#
+#   ruby bench/attacks.rb [--servers margay,puma] [--attacks slowloris,slow-body,...]
+#                         [--duration 20] [--settle 3] [--json PATH]
+#
+# Attacks (all on loopback; every loop is bounded by the run's deadline):
+#   baseline        no attack
+#   slowloris       1000 connections, a request head that never ends, one header line every 5 s
+#   slow-body       500 POSTs of Content-Length 10 MB, 10 bytes per second each
+#   slow-read       50 connections asking for a 16 MiB Array body and never reading
+#   slow-read-stream 20 connections asking for a 16 MiB streamed (each) body and never reading
+#   idle-keepalive  2000 keep-alive connections, one request each, then idle
+#   flood           server started with RLIMIT_NOFILE 1024; 2000 connections opened and held
+#                   (the normal client's connection is opened before the flood)
+#   disconnects     clients leaving mid-head, mid-body (tempfile-sized) and mid-response, ~300/s
+#   sht-slowloris, sht-slow-body, sht-slow-read  the same three with slowhttptest (Debian package)
+#
+# Puma (`--servers puma`) runs `puma -t 0:5` from bench/Gemfile (bundle install --gemfile bench/Gemfile).
+
+require "etc"
+require "fileutils"
+require "json"
+require "optparse"
+require "rbconfig"
+require "socket"
+require "tmpdir"
+
+module MargayBench
+  ROOT = File.expand_path("..", __dir__)
+
+  # The app every attack runs against (written to a tmp dir as config.ru).
+  ATTACK_APP = <<~'RUBY'
+    # frozen_string_literal: true
+    BIG = ("x" * (16 << 20)).freeze
+    CHUNK = ("y" * 65_536).freeze
+    HELLO = "Hello, World!"
+    # A streamed body of unknown length: the server writes it chunk by chunk.
+    class Streamed
+      def each
+        256.times { yield CHUNK }
+      end
+    end
+    run lambda { |env|
+      case env["PATH_INFO"]
+      when "/big" then [200, { "content-type" => "text/plain", "content-length" => BIG.bytesize.to_s }, [BIG]]
+      when "/stream" then [200, { "content-type" => "text/plain" }, Streamed.new]
+      when "/echo"
+        size = env["rack.input"] ? env["rack.input"].read.bytesize : 0
+        [200, { "content-type" => "text/plain" }, [size.to_s]]
+      else [200, { "content-type" => "text/plain", "content-length" => "13" }, [HELLO]]
+      end
+    }
+  RUBY
+
+  def self.now
+    Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  end
+
+  # A server under test, started from its real executable in a fresh process.
+  class ServerProcess
+    attr_reader :pid, :port, :name, :log_path
+
+    # @param name [String] "margay" or "puma"
+    # @param dir [String] holds config.ru and the server's log
+    # @param nofile [Integer, nil] RLIMIT_NOFILE for the server process
+    def initialize(name, dir, nofile: nil, app: ATTACK_APP)
+      @name = name
+      @dir = dir
+      @nofile = nofile
+      File.write(File.join(dir, "config.ru"), app)
+      @log_path = File.join(dir, "#{name}.log")
+    end
+
+    def start
+      @port = free_port
+      bind = "tcp://127.0.0.1:#{@port}"
+      cmd, env = case @name
+                 when "margay"
+                   [["bundle", "exec", File.join(ROOT, "exe", "margay"), "-b", bind, "-e", "production", "config.ru"],
+                    { "BUNDLE_GEMFILE" => File.join(ROOT, "Gemfile") }]
+                 when "puma"
+                   [["bundle", "exec", "puma", "-b", bind, "-t", "0:5", "-e", "production", "config.ru"],
+                    { "BUNDLE_GEMFILE" => File.join(ROOT, "bench", "Gemfile") }]
+                 else raise ArgumentError, "unknown server #{@name}"
+                 end
+      opts = { chdir: @dir, out: @log_path, err: @log_path, pgroup: true }
+      opts[:rlimit_nofile] = @nofile if @nofile
+      @pid = Process.spawn(env, *cmd, **opts)
+      wait_listening
+      self
+    end
+
+    def alive?
+      Process.waitpid(@pid, Process::WNOHANG).nil?
+    rescue Errno::ECHILD
+      false
+    end
+
+    # User + system CPU seconds used so far.
+    def cpu
+      fields = File.read("/proc/#{@pid}/stat").split(") ", 2).last.split
+      (fields[11].to_i + fields[12].to_i) / Etc.sysconf(Etc::SC_CLK_TCK).to_f
+    rescue Errno::ENOENT
+      0.0
+    end
+
+    def rss_kb
+      File.read("/proc/#{@pid}/status")[/^VmRSS:\s+(\d+)/, 1].to_i
+    rescue Errno::ENOENT
+      0
+    end
+
+    def threads
+      File.read("/proc/#{@pid}/status")[/^Threads:\s+(\d+)/, 1].to_i
+    rescue Errno::ENOENT
+      0
+    end
+
+    def fds
+      Dir.children("/proc/#{@pid}/fd").size
+    rescue Errno::ENOENT
+      0
+    end
+
+    # Descriptors pointing at unlinked files (request bodies in tempfiles).
+    def tempfiles
+      Dir.children("/proc/#{@pid}/fd").count do |fd|
+        File.readlink("/proc/#{@pid}/fd/#{fd}").include?("(deleted)")
+      rescue Errno::ENOENT
+        false
+      end
+    rescue Errno::ENOENT
+      0
+    end
+
+    def stop
+      return unless @pid
+
+      signal("TERM")
+      deadline = MargayBench.now + 5
+      sleep 0.05 while alive? && MargayBench.now < deadline
+      signal("KILL") if alive?
+      Process.wait(@pid)
+    rescue Errno::ECHILD
+      nil
+    ensure
+      @pid = nil
+    end
+
+    private
+
+    def signal(sig)
+      Process.kill(sig, -@pid) # the whole group: bundler's ruby and anything it started
+    rescue Errno::ESRCH
+      nil
+    end
+
+    def free_port
+      server = TCPServer.new("127.0.0.1", 0)
+      server.addr[1]
+    ensure
+      server&.close
+    end
+
+    def wait_listening
+      deadline = MargayBench.now + 30
+      loop do
+        raise "#{@name} exited at start: #{File.read(@log_path)}" unless alive?
+        raise "#{@name} did not listen within 30 s: #{File.read(@log_path)}" if MargayBench.now > deadline
+
+        TCPSocket.new("127.0.0.1", @port).close
+        return
+      rescue Errno::ECONNREFUSED
+        sleep 0.1
+      end
+    end
+  end
+
+  # A normal client: sequential keep-alive GETs, each timed.
+  class Probe
+    Result = Struct.new(:latencies, :errors, keyword_init: true) do
+      def percentile(pct)
+        return nil if latencies.empty?
+
+        sorted = latencies.sort
+        sorted[[(pct / 100.0 * sorted.size).ceil - 1, 0].max]
+      end
+
+      def summary
+        { requests: latencies.size, errors: errors,
+          p50_ms: ms(percentile(50)), p99_ms: ms(percentile(99)), max_ms: ms(latencies.max) }
+      end
+
+      def ms(seconds)
+        seconds && (seconds * 1000).round(2)
+      end
+    end
+
+    REQUEST = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+
+    def initialize(port, timeout: 5.0, pause: 0.005)
+      @port = port
+      @timeout = timeout
+      @pause = pause
+      @sock = nil
+    end
+
+    # Open the keep-alive connection now (before an attack fills the server).
+    def connect
+      @sock ||= TCPSocket.new("127.0.0.1", @port)
+    end
+
+    def run(duration)
+      latencies = []
+      errors = 0
+      deadline = MargayBench.now + duration
+      while MargayBench.now < deadline
+        started = MargayBench.now
+        if get
+          latencies << MargayBench.now - started
+        else
+          errors += 1
+          reset
+        end
+        sleep @pause
+      end
+      Result.new(latencies: latencies, errors: errors)
+    ensure
+      reset
+    end
+
+    private
+
+    def reset
+      @sock&.close
+      @sock = nil
+    end
+
+    # One request; true for a complete 200.
+    def get
+      connect_within
+      @sock.write(REQUEST)
+      buf = +""
+      deadline = MargayBench.now + @timeout
+      until (head_end = buf.index("\r\n\r\n"))
+        return false unless read_more(buf, deadline)
+      end
+      length = buf[/^content-length:\s*(\d+)/i, 1].to_i
+      read_more(buf, deadline) while buf.bytesize < head_end + 4 + length
+      buf.start_with?("HTTP/1.1 200")
+    rescue SystemCallError, IOError, EOFError
+      false
+    end
+
+    def connect_within
+      return if @sock
+
+      sock = Socket.new(:INET, :STREAM)
+      addr = Socket.sockaddr_in(@port, "127.0.0.1")
+      if sock.connect_nonblock(addr, exception: false) == :wait_writable
+        raise Errno::ETIMEDOUT unless sock.wait_writable(@timeout)
+
+        sock.connect_nonblock(addr, exception: false)
+      end
+      @sock = sock
+    end
+
+    def read_more(buf, deadline)
+      left = deadline - MargayBench.now
+      raise EOFError if left <= 0 || !@sock.wait_readable(left)
+
+      chunk = @sock.read_nonblock(65_536, exception: false)
+      raise EOFError if chunk.nil?
+
+      buf << chunk if chunk.is_a?(String)
+      true
+    end
+  end
+
+  # The attacks, each run in a forked process until killed or its deadline.
+  module Attacks
+    module_function
+
+    def connect(port)
+      TCPSocket.new("127.0.0.1", port)
+    rescue SystemCallError
+      nil
+    end
+
+    # Keep +count+ connections open; +opening+ writes the first bytes, +tick+
+    # writes more every +interval+. Closed connections are replaced.
+    def hold(port, count, deadline, interval: 1.0, opening:, tick: nil)
+      socks = Array.new(count) { connect(port)&.tap { |s| s.write_nonblock(opening, exception: false) } }
+      until MargayBench.now > deadline
+        socks.map! do |s|
+          s ||= connect(port)&.tap { |n| n.write_nonblock(opening, exception: false) }
+          next nil unless s
+
+          data = tick&.call
+          if data && s.write_nonblock(data, exception: false).nil?
+            s.close
+            nil
+          else
+            s
+          end
+        rescue IOError, SystemCallError
+          s&.close
+          nil
+        end
+        sleep interval
+      end
+    end
+
+    def slowloris(port, deadline)
+      hold(port, 1000, deadline, interval: 5.0, opening: "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+                                 tick: -> { "X-#{rand(1000)}: #{rand(1000)}\r\n" })
+    end
+
+    def slow_body(port, deadline)
+      hold(port, 500, deadline, interval: 1.0,
+                                opening: "POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10000000\r\n\r\n",
+                                tick: -> { "z" * 10 })
+    end
+
+    def non_readers(port, deadline, count, path)
+      socks = []
+      until MargayBench.now > deadline
+        socks.reject! do |s|
+          gone = s.closed? || (s.wait_readable(0) && s.read_nonblock(1, exception: false).nil?)
+          s.close if gone && !s.closed?
+          gone
+        rescue IOError, SystemCallError
+          s.close
+          true
+        end
+        while socks.size < count && (s = connect(port))
+          s.setsockopt(Socket::SOL_SOCKET, Socket::SO_RCVBUF, 4096)
+          s.write("GET #{path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+          socks << s
+        end
+        sleep 1
+      end
+    end
+
+    def slow_read(port, deadline)
+      non_readers(port, deadline, 50, "/big")
+    end
+
+    def slow_read_stream(port, deadline)
+      non_readers(port, deadline, 20, "/stream")
+    end
+
+    def idle_keepalive(port, deadline)
+      socks = Array.new(2000) do
+        s = connect(port) or next
+        s.write("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        s.wait_readable(5) && s.read_nonblock(4096, exception: false)
+        s
+      end
+      sleep 0.5 until MargayBench.now > deadline
+      socks.compact.each(&:close)
+    end
+
+    def flood(port, deadline)
+      addr = Socket.sockaddr_in(port, "127.0.0.1")
+      socks = Array.new(2000) do
+        s = Socket.new(:INET, :STREAM)
+        s.connect_nonblock(addr, exception: false)
+        s
+      end
+      sleep 0.5 until MargayBench.now > deadline
+      socks.each(&:close)
+    end
+
+    HEAD_CUT = "GET /gone HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Partial: ab"
+    BODY_CUT = "POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 400000\r\n\r\n#{'z' * 200_000}"
+
+    def disconnects(port, deadline)
+      i = 0
+      until MargayBench.now > deadline
+        i += 1
+        sleep 0.003
+        next unless (s = connect(port))
+
+        begin
+          hang_up(s, i)
+        rescue IOError, SystemCallError
+          nil
+        ensure
+          s.close
+        end
+      end
+    end
+
+    # Cut the exchange short: mid-head, mid-body or mid-response; every other one with RST.
+    def hang_up(sock, i)
+      case i % 3
+      when 0 then sock.write(HEAD_CUT)
+      when 1 then sock.write(BODY_CUT)
+      else
+        sock.write("GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        sock.wait_readable(2) && sock.read_nonblock(65_536, exception: false)
+      end
+      sock.setsockopt(Socket::SOL_SOCKET, Socket::SO_LINGER, [1, 0].pack("ii")) if i.odd?
+    end
+  end
+
+  # Attack name => how to run it. :fork attacks run Attacks.<method> in a child;
+  # :command attacks run an external tool (slowhttptest).
+  ATTACKS = {
+    "baseline" => { method: nil },
+    "slowloris" => { method: :slowloris },
+    "slow-body" => { method: :slow_body },
+    "slow-read" => { method: :slow_read },
+    "slow-read-stream" => { method: :slow_read_stream },
+    "idle-keepalive" => { method: :idle_keepalive },
+    "flood" => { method: :flood, nofile: 1024, connect_first: true },
+    "disconnects" => { method: :disconnects },
+    "sht-slowloris" => { command: ->(port, secs) { %W[slowhttptest -H -c 1000 -r 200 -i 10 -x 24 -p 3 -l #{secs} -u http://127.0.0.1:#{port}/] } },
+    "sht-slow-body" => { command: lambda { |port, secs|
+      %W[slowhttptest -B -c 1000 -r 200 -i 10 -s 10000000 -x 10 -p 3 -l #{secs} -u http://127.0.0.1:#{port}/echo]
+    } },
+    "sht-slow-read" => { command: lambda { |port, secs|
+      %W[slowhttptest -X -c 500 -r 200 -w 512 -y 1024 -n 5 -z 32 -k 3 -p 3 -l #{secs} -u http://127.0.0.1:#{port}/big]
+    } }
+  }.freeze
+
+  # Runs every (server, attack) pair and reports.
+  class AttackBench
+    Options = Struct.new(:servers, :attacks, :duration, :settle, :json, keyword_init: true)
+
+    def self.parse(argv)
+      opts = Options.new(servers: %w[margay], attacks: ATTACKS.keys, duration: 20.0, settle: 3.0, json: nil)
+      OptionParser.new do |o|
+        o.banner = "usage: #{$PROGRAM_NAME} [options]"
+        o.on("--servers LIST", Array, "margay,puma (default margay)") { |v| opts.servers = v }
+        o.on("--attacks LIST", Array, "subset of #{ATTACKS.keys.join(',')}") { |v| opts.attacks = v }
+        o.on("--duration S", Float, "seconds of measured requests per attack (20)") { |v| opts.duration = v }
+        o.on("--settle S", Float, "seconds between starting the attack and measuring (3)") { |v| opts.settle = v }
+        o.on("--json PATH", "also write the results as JSON") { |v| opts.json = v }
+      end.parse!(argv)
+      unknown = opts.attacks - ATTACKS.keys
+      raise OptionParser::InvalidArgument, "unknown attack(s): #{unknown.join(', ')}" unless unknown.empty?
+
+      opts
+    end
+
+    def initialize(opts)
+      @o = opts
+      @rows = []
+    end
+
+    def run
+      if @o.attacks.any? { |a| a.start_with?("sht-") } && !system("command -v slowhttptest >/dev/null")
+        abort "slowhttptest is not installed (apt-get install slowhttptest)"
+      end
+      raise_nofile_limit(8192)
+      @o.servers.each do |server|
+        @o.attacks.each { |attack| @rows << run_one(server, attack) }
+      end
+      report
+    end
+
+    private
+
+    def run_one(server_name, attack)
+      spec = ATTACKS.fetch(attack)
+      dir = Dir.mktmpdir("margay-attack-")
+      server = ServerProcess.new(server_name, dir, nofile: spec[:nofile]).start
+      probe = Probe.new(server.port)
+      probe.connect if spec[:connect_first]
+      attacker = start_attack(spec, server.port, dir)
+      sleep @o.settle
+      cpu = server.cpu
+      result = probe.run(@o.duration)
+      cpu = server.cpu - cpu
+      row = { server: server_name, attack: attack, **result.summary, server_cpu_s: cpu.round(2),
+              alive: server.alive?, fds_during: server.fds, rss_mb: (server.rss_kb / 1024.0).round(1) }
+      row[:slowhttptest] = finish_attack(attacker, dir)
+      warn format_row(row)
+      row
+    ensure
+      finish_attack(attacker, dir) if attacker && !row
+      server&.stop
+      FileUtils.remove_entry(dir) if dir
+    end
+
+    def start_attack(spec, port, dir)
+      deadline_in = @o.settle + @o.duration + 2
+      if spec[:method]
+        pid = fork do
+          Attacks.public_send(spec[:method], port, MargayBench.now + deadline_in)
+        ensure
+          exit!(0) # no at_exit handlers of the parent in the child
+        end
+        { pid: pid }
+      elsif spec[:command]
+        out = File.join(dir, "slowhttptest.out")
+        cmd = spec[:command].call(port, deadline_in.ceil)
+        { pid: Process.spawn(*cmd, out: out, err: out), out: out }
+      end
+    end
+
+    # Stop the attacker; returns slowhttptest's verdict line when there was one.
+    def finish_attack(attacker, _dir)
+      return nil unless attacker
+      return attacker[:verdict] if attacker.key?(:verdict)
+
+      pid = attacker[:pid]
+      deadline = MargayBench.now + 5
+      sleep 0.1 while Process.waitpid(pid, Process::WNOHANG).nil? && MargayBench.now < deadline
+      begin
+        Process.kill("KILL", pid)
+        Process.wait(pid)
+      rescue Errno::ESRCH, Errno::ECHILD
+        nil
+      end
+      attacker[:verdict] = attacker[:out] && File.exist?(attacker[:out]) ? verdict(File.read(attacker[:out])) : nil
+    end
+
+    # slowhttptest's last status: connections pending/connected/closed and "service available".
+    def verdict(output)
+      output = output.gsub(/\e\[[\d;]*[A-Za-z]/, "") # colours
+      last = output.split(/slow HTTP test status on \d+th second:/).last.to_s
+      fields = %w[pending connected error closed].to_h { |k| [k, last[/#{k}:\s+(\d+)/, 1].to_i] }
+      fields["service_available"] = last[/service available:\s+(\w+)/, 1]
+      fields["exit"] = output[/Exit status: (.*)/, 1]
+      fields
+    end
+
+    def raise_nofile_limit(wanted)
+      soft, hard = Process.getrlimit(:NOFILE)
+      Process.setrlimit(:NOFILE, [wanted, hard].min, hard) if soft < wanted
+    end
+
+    def format_row(row)
+      format("%-7s %-17s reqs %6d  p50 %8.2f ms  p99 %8.2f ms  max %8.2f ms  errors %3d  cpu %5.2f s  %s",
+             row[:server], row[:attack], row[:requests], row[:p50_ms] || 0, row[:p99_ms] || 0, row[:max_ms] || 0,
+             row[:errors], row[:server_cpu_s], row[:alive] ? "alive" : "DEAD")
+    end
+
+    def report
+      puts "| server | attack | requests | p50 ms | p99 ms | max ms | errors | server CPU s | alive | slowhttptest at the end |"
+      puts "|---|---|---:|---:|---:|---:|---:|---:|---|---|"
+      @rows.each do |r|
+        sht = r[:slowhttptest] && "#{r[:slowhttptest]['connected']} connected, #{r[:slowhttptest]['closed']} closed, " \
+                                  "available: #{r[:slowhttptest]['service_available']}"
+        puts "| #{r[:server]} | #{r[:attack]} | #{r[:requests]} | #{r[:p50_ms]} | #{r[:p99_ms]} | #{r[:max_ms]} | " \
+             "#{r[:errors]} | #{r[:server_cpu_s]} | #{r[:alive] ? 'yes' : 'NO'} | #{sht || ''} |"
+      end
+      File.write(@o.json, JSON.pretty_generate(machine: machine, duration: @o.duration, rows: @rows)) if @o.json
+    end
+
+    def machine
+      { ruby: RUBY_DESCRIPTION, cpus: Etc.nprocessors, kernel: `uname -r`.strip }
+    end
+  end
+end
+
+MargayBench::AttackBench.new(MargayBench::AttackBench.parse(ARGV)).run if $PROGRAM_NAME == __FILE__
