@@ -22,6 +22,7 @@
 #define LINGER_MS 2000
 #define READ_CHUNK 65536
 #define ACCEPT_BATCH 64
+#define RECLAIM_PER_SWEEP 64
 
 enum { IN_READY, IN_AGAIN, IN_DONE /* connection handled (closed or writing) */ };
 
@@ -569,19 +570,25 @@ static void sweep(mg_engine *e, int64_t now) {
   atomic_store(&e->next_sweep_ms, now + SWEEP_INTERVAL_MS);
   int stopping = atomic_load(&e->stopping);
   int hw = atomic_load(&e->hiwater);
+  /* At the connection limit, make room for new clients by closing keep-alive
+   * connections that have been idle for a second or more. */
+  int reclaim = atomic_load(&e->accept_paused) == 1 ? RECLAIM_PER_SWEEP : 0;
   for (int fd = 0; fd < hw; fd++) {
     mg_conn *c = e->conns[fd];
     if (!c) continue;
     uint64_t s = atomic_load(&c->state);
     if (mg_state_st(s) != MG_ARMED) continue;
+    int kept_alive = c->phase == MG_PH_IDLE && c->requests > 0;
     /* On stop, idle keep-alive connections close at once; a connection that was
      * accepted but has not sent its first request yet is still answered. */
-    int idle_stop = stopping && c->phase == MG_PH_IDLE && c->requests > 0;
+    int idle_stop = stopping && kept_alive;
     int forced = stopping == 2;
-    if (!idle_stop && !forced && !(c->deadline_ms && now >= c->deadline_ms)) continue;
+    int reclaimed = reclaim > 0 && kept_alive && now - (c->deadline_ms - e->cfg.keepalive_timeout_ms) >= 1000;
+    if (!idle_stop && !forced && !reclaimed && !(c->deadline_ms && now >= c->deadline_ms)) continue;
     uint64_t owned = (mg_state_gen(s) << 8) | MG_OWNED;
     if (!atomic_compare_exchange_strong(&c->state, &s, owned)) continue;
-    if (forced || idle_stop) mg_conn_close(e, c); else expire(e, c);
+    if (reclaimed) reclaim--;
+    if (forced || idle_stop || reclaimed) mg_conn_close(e, c); else expire(e, c);
   }
   if (atomic_load(&e->accept_paused) == 2 && now >= atomic_load(&e->resume_accept_ms)) resume_accept(e);
   pthread_mutex_unlock(&e->sweep_lock);

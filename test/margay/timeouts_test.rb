@@ -78,3 +78,26 @@ class RequestTimeoutTest < Minitest::Test
     end
   end
 end
+
+# At max_connections, idle keep-alive connections make room for new clients.
+class ConnectionLimitTest < Minitest::Test
+  include Margay::TestHelper
+
+  def test_idle_keep_alive_connections_are_reclaimed_at_the_limit
+    with_server(HELLO, max_connections: 5) do |_, port, server|
+      idle = Array.new(5) do
+        TCPSocket.new("127.0.0.1", port).tap do |s|
+          s.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+          read_response(s)
+        end
+      end
+      assert_equal 5, server.stats[:connections]
+      sleep 1.1 # they have been idle for a second
+      raw = raw_exchange(port, "GET /new HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout: 5)
+      assert_match(/hello\z/, raw, "a new client is served once idle connections are reclaimed")
+      closed = idle.count { |s| s.wait_readable(2) && s.read_nonblock(1, exception: false).nil? }
+      assert_operator closed, :>=, 1, "an idle keep-alive connection was closed to make room"
+      idle.each(&:close)
+    end
+  end
+end
