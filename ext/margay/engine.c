@@ -16,6 +16,8 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #ifdef HAVE_SYS_EVENTFD_H
 #include <sys/eventfd.h>
 #endif
@@ -298,6 +300,44 @@ static VALUE engine_release_conn(VALUE self, VALUE token) {
   return Qnil;
 }
 
+/* Engine#detach_idle(max) -> [fd, ...]: idle keep-alive connections leave the
+ * engine with their sockets open (a saturated cluster worker hands them to
+ * another worker; nothing is lost: unread bytes wait in the kernel). */
+static VALUE engine_detach_idle(VALUE self, VALUE max) {
+  mg_engine *e = mg_engine_get(self);
+  int cap = NUM2INT(max);
+  if (cap <= 0) return rb_ary_new();
+  if (cap > 1024) cap = 1024;
+  int fds[1024];
+  int n = mg_detach_idle(e, fds, cap);
+  VALUE out = rb_ary_new_capa(n);
+  for (int i = 0; i < n; i++) rb_ary_push(out, INT2FIX(fds[i]));
+  if (n && atomic_load(&e->stopping) && atomic_load(&e->nconns) == 0) mg_engine_wake(e);
+  return out;
+}
+
+/* Engine#adopt(fd): serve an idle keep-alive connection handed over by another
+ * worker (the engine owns the fd from now on). */
+static VALUE engine_adopt(VALUE self, VALUE fdv) {
+  mg_engine *e = mg_engine_get(self);
+  int fd = NUM2INT(fdv);
+  if (fd < 0 || fd >= e->max_fds || atomic_load(&e->stopping)) { close(fd); return Qfalse; }
+  struct sockaddr_storage peer;
+  socklen_t plen = sizeof peer;
+  if (getpeername(fd, (struct sockaddr *)&peer, &plen) != 0) { close(fd); return Qfalse; }
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) { close(fd); return Qfalse; }
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  int is_unix = peer.ss_family == AF_UNIX;
+  int li = 0;
+  for (int i = 0; i < e->nlisteners; i++) if (e->listeners[i].is_unix == is_unix) { li = i; break; }
+  if (!is_unix) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  return mg_conn_start(e, fd, li, (struct sockaddr *)&peer, plen, 1) == 0 ? Qtrue : Qfalse;
+}
+
 /* Engine#error_response(token, status): a plain-text error, then close. */
 static VALUE engine_error_response(VALUE self, VALUE token, VALUE status) {
   mg_engine *e = mg_engine_get(self);
@@ -352,6 +392,8 @@ void mg_engine_init(VALUE mNative) {
   rb_define_method(cEngine, "hijack", engine_hijack, 1);
   rb_define_method(cEngine, "error_response", engine_error_response, 2);
   rb_define_method(cEngine, "release", engine_release_conn, 1);
+  rb_define_method(cEngine, "detach_idle", engine_detach_idle, 1);
+  rb_define_method(cEngine, "adopt", engine_adopt, 1);
   rb_define_method(cEngine, "stats", engine_stats, 0);
   rb_define_method(cEngine, "waiting_threads", engine_waiting_threads, 0);
   rb_define_method(cEngine, "saturated_ms", engine_saturated_ms, 0);

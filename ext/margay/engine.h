@@ -148,6 +148,8 @@ void mg_conn_after_response(mg_engine *e, mg_conn *c, int *continue_now);
 int mg_conn_complete(mg_engine *e, mg_conn *c);  /* send queued response; 1: pipelined request buffered */
 int mg_conn_continue(mg_engine *e, mg_conn *c);  /* frame buffered input; 1: request ready, 0: handed to the loop */
 void mg_conn_consume_head(mg_conn *c);
+int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, socklen_t plen, int kept_alive);
+int mg_detach_idle(mg_engine *e, int *out, int max);
 int mg_conn_flush(mg_engine *e, mg_conn *c); /* 1 done, 0 would block, -1 error */
 void mg_conn_queue(mg_conn *c, const char *data, size_t len);
 void mg_conn_queue_owned(mg_conn *c, char *data, size_t len);

@@ -488,6 +488,62 @@ void mg_conn_consume_head(mg_conn *c) {
 
 /* ---- accept ---- */
 
+/* Take charge of connected socket +fd+: a new connection (requests 0, the
+ * header timeout runs) or one adopted from another worker (an idle keep-alive
+ * connection: the keep-alive timeout runs). Returns 0, or -1 if it was closed. */
+int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, socklen_t plen, int kept_alive) {
+  mg_conn *c = e->conns[fd];
+  if (!c) {
+    c = calloc(1, sizeof *c);
+    if (!c) { close(fd); return -1; }
+    c->bfd = -1;
+    e->conns[fd] = c;
+  }
+  uint64_t gen = mg_state_gen(atomic_load(&c->state)) + 1;
+  atomic_store(&c->state, (gen << 8) | MG_OWNED);
+  c->fd = fd;
+  c->listener = li;
+  c->requests = kept_alive ? 1 : 0;
+  c->rlen = 0;
+  mg_conn_reset_request(c);
+  c->phase = MG_PH_IDLE;
+  c->keep_alive = 0;
+  if (plen > sizeof c->peer) plen = sizeof c->peer;
+  memcpy(&c->peer, peer, plen);
+  c->peer_len = plen;
+  c->deadline_ms = mg_now_ms() + (kept_alive ? e->cfg.keepalive_timeout_ms : e->cfg.header_timeout_ms);
+  atomic_fetch_add(&e->nconns, 1);
+  int hw = atomic_load(&e->hiwater);
+  while (fd + 1 > hw && !atomic_compare_exchange_weak(&e->hiwater, &hw, fd + 1)) {}
+  arm(e, c, MG_EV_IN);
+  return 0;
+}
+
+/* Hand over idle keep-alive connections (nothing buffered, waiting for their
+ * next request): each leaves the engine with its fd still open. Up to +max+
+ * fds are written to +out+; returns how many. */
+int mg_detach_idle(mg_engine *e, int *out, int max) {
+  int n = 0;
+  int hw = atomic_load(&e->hiwater);
+  for (int fd = 0; fd < hw && n < max; fd++) {
+    mg_conn *c = e->conns[fd];
+    if (!c) continue;
+    uint64_t s = atomic_load(&c->state);
+    if (mg_state_st(s) != MG_ARMED || c->phase != MG_PH_IDLE || c->requests == 0 || c->rlen != 0) continue;
+    uint64_t owned = (mg_state_gen(s) << 8) | MG_OWNED;
+    if (!atomic_compare_exchange_strong(&c->state, &s, owned)) continue;
+    mg_ev_disarm(e->ev, c->fd);
+    out[n++] = c->fd;
+    c->fd = -1;
+    free_out(c);
+    mg_conn_reset_request(c);
+    free(c->rbuf); c->rbuf = NULL; c->rcap = 0;
+    atomic_store(&c->state, ((mg_state_gen(s) + 1) << 8) | MG_FREE);
+    atomic_fetch_sub(&e->nconns, 1);
+  }
+  return n;
+}
+
 static void accept_batch(mg_engine *e, int li) {
   mg_listener *l = &e->listeners[li];
   for (int i = 0; i < ACCEPT_BATCH; i++) {
@@ -524,29 +580,7 @@ static void accept_batch(mg_engine *e, int li) {
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
-    mg_conn *c = e->conns[fd];
-    if (!c) {
-      c = calloc(1, sizeof *c);
-      if (!c) { close(fd); continue; }
-      c->bfd = -1;
-      e->conns[fd] = c;
-    }
-    uint64_t gen = mg_state_gen(atomic_load(&c->state)) + 1;
-    atomic_store(&c->state, (gen << 8) | MG_OWNED);
-    c->fd = fd;
-    c->listener = li;
-    c->requests = 0;
-    c->rlen = 0;
-    mg_conn_reset_request(c);
-    c->phase = MG_PH_IDLE;
-    c->keep_alive = 0;
-    memcpy(&c->peer, &peer, plen < sizeof peer ? plen : sizeof peer);
-    c->peer_len = plen;
-    c->deadline_ms = mg_now_ms() + e->cfg.header_timeout_ms;
-    atomic_fetch_add(&e->nconns, 1);
-    int hw = atomic_load(&e->hiwater);
-    while (fd + 1 > hw && !atomic_compare_exchange_weak(&e->hiwater, &hw, fd + 1)) {}
-    arm(e, c, MG_EV_IN);
+    mg_conn_start(e, fd, li, (struct sockaddr *)&peer, plen, 0);
   }
   if (!atomic_load(&e->accept_paused))
     mg_ev_arm(e->ev, l->fd, MG_EV_IN, MG_DATA_LISTENER | (uint64_t)li);

@@ -19,8 +19,8 @@ module Margay
   # supervised like the others.
   class Cluster
     # Master-side record of one worker process (or of the mold).
-    WorkerRecord = Struct.new(:index, :pid, :beat, :ctl, :last_beat, :booted, :retiring, :stopping, :mold,
-                              keyword_init: true)
+    WorkerRecord = Struct.new(:index, :pid, :beat, :ctl, :handoff, :last_beat, :booted, :retiring, :stopping,
+                              :mold, keyword_init: true)
 
     MASTER_SIGNALS = %w[TERM INT QUIT TTIN TTOU USR1 USR2 HUP URG].freeze
     MAX_BACKOFF = 30
@@ -215,17 +215,18 @@ module Margay
     def fork_worker(index)
       beat_r, beat_w = IO.pipe
       ctl, child_ctl = UNIXSocket.pair
+      handoff, child_handoff = UNIXSocket.pair(:DGRAM)
       pid = fork do
-        [beat_r, ctl, @wake_r, @wake_w].each(&:close)
-        @workers.each_value { |w| [w.beat, w.ctl].each(&:close) }
+        [beat_r, ctl, handoff, @wake_r, @wake_w].each(&:close)
+        @workers.each_value { |w| [w.beat, w.ctl, w.handoff].each(&:close) }
         MASTER_SIGNALS.each { |sig| trap(sig, "DEFAULT") }
         trap("HUP", @app_traps["HUP"]) if @app_traps["HUP"].is_a?(Proc)
         app = @app || @app_loader.call
         WorkerProcess.new(index: index, app: app, config: @config, log: @log, listeners: @listeners,
-                          beat: beat_w, ctl: child_ctl).run
+                          beat: beat_w, ctl: child_ctl, handoff: child_handoff).run
       end
-      [beat_w, child_ctl].each(&:close)
-      add_worker(index, pid, beat_r, ctl)
+      [beat_w, child_ctl, child_handoff].each(&:close)
+      add_worker(index, pid, beat_r, ctl, handoff)
     end
 
     # Ask the mold for a worker: it answers with the heartbeat pipe, the
@@ -236,16 +237,30 @@ module Margay
 
       beat = source.ctl.recv_io
       ctl = source.ctl.recv_io(UNIXSocket)
+      handoff = source.ctl.recv_io(UNIXSocket)
       pid = Integer(source.ctl.gets)
-      add_worker(index, pid, beat, ctl)
+      add_worker(index, pid, beat, ctl, handoff)
     rescue IOError, SystemCallError, ArgumentError, TypeError => e
       @log.error("master: forking from the mold failed (#{e.message}): dropping the mold")
       retire(source)
     end
 
-    def add_worker(index, pid, beat, ctl)
-      @workers[pid] = WorkerRecord.new(index: index, pid: pid, beat: beat, ctl: ctl, last_beat: now, booted: false,
-                                       retiring: false, stopping: false, mold: nil)
+    def add_worker(index, pid, beat, ctl, handoff)
+      @workers[pid] = WorkerRecord.new(index: index, pid: pid, beat: beat, ctl: ctl, handoff: handoff,
+                                       last_beat: now, booted: false, retiring: false, stopping: false, mold: nil)
+    end
+
+    # A saturated worker handed over an idle keep-alive connection: pass it to
+    # the next serving worker (round robin), or back if there is no other.
+    def forward_connection(from)
+      io = from.handoff.recv_io
+      others = serving.select(&:booted) - [from]
+      target = others.empty? ? from : others[(@next_target = (@next_target || 0) + 1) % others.size]
+      target.handoff.send_io(io)
+    rescue IOError, SystemCallError => e
+      @log.warn("master: keep-alive hand-over failed: #{e.message}")
+    ensure
+      io&.close
     end
 
     # Reforking: the warm worker stops serving and becomes the mold; once it
@@ -267,10 +282,13 @@ module Margay
     end
 
     def wait_for_events
-      ready, = IO.select([@wake_r, *@workers.values.map(&:beat)], nil, nil, 0.5)
+      handoffs = @workers.values.reject(&:mold).to_h { |w| [w.handoff, w] }
+      ready, = IO.select([@wake_r, *@workers.values.map(&:beat), *handoffs.keys], nil, nil, 0.5)
       (ready || []).each do |io|
         if io == @wake_r
           io.read_nonblock(1024, exception: false)
+        elsif handoffs[io]
+          forward_connection(handoffs[io])
         else
           record_beat(io)
         end
@@ -359,7 +377,7 @@ module Margay
     def forget(worker, status)
       return unless @workers.delete(worker.pid)
 
-      [worker.beat, worker.ctl].each { |io| io.close unless io.closed? }
+      [worker.beat, worker.ctl, worker.handoff].each { |io| io.close unless io.closed? }
       return if worker.stopping && (status.nil? || status.success?)
 
       what = worker.mold ? "the mold" : "worker #{worker.index}"

@@ -85,6 +85,22 @@ module Margay
       nil
     end
 
+    # Milliseconds for which no thread has been waiting for work (0 while one is).
+    def saturated_ms
+      @engine ? @engine.saturated_ms : 0
+    end
+
+    # Idle keep-alive connections leave this server (their fds stay open) so a
+    # cluster worker can hand them to another worker. Returns the fds.
+    def detach_idle(max)
+      @engine ? @engine.detach_idle(max) : []
+    end
+
+    # Serve a connection handed over by another worker (takes the fd).
+    def adopt(fd)
+      @engine&.adopt(fd)
+    end
+
     # Live counters for the demo app and monitoring.
     def stats
       base = { requests: 0, connections: 0, threads: 0, busy_threads: 0, errors: @counters[:errors] }

@@ -18,10 +18,19 @@ module Margay
   class WorkerProcess
     HEARTBEAT_INTERVAL = 1.0
 
+    # How long every thread must have been busy before idle keep-alive
+    # connections are handed to another worker, and how often.
+    HANDOFF_AFTER_MS = 20
+    HANDOFF_INTERVAL = 0.05
+
     # @param index [Integer] the worker's slot
     # @param beat [IO] write end of the heartbeat pipe
     # @param ctl [UNIXSocket] this side of the control socket
-    def initialize(index:, app:, config:, log:, listeners:, beat:, ctl:)
+    # @param handoff [UNIXSocket] datagram socket to the master carrying
+    #   connection fds in both directions (keep-alive balancing)
+    def initialize(index:, app:, config:, log:, listeners:, beat:, ctl:, handoff:)
+      @handoff = handoff
+      @last_handoff = 0
       @index = index
       @app = app
       @config = config
@@ -65,11 +74,37 @@ module Margay
         @last_beat = t
         ask_to_mold
       end
+      balance(t) if @config.balance_keepalive
       command = @ctl.read_nonblock(64, exception: false)
       return unless command.is_a?(String) && command.include?("mold")
 
       @mold_requested = true
       @server.stop
+    end
+
+    # Keep-alive balancing: a worker whose threads have all been busy for a
+    # while hands its idle keep-alive connections to the master, which passes
+    # them to another worker; connections handed to us are adopted. Nothing is
+    # lost: a request already sent waits in the socket's kernel buffer.
+    def balance(t)
+      if t - @last_handoff >= HANDOFF_INTERVAL && @server.saturated_ms >= HANDOFF_AFTER_MS
+        @last_handoff = t
+        @server.detach_idle(64).each { |fd| pass_on(fd) }
+      end
+      while @handoff.wait_readable(0)
+        io = @handoff.recv_io
+        io.autoclose = false # the engine owns the descriptor now
+        @server.adopt(io.fileno)
+      end
+    rescue IOError, SystemCallError => e
+      @log.warn("worker #{@index}: keep-alive hand-over failed: #{e.message}")
+    end
+
+    def pass_on(fd)
+      io = IO.for_fd(fd, autoclose: true)
+      @handoff.send_io(io)
+    ensure
+      io&.close
     end
 
     def ask_to_mold
@@ -103,20 +138,22 @@ module Margay
     def fork_worker(index)
       beat_r, beat_w = IO.pipe
       master_end, child_end = UNIXSocket.pair
+      hand_master, hand_child = UNIXSocket.pair(:DGRAM)
       middle = fork do
         pid = fork do
-          [beat_r, master_end, @ctl, @beat].each(&:close)
+          [beat_r, master_end, hand_master, @ctl, @beat, @handoff].each(&:close)
           WorkerProcess.new(index: index, app: @app, config: @config, log: @log, listeners: @listeners,
-                            beat: beat_w, ctl: child_end).run
+                            beat: beat_w, ctl: child_end, handoff: hand_child).run
         end
         @ctl.send_io(beat_r)
         @ctl.send_io(master_end)
+        @ctl.send_io(hand_master)
         @ctl.write("#{pid}\n")
         exit!(0)
       end
       Process.wait(middle)
     ensure
-      [beat_r, beat_w, master_end, child_end].each { |io| io&.close }
+      [beat_r, beat_w, master_end, child_end, hand_master, hand_child].each { |io| io&.close }
     end
   end
 end

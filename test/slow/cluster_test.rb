@@ -262,3 +262,39 @@ class ClusterBootFailureTest < ClusterTest
     assert_operator log_text.scan(/cannot boot/).size, :>=, 2, "each attempt reports the app's error"
   end
 end
+
+# Keep-alive balancing: an idle keep-alive connection pinned to a saturated
+# worker is handed to a worker with a free thread.
+class ClusterHandoverTest < ClusterTest
+  ClusterTest.public_instance_methods(false).grep(/\Atest_/).each { |m| undef_method(m) if method_defined?(m) }
+
+  def test_idle_connection_of_a_saturated_worker_is_served_elsewhere
+    start_cluster(2, min_threads: 1, max_threads: 1)
+    pinned = TCPSocket.new("127.0.0.1", @port)
+    pinned.write("GET /pid HTTP/1.1\r\nHost: t\r\n\r\n")
+    pinned_pid = read_response(pinned)[2].to_i
+    # occupy the pinned worker's only thread: misses (the other worker) answer at once
+    busy = nil
+    20.times do
+      sock = TCPSocket.new("127.0.0.1", @port)
+      sock.write("GET /slow_in?#{pinned_pid} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+      if sock.wait_readable(0.3)
+        sock.close
+      else
+        busy = sock
+        break
+      end
+    end
+    refute_nil busy, "could not occupy the pinned worker"
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    pinned.write("GET /pid HTTP/1.1\r\nHost: t\r\n\r\n")
+    status, _, body = read_response(pinned, timeout: 10)
+    elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+    assert_equal 200, status
+    refute_equal pinned_pid, body.to_i, "answered by the other worker"
+    assert_operator elapsed, :<, 2.5, "waited for the busy worker (its request takes 5 s)"
+  ensure
+    pinned&.close
+    busy&.close
+  end
+end

@@ -8,6 +8,10 @@ run lambda { |env|
   when "/slow"
     puts "slow request in #{Process.pid}"
     sleep 5
+  when "/pid"
+    return [200, { "content-type" => "text/plain" }, [Process.pid.to_s]]
+  when "/slow_in" # sleeps only in the worker whose pid is the query
+    sleep 5 if env["QUERY_STRING"].to_i == Process.pid
   when "/stuck" # a request that ignores request_timeout's interrupt
     Thread.handle_interrupt(Margay::RequestTimeout => :never) { sleep 8 }
   end
