@@ -71,7 +71,35 @@ class SystemdTest < Minitest::Test
     notify&.close
   end
 
+  def test_sd_notify_in_cluster_mode_with_watchdog
+    path = File.join(@dir, "notify.sock")
+    notify = Socket.new(:UNIX, :DGRAM)
+    notify.bind(Socket.pack_sockaddr_un(path))
+    env = { "NOTIFY_SOCKET" => path, "WATCHDOG_USEC" => "400000" }
+    @pid = spawn(env, RbConfig.ruby, "-I#{ROOT}/lib", EXE, "-q", "-w", "2", "-b", "tcp://127.0.0.1:0",
+                 chdir: @dir, out: File::NULL, err: File::NULL)
+    messages = Array.new(3) { receive(notify) }
+    assert_includes messages, "READY=1", "READY once both workers serve"
+    assert_includes messages, "WATCHDOG=1", "pinged every WATCHDOG_USEC / 2"
+    Process.kill(:USR1, @pid)
+    assert_equal "RELOADING=1", receive_skipping_watchdog(notify)
+    assert_equal "READY=1", receive_skipping_watchdog(notify), "READY again once the new workers serve"
+    Process.kill(:TERM, @pid)
+    assert_equal "STOPPING=1", receive_skipping_watchdog(notify)
+    Process.wait(@pid)
+    @pid = nil
+  ensure
+    notify&.close
+  end
+
   private
+
+  def receive_skipping_watchdog(sock)
+    loop do
+      message = receive(sock)
+      return message unless message == "WATCHDOG=1"
+    end
+  end
 
   def receive(sock)
     assert sock.wait_readable(20), "no sd_notify message within 20 s"
