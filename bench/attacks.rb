@@ -258,6 +258,7 @@ module MargayBench
       end
       length = buf[/^content-length:\s*(\d+)/i, 1].to_i
       read_more(buf, deadline) while buf.bytesize < head_end + 4 + length
+      reset if buf[0, head_end].match?(/^connection:\s*close/i) # e.g. after max_keepalive_requests
       buf.start_with?("HTTP/1.1 200")
     rescue SystemCallError, IOError, EOFError
       false

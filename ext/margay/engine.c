@@ -46,6 +46,10 @@ static void engine_release(mg_engine *e) {
   if (e->wake_fd[1] >= 0 && e->wake_fd[1] != e->wake_fd[0]) close(e->wake_fd[1]);
   e->wake_fd[0] = e->wake_fd[1] = -1;
   pthread_mutex_destroy(&e->sweep_lock);
+  free(e->pins.entries); /* every segment is gone with its connection */
+  e->pins.entries = NULL;
+  e->pins.len = e->pins.cap = 0;
+  pthread_mutex_destroy(&e->pins.lock);
 }
 
 static void engine_free(void *p) {
@@ -57,6 +61,7 @@ static void engine_free(void *p) {
 static void engine_mark(void *p) {
   mg_engine *e = p;
   rb_gc_mark(e->env_template);
+  if (!e->closed) mg_pins_mark(&e->pins);
   for (int i = 0; i < e->nlisteners; i++) {
     rb_gc_mark(e->listeners[i].server_name);
     rb_gc_mark(e->listeners[i].server_port);
@@ -154,6 +159,7 @@ static VALUE engine_initialize(VALUE self, VALUE opts, VALUE env_template) {
     }
   }
   pthread_mutex_init(&e->sweep_lock, NULL);
+  pthread_mutex_init(&e->pins.lock, NULL);
   e->env_template = rb_hash_dup(env_template);
   rb_obj_freeze(e->env_template);
   e->closed = 0;

@@ -32,11 +32,25 @@ enum mg_phase {
   MG_PH_LINGER   /* write side shut, discarding input before close */
 };
 
+/* Ruby strings the output queues point into (large response bodies are sent
+ * from the app's string, not copied). The engine's GC mark function marks
+ * every entry, which also pins it (it cannot move); entries are added with
+ * the GVL and removed by whichever thread finishes the write, under the lock,
+ * without calling Ruby. */
+typedef struct {
+  pthread_mutex_t lock;
+  struct mg_pin { VALUE str; struct mg_seg *seg; } *entries;
+  size_t len, cap;
+} mg_pins;
+
 /* One queued piece of output: bytes, or a file range sent with sendfile. */
 typedef struct mg_seg {
   struct mg_seg *next;
   char *data;
   size_t len, off;
+  size_t cap;          /* allocation size, for mg_buf_free */
+  mg_pins *pins;       /* non-NULL: data points into a pinned Ruby string */
+  size_t pin_index;
   int file_fd;         /* -1 for memory */
   off_t file_off;
   uint64_t file_left;
@@ -116,6 +130,7 @@ typedef struct mg_engine {
   _Atomic int64_t resume_accept_ms;
   _Atomic int64_t next_sweep_ms;
   pthread_mutex_t sweep_lock;
+  mg_pins pins;
   mg_listener listeners[MG_MAX_LISTENERS];
   int nlisteners;
   int wake_fd[2];            /* eventfd (both the same) or a pipe */
@@ -152,7 +167,11 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
 int mg_detach_idle(mg_engine *e, int *out, int max);
 int mg_conn_flush(mg_engine *e, mg_conn *c); /* 1 done, 0 would block, -1 error */
 void mg_conn_queue(mg_conn *c, const char *data, size_t len);
-void mg_conn_queue_owned(mg_conn *c, char *data, size_t len);
+void mg_conn_queue_owned(mg_conn *c, char *data, size_t len, size_t cap); /* data from mg_buf_alloc */
+char *mg_buf_alloc(size_t size);
+int mg_conn_queue_string(mg_engine *e, mg_conn *c, VALUE frozen_str); /* with the GVL; -1: no memory */
+void mg_pins_mark(mg_pins *p);
+void mg_buf_free(char *p, size_t size);
 void mg_conn_queue_file(mg_conn *c, int fd, off_t off, uint64_t len);
 void mg_conn_reset_request(mg_conn *c);
 void mg_engine_wake(mg_engine *e);

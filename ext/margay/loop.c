@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #ifdef HAVE_SYS_SENDFILE_H
 #include <sys/sendfile.h>
 #endif
@@ -72,13 +73,82 @@ static void resume_accept(mg_engine *e) {
 
 /* ---- request state ---- */
 
+/* Output buffers. Large ones (whole response bodies) are mapped directly, so
+ * that freeing them returns the memory to the system at once instead of
+ * leaving the allocator holding fragmented heap. */
+#define MG_BIG_BUFFER (256 * 1024)
+
+char *mg_buf_alloc(size_t size) {
+  if (size < MG_BIG_BUFFER) return malloc(size ? size : 1);
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+void mg_buf_free(char *p, size_t size) {
+  if (!p) return;
+  if (size < MG_BIG_BUFFER) free(p);
+  else munmap(p, size);
+}
+
+static void queue_seg(mg_conn *c, mg_seg *s);
+
+static void unpin(mg_seg *s) {
+  mg_pins *p = s->pins;
+  pthread_mutex_lock(&p->lock);
+  size_t i = s->pin_index, last = p->len - 1;
+  if (i != last) {
+    p->entries[i] = p->entries[last];
+    p->entries[i].seg->pin_index = i;
+  }
+  p->len--;
+  pthread_mutex_unlock(&p->lock);
+}
+
+static void free_seg(mg_seg *s) {
+  if (s->file_fd >= 0) close(s->file_fd);
+  if (s->pins) unpin(s); /* the string is the app's: just let go of it */
+  else mg_buf_free(s->data, s->cap);
+  free(s);
+}
+
+/* Queue a frozen Ruby string without copying it (called with the GVL). */
+int mg_conn_queue_string(mg_engine *e, mg_conn *c, VALUE str) {
+  mg_pins *p = &e->pins;
+  mg_seg *s = calloc(1, sizeof *s);
+  if (!s) return -1;
+  pthread_mutex_lock(&p->lock);
+  if (p->len == p->cap) {
+    size_t cap = p->cap ? p->cap * 2 : 64;
+    struct mg_pin *n = realloc(p->entries, cap * sizeof *n);
+    if (!n) { pthread_mutex_unlock(&p->lock); free(s); return -1; }
+    p->entries = n;
+    p->cap = cap;
+  }
+  s->pins = p;
+  s->pin_index = p->len;
+  p->entries[p->len].str = str;
+  p->entries[p->len].seg = s;
+  p->len++;
+  pthread_mutex_unlock(&p->lock);
+  s->data = RSTRING_PTR(str);
+  s->len = (size_t)RSTRING_LEN(str);
+  s->file_fd = -1;
+  queue_seg(c, s);
+  c->out_bytes += s->len;
+  return 0;
+}
+
+void mg_pins_mark(mg_pins *p) {
+  pthread_mutex_lock(&p->lock);
+  for (size_t i = 0; i < p->len; i++) rb_gc_mark(p->entries[i].str);
+  pthread_mutex_unlock(&p->lock);
+}
+
 static void free_out(mg_conn *c) {
   mg_seg *s = c->out_head;
   while (s) {
     mg_seg *n = s->next;
-    if (s->file_fd >= 0) close(s->file_fd);
-    free(s->data);
-    free(s);
+    free_seg(s);
     s = n;
   }
   c->out_head = c->out_tail = NULL;
@@ -126,20 +196,20 @@ static void queue_seg(mg_conn *c, mg_seg *s) {
   c->out_tail = s;
 }
 
-void mg_conn_queue_owned(mg_conn *c, char *data, size_t len) {
-  mg_seg *s = malloc(sizeof *s);
-  if (!s) { free(data); return; }
-  s->data = data; s->len = len; s->off = 0; s->file_fd = -1; s->file_off = 0; s->file_left = 0;
+void mg_conn_queue_owned(mg_conn *c, char *data, size_t len, size_t cap) {
+  mg_seg *s = calloc(1, sizeof *s);
+  if (!s) { mg_buf_free(data, cap); return; }
+  s->data = data; s->len = len; s->cap = cap; s->off = 0; s->file_fd = -1; s->file_off = 0; s->file_left = 0;
   queue_seg(c, s);
   c->out_bytes += len;
 }
 
 void mg_conn_queue(mg_conn *c, const char *data, size_t len) {
   if (!len) return;
-  char *copy = malloc(len);
+  char *copy = mg_buf_alloc(len);
   if (!copy) return;
   memcpy(copy, data, len);
-  mg_conn_queue_owned(c, copy, len);
+  mg_conn_queue_owned(c, copy, len, len);
 }
 
 void mg_conn_queue_file(mg_conn *c, int fd, off_t off, uint64_t len) {
@@ -211,8 +281,7 @@ int mg_conn_flush(mg_engine *e, mg_conn *c) {
         left -= avail;
         c->out_head = t->next;
         if (!c->out_head) c->out_tail = NULL;
-        free(t->data);
-        free(t);
+        free_seg(t);
       }
       continue;
     }

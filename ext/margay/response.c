@@ -90,7 +90,7 @@ static const unsigned char tchar[256] = {
 };
 
 typedef struct {
-  char *buf;
+  char *buf;              /* from mg_buf_alloc */
   size_t len, cap;
   int has_date, app_close, has_te, resp_chunked;
   int64_t content_length; /* -1 when the app set none */
@@ -98,11 +98,27 @@ typedef struct {
   VALUE hijack;           /* rack.hijack response header (partial hijack) */
 } head_builder;
 
+static void hb_release(head_builder *h) {
+  mg_buf_free(h->buf, h->cap);
+  h->buf = NULL;
+  h->cap = h->len = 0;
+}
+
+/* The builder's buffer comes from mg_buf_alloc and is handed to the
+ * connection's output queue as it is (no second copy); callers reserve the
+ * body's size up front so that a large body is copied exactly once. */
 static void hb_grow(head_builder *h, size_t need) {
   if (h->len + need <= h->cap) return;
-  size_t cap = h->cap ? h->cap : 512;
+  size_t cap = h->cap ? h->cap : 1024;
   while (cap < h->len + need) cap *= 2;
-  REALLOC_N(h->buf, char, cap);
+  char *buf = mg_buf_alloc(cap);
+  if (!buf) {
+    hb_release(h);
+    rb_raise(rb_eNoMemError, "response buffer of %zu bytes", cap);
+  }
+  if (h->len) memcpy(buf, h->buf, h->len);
+  mg_buf_free(h->buf, h->cap);
+  h->buf = buf;
   h->cap = cap;
 }
 
@@ -114,8 +130,7 @@ static void hb_put(head_builder *h, const char *s, size_t n) {
 
 NORETURN(static void invalid(head_builder *h, const char *fmt, VALUE arg));
 static void invalid(head_builder *h, const char *fmt, VALUE arg) {
-  xfree(h->buf);
-  h->buf = NULL;
+  hb_release(h);
   rb_raise(mg_eInvalidResponse, fmt, arg);
 }
 
@@ -206,9 +221,10 @@ static int status_of(VALUE status) {
 static int bodyless(int status) { return status < 200 || status == 204 || status == 304; }
 
 /* Status line and the app's fields. */
-static void begin_head(head_builder *h, mg_conn *c, int status, VALUE headers) {
+static void begin_head(head_builder *h, mg_conn *c, int status, VALUE headers, size_t reserve) {
   if (!RB_TYPE_P(headers, T_HASH)) rb_raise(mg_eInvalidResponse, "headers must be a Hash, got %" PRIsVALUE, rb_obj_class(headers));
   memset(h, 0, sizeof *h);
+  hb_grow(h, 1024 + reserve);
   h->content_length = -1;
   h->hijack = Qnil;
   h->strip_length = status < 200 || status == 204;
@@ -253,14 +269,14 @@ static void finish_head(mg_engine *e, head_builder *h, mg_conn *c, int status, i
 
 /* Hand the built head (and body bytes appended to it) to the connection. */
 static void queue_head(mg_conn *c, head_builder *h) {
-  char *data = malloc(h->len);
-  if (data) {
-    memcpy(data, h->buf, h->len);
-    mg_conn_queue_owned(c, data, h->len);
-  }
-  xfree(h->buf);
+  if (h->len) mg_conn_queue_owned(c, h->buf, h->len, h->cap);
+  else mg_buf_free(h->buf, h->cap);
   h->buf = NULL;
+  h->cap = h->len = 0;
 }
+
+/* Body parts at least this large are sent from the Ruby string, not copied. */
+#define MG_SHARE_STRING (64 * 1024)
 
 /* After the whole response is queued: send, and either go on with a pipelined
  * request (returns the token) or hand the connection to the event loop. */
@@ -275,18 +291,19 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
   mg_conn *c = mg_engine_conn_for_token(e, token);
   int st = status_of(status);
   Check_Type(body, T_ARRAY);
-  int64_t blen = 0;
+  int64_t blen = 0, copied = 0;
   long nparts = RARRAY_LEN(body);
   for (long i = 0; i < nparts; i++) {
     VALUE part = RARRAY_AREF(body, i);
     if (!RB_TYPE_P(part, T_STRING)) rb_raise(mg_eInvalidResponse, "body parts must be Strings, got %" PRIsVALUE, rb_obj_class(part));
     blen += RSTRING_LEN(part);
+    if (RSTRING_LEN(part) < MG_SHARE_STRING) copied += RSTRING_LEN(part);
   }
   head_builder h;
-  begin_head(&h, c, st, headers);
+  begin_head(&h, c, st, headers, (size_t)copied);
   int send_body = !c->head_request && !bodyless(st);
   if (h.content_length >= 0 && send_body && !h.has_te && h.content_length != blen) {
-    xfree(h.buf);
+    hb_release(&h);
     rb_raise(mg_eInvalidResponse, "content-length %lld does not match the body's %lld bytes",
              (long long)h.content_length, (long long)blen);
   }
@@ -295,7 +312,15 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
   if (send_body) {
     for (long i = 0; i < nparts; i++) {
       VALUE part = RARRAY_AREF(body, i);
-      hb_put(&h, RSTRING_PTR(part), (size_t)RSTRING_LEN(part));
+      if (RSTRING_LEN(part) < MG_SHARE_STRING) {
+        hb_put(&h, RSTRING_PTR(part), (size_t)RSTRING_LEN(part));
+        continue;
+      }
+      /* a large part is sent from the app's string itself: frozen (a later
+       * change to the app's copy makes Ruby copy it, not us) and pinned */
+      queue_head(c, &h);
+      if (mg_conn_queue_string(e, c, rb_str_new_frozen(part)) != 0) rb_raise(rb_eNoMemError, "response queue");
+      hb_grow(&h, 1024);
     }
   }
   queue_head(c, &h);
@@ -316,9 +341,9 @@ static VALUE engine_respond_file(VALUE self, VALUE token, VALUE status, VALUE he
   if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) { close(fd); return Qfalse; }
   head_builder h;
   int status_ok = 0;
-  begin_head(&h, c, st, headers);
+  begin_head(&h, c, st, headers, 0);
   status_ok = h.content_length < 0 || h.content_length == (int64_t)sb.st_size;
-  if (!status_ok || h.has_te) { xfree(h.buf); close(fd); return Qfalse; } /* let the caller iterate the body */
+  if (!status_ok || h.has_te) { hb_release(&h); close(fd); return Qfalse; } /* let the caller iterate the body */
   finish_head(e, &h, c, st, bodyless(st) ? -1 : (int64_t)sb.st_size);
   queue_head(c, &h);
   if (!c->head_request && !bodyless(st) && sb.st_size > 0) mg_conn_queue_file(c, fd, 0, (uint64_t)sb.st_size);
@@ -334,7 +359,7 @@ static VALUE engine_stream_start(VALUE self, VALUE token, VALUE status, VALUE he
   mg_conn *c = mg_engine_conn_for_token(e, token);
   int st = status_of(status);
   head_builder h;
-  begin_head(&h, c, st, headers);
+  begin_head(&h, c, st, headers, 0);
   if (h.hijack != Qnil) {
     c->keep_alive = 0; /* the app takes the socket after the head ... */
     h.has_te = 1;      /* ... and frames its bytes itself: add no content-length or chunked */
@@ -387,12 +412,12 @@ static VALUE engine_stream_write(VALUE self, VALUE token, VALUE data) {
     c->stream_left -= (int64_t)n;
   }
   if (c->resp_chunked) {
-    char *buf = malloc(n + 24);
+    char *buf = mg_buf_alloc(n + 24);
     if (!buf) rb_raise(rb_eNoMemError, "response chunk");
     int h = snprintf(buf, 20, "%zx\r\n", n);
     memcpy(buf + h, RSTRING_PTR(data), n);
     memcpy(buf + h + n, "\r\n", 2);
-    mg_conn_queue_owned(c, buf, (size_t)h + n + 2);
+    mg_conn_queue_owned(c, buf, (size_t)h + n + 2, n + 24);
   } else {
     mg_conn_queue(c, RSTRING_PTR(data), n);
   }
@@ -423,7 +448,7 @@ static VALUE engine_early_hints(VALUE self, VALUE token, VALUE headers) {
   mg_conn *c = mg_engine_conn_for_token(e, token);
   if (c->minor < 1 || c->resp_started) return Qfalse;
   head_builder h;
-  begin_head(&h, c, 103, headers);
+  begin_head(&h, c, 103, headers, 0);
   hb_put(&h, "\r\n", 2);
   queue_head(c, &h);
   if (mg_conn_flush(e, c) < 0) rb_raise(mg_eClientGone, "client went away");

@@ -319,6 +319,32 @@ class ServerTest < Minitest::Test
     end
   end
 
+  def test_large_body_strings_are_sent_by_reference_safely
+    shared = ("s" * (1024 * 1024)).freeze
+    app = lambda do |env|
+      if env["PATH_INFO"] == "/mutated"
+        big = "m" * (1024 * 1024) # the app changes its string after answering
+        env["rack.response_finished"] << ->(*) { big.replace("X" * 10); GC.start; GC.compact if GC.respond_to?(:compact) }
+        [200, {}, ["<", big, ">"]]
+      else
+        [200, {}, [shared]]
+      end
+    end
+    with_server(app) do |_, port|
+      readers = Array.new(10) { TCPSocket.new("127.0.0.1", port).tap { |s| s.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n") } }
+      mutated = TCPSocket.new("127.0.0.1", port)
+      mutated.write("GET /mutated HTTP/1.1\r\nHost: x\r\n\r\n")
+      sleep 0.3 # the responses are queued; the callback has replaced the app's string meanwhile
+      GC.start
+      GC.compact if GC.respond_to?(:compact)
+      status, _, body = read_response(mutated, timeout: 10)
+      assert_equal [200, 1024 * 1024 + 2], [status, body.bytesize]
+      assert_equal "<#{'m' * (1024 * 1024)}>", body, "the bytes sent are the ones the app returned"
+      readers.each { |r| assert_equal shared, read_response(r, timeout: 10)[2] }
+      (readers + [mutated]).each(&:close)
+    end
+  end
+
   def test_header_timeout_answers_408
     with_server(HELLO, header_timeout: 0.5) do |_, port|
       sock = TCPSocket.new("127.0.0.1", port)

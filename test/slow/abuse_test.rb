@@ -6,7 +6,7 @@ require "fileutils"
 require "rbconfig"
 require "tmpdir"
 
-# Slow and abusive clients against a real server (docs/SECURITY.md, "Attacks"):
+# Slow and abusive clients against a real server (docs/SECURITY.md, "Slow and abusive clients"):
 # slowloris, slow request bodies, clients that never read, thousands of idle
 # keep-alive connections, a connection flood up to the descriptor limit, and
 # clients that vanish mid-head, mid-body and mid-response.
@@ -59,7 +59,10 @@ class AbuseTest < Minitest::Test
     end
   end
 
-  # A body that notes its close in the recorder entry.
+  # An each-body that notes its close in the recorder entry. It streams: the
+  # thread writes it chunk by chunk and blocks (until write_timeout) while more
+  # than response_buffer_limit is queued, so a client leaving mid-response
+  # surfaces as ClientGone in rack.response_finished.
   class TrackedBody
     def initialize(entry, parts)
       @entry = entry
@@ -75,8 +78,17 @@ class AbuseTest < Minitest::Test
     end
   end
 
-  # An each-body of unknown length (streamed, chunked): the thread writes it
-  # chunk by chunk, so a client leaving mid-response surfaces as ClientGone.
+  # A body the server can take whole (to_ary): it is queued in the event loop
+  # and the thread returns at once, however slowly the client reads.
+  class ArrayBody < TrackedBody
+    def to_ary
+      @parts
+    ensure
+      close # the SPEC: a body with to_ary and close closes itself in to_ary
+    end
+  end
+
+  # A streamed body of unknown length (chunked), 64 MiB.
   class StreamedBody < TrackedBody
     def each
       STREAM_CHUNKS.times { yield CHUNK }
@@ -87,12 +99,12 @@ class AbuseTest < Minitest::Test
     lambda do |env|
       entry = recorder.track(env)
       case env["PATH_INFO"]
-      when "/big" then [200, { "content-type" => "text/plain", "content-length" => BIG.bytesize.to_s }, TrackedBody.new(entry, [BIG])]
+      when "/big" then [200, { "content-type" => "text/plain", "content-length" => BIG.bytesize.to_s }, ArrayBody.new(entry, [BIG])]
       when "/stream" then [200, { "content-type" => "text/plain" }, StreamedBody.new(entry, nil)]
       when "/echo"
         size = env["rack.input"].read.bytesize
-        [200, { "content-type" => "text/plain" }, TrackedBody.new(entry, [size.to_s])]
-      else [200, { "content-type" => "text/plain" }, TrackedBody.new(entry, ["hello"])]
+        [200, { "content-type" => "text/plain" }, ArrayBody.new(entry, [size.to_s])]
+      else [200, { "content-type" => "text/plain" }, ArrayBody.new(entry, ["hello"])]
       end
     end
   end
@@ -178,7 +190,7 @@ class AbuseTest < Minitest::Test
       readers = open_sockets(port, 20) { |s| s.write("GET /big HTTP/1.1\r\nHost: x\r\n\r\n") }
       wait_until("the app answered every /big request") { @recorder.paths.count("/big") == 20 }
       probe(port, requests: 30)
-      assert_equal 20, server.stats[:connections], "the unread responses stay queued in the loop"
+      wait_until("the unread responses stay queued in the loop") { server.stats[:connections] == 20 }
       status, _, body = read_response(readers.first, timeout: 10)
       assert_equal [200, BIG.bytesize], [status, body.bytesize], "a late reader still gets the whole response"
       close_all(readers)
@@ -295,15 +307,18 @@ class AbuseTest < Minitest::Test
       sleep 0.5 # let the server accept what it will
       cpu = child_cpu(pid)
       saturated = now
-      5.times { assert_equal 200, timed_request(keep, "/")[0], "a connection already open keeps being served" }
-      sleep 1.5
+      # An active connection keeps being served (an idle one may be reclaimed to make room).
+      20.times do
+        assert_equal 200, timed_request(keep, "/")[0], "a connection already open keeps being served"
+        sleep 0.1
+      end
       used = child_cpu(pid) - cpu
       assert_operator used, :<, 0.5 * (now - saturated), "the saturated server spins (#{used.round(2)} s CPU)"
       assert_operator child_fds(pid).size, :<=, NOFILE
       close_all(flood)
       fresh_requests_succeed(port)
-      assert_equal 200, request(keep, "/")[0]
-      assert_child_back_to(pid, baseline)
+      keep.close
+      assert_child_back_to(pid, baseline[0...-1])
     end
   end
 
@@ -319,18 +334,21 @@ class AbuseTest < Minitest::Test
       sleep 0.5
       cpu = child_cpu(pid)
       saturated = now
-      5.times { assert_equal 200, timed_request(keep, "/")[0], "a connection already open keeps being served" }
       # No descriptor for a tempfile either: that request fails, the server does not.
       status, = timed_request(spare, "/echo", body: "z" * 300_000)
       refute_equal 200, status, "a big body cannot be buffered without a descriptor"
-      sleep 1.5
+      20.times do
+        assert_equal 200, timed_request(keep, "/")[0], "a connection already open keeps being served"
+        sleep 0.1
+      end
       used = child_cpu(pid) - cpu
       assert_operator used, :<, 0.5 * (now - saturated), "the server spins on EMFILE (#{used.round(2)} s CPU)"
       assert_equal 200, request(keep, "/release")[0]
       close_all(flood)
       fresh_requests_succeed(port)
       spare.close
-      assert_child_back_to(pid, baseline - [baseline.last])
+      keep.close
+      assert_child_back_to(pid, baseline[0...-2])
     end
   end
 
@@ -347,15 +365,19 @@ class AbuseTest < Minitest::Test
       wait_until("only the minimum thread left") { server.stats[:threads] == 1 }
       fds = own_fds
       threads = Thread.list.size
-      block.call(port, server)
-      assert_server_clean(server, fds, threads)
+      begin
+        block.call(port, server)
+        assert_server_clean(server, fds, threads)
+      ensure
+        close_all(@sockets) # before with_server stops it: a graceful stop waits for unread responses
+      end
     end
   end
 
   def assert_server_clean(server, fds, threads)
     @sockets.each { |s| s.close unless s.closed? }
     wait_until(-> { "every connection closed (#{server.stats[:connections]} left)" }) { server.stats[:connections].zero? }
-    wait_until(-> { "no descriptor leaked: #{(own_fds.to_a - fds.to_a).inspect}" }) { own_fds == fds }
+    wait_until(-> { "no descriptor leaked: new since the attack began #{(own_fds.to_a - fds.to_a).inspect}" }) { (own_fds.to_a - fds.to_a).empty? }
     assert_empty body_tempfiles, "tempfiles left open"
     wait_until(-> { "pool back to its minimum (#{server.stats[:threads]} threads)" }) { server.stats[:threads] == 1 }
     wait_until(-> { "no Ruby thread leaked: #{Thread.list.inspect}" }) { Thread.list.size == threads }
@@ -574,7 +596,7 @@ class AbuseTest < Minitest::Test
 
   def assert_child_back_to(pid, baseline)
     wait_until(-> { "the child's descriptors back to #{baseline.size} (now #{child_fds(pid).size})" }, timeout: 10) do
-      child_fds(pid).size == baseline.size
+      child_fds(pid).size <= baseline.size # fewer is fine (a descriptor open at the baseline may have closed)
     end
     assert_empty body_tempfiles(pid), "tempfiles left open in the child"
   end
