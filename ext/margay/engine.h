@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include "ev.h"
 #include "parser.h"
 #include "margay.h"
@@ -52,6 +53,7 @@ typedef struct mg_seg {
   mg_pins *pins;       /* non-NULL: data points into a pinned Ruby string */
   size_t pin_index;
   int file_fd;         /* -1 for memory */
+  int spill;           /* the file is the connection's spill file (the tail may grow) */
   off_t file_off;
   uint64_t file_left;
 } mg_seg;
@@ -87,6 +89,8 @@ typedef struct mg_conn {
   int resp_chunked;       /* streaming response with chunked framing */
   int resp_started;
   int64_t stream_left;    /* streamed bytes still owed to an announced content-length; -1 unknown */
+  int spill_fd;           /* streamed output beyond response_buffer_limit goes to this tempfile */
+  off_t spill_end;        /* bytes written to it */
   int head_request;       /* HEAD: no body bytes on the wire */
   int minor;
 
@@ -173,6 +177,7 @@ int mg_conn_queue_string(mg_engine *e, mg_conn *c, VALUE frozen_str); /* with th
 void mg_pins_mark(mg_pins *p);
 void mg_buf_free(char *p, size_t size);
 void mg_conn_queue_file(mg_conn *c, int fd, off_t off, uint64_t len);
+int mg_conn_spill(mg_engine *e, mg_conn *c, const struct iovec *iov, int n); /* 0, or -1 with errno */
 void mg_conn_reset_request(mg_conn *c);
 void mg_engine_wake(mg_engine *e);
 void mg_simple_response(mg_engine *e, mg_conn *c, int status);

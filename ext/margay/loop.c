@@ -167,6 +167,8 @@ void mg_conn_reset_request(mg_conn *c) {
   c->resp_chunked = 0;
   c->resp_started = 0;
   c->stream_left = -1;
+  if (c->spill_fd >= 0) { close(c->spill_fd); c->spill_fd = -1; } /* queued segments hold their own fds */
+  c->spill_end = 0;
   c->head_request = 0;
 }
 
@@ -210,6 +212,60 @@ void mg_conn_queue(mg_conn *c, const char *data, size_t len) {
   if (!copy) return;
   memcpy(copy, data, len);
   mg_conn_queue_owned(c, copy, len, len);
+}
+
+static int open_tempfile(mg_engine *e) {
+  int fd = -1;
+#ifdef O_TMPFILE
+  fd = open(e->cfg.tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+#endif
+  if (fd < 0) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/margay-XXXXXX", e->cfg.tmpdir);
+    fd = mkstemp(path);
+    if (fd < 0) return -1;
+    unlink(path);
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+  return fd;
+}
+
+/* Append streamed output to the connection's spill file (an unlinked
+ * tempfile) instead of memory: the Ruby thread never waits for a slow reader,
+ * memory stays bounded, and the event loop sends the file with sendfile. */
+int mg_conn_spill(mg_engine *e, mg_conn *c, const struct iovec *iov, int n) {
+  if (c->spill_fd < 0 && (c->spill_fd = open_tempfile(e)) < 0) return -1;
+  size_t total = 0;
+  for (int i = 0; i < n; i++) total += iov[i].iov_len;
+  off_t at = c->spill_end;
+  size_t done = 0;
+  while (done < total) {
+    struct iovec rest[4];
+    int k = 0;
+    size_t skip = done;
+    for (int i = 0; i < n && k < 4; i++) {
+      if (skip >= iov[i].iov_len) { skip -= iov[i].iov_len; continue; }
+      rest[k].iov_base = (char *)iov[i].iov_base + skip;
+      rest[k].iov_len = iov[i].iov_len - skip;
+      skip = 0;
+      k++;
+    }
+    ssize_t w = pwritev(c->spill_fd, rest, k, at + (off_t)done);
+    if (w < 0) { if (errno == EINTR) continue; return -1; }
+    done += (size_t)w;
+  }
+  c->spill_end = at + (off_t)total;
+  mg_seg *t = c->out_tail;
+  if (t && t->spill && t->file_off + (off_t)t->file_left == at) {
+    t->file_left += total; /* still unsent and contiguous: grow it */
+    return 0;
+  }
+  int fd = dup(c->spill_fd);
+  if (fd < 0) return -1;
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  mg_conn_queue_file(c, fd, at, total);
+  c->out_tail->spill = 1;
+  return 0;
 }
 
 void mg_conn_queue_file(mg_conn *c, int fd, off_t off, uint64_t len) {
@@ -358,18 +414,8 @@ static int error_out(mg_engine *e, mg_conn *c, int status) {
 static int body_store(mg_engine *e, mg_conn *c, const char *data, size_t n) {
   if (!n) return 0;
   if (c->bfd < 0 && c->blen + n > e->cfg.body_buffer_size) {
-    int fd = -1;
-#ifdef O_TMPFILE
-    fd = open(e->cfg.tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-#endif
-    if (fd < 0) {
-      char path[4200];
-      snprintf(path, sizeof path, "%s/margay-body-XXXXXX", e->cfg.tmpdir);
-      fd = mkstemp(path);
-      if (fd < 0) return -1;
-      unlink(path);
-      fcntl(fd, F_SETFD, FD_CLOEXEC);
-    }
+    int fd = open_tempfile(e);
+    if (fd < 0) return -1;
     c->bfd = fd;
     if (c->blen && write(fd, c->bmem, c->blen) != (ssize_t)c->blen) return -1;
     c->blen = 0;
@@ -566,6 +612,7 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
     c = calloc(1, sizeof *c);
     if (!c) { close(fd); return -1; }
     c->bfd = -1;
+    c->spill_fd = -1;
     e->conns[fd] = c;
   }
   uint64_t gen = mg_state_gen(atomic_load(&c->state)) + 1;

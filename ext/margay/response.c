@@ -399,6 +399,9 @@ static void drain_to(mg_engine *e, mg_conn *c, size_t limit) {
   }
 }
 
+/* Streamed output spilled to disk for one response before its thread waits. */
+#define MG_SPILL_LIMIT ((off_t)1 << 30)
+
 /* Engine#stream_write(token, string) */
 static VALUE engine_stream_write(VALUE self, VALUE token, VALUE data) {
   mg_engine *e = mg_engine_get(self);
@@ -411,6 +414,20 @@ static VALUE engine_stream_write(VALUE self, VALUE token, VALUE data) {
       rb_raise(mg_eInvalidResponse, "body is longer than its content-length (%ld more bytes)", (long)(n - (size_t)c->stream_left));
     c->stream_left -= (int64_t)n;
   }
+  if (mg_conn_flush(e, c) < 0) rb_raise(mg_eClientGone, "client went away");
+  if (c->spill_fd >= 0 || c->out_bytes + n > e->cfg.response_buffer_limit) {
+    /* The client is slower than the app: spill to a tempfile rather than hold
+     * this thread, up to MG_SPILL_LIMIT per response (then wait for it). */
+    if (c->spill_end + (off_t)n > MG_SPILL_LIMIT) drain_to(e, c, 0);
+    char head[24];
+    struct iovec iov[3] = {{head, 0}, {RSTRING_PTR(data), n}, {(char *)"\r\n", 0}};
+    if (c->resp_chunked) {
+      iov[0].iov_len = (size_t)snprintf(head, sizeof head, "%zx\r\n", n);
+      iov[2].iov_len = 2;
+    }
+    if (c->spill_end + (off_t)n <= MG_SPILL_LIMIT && mg_conn_spill(e, c, iov, 3) == 0) return Qnil;
+    drain_to(e, c, e->cfg.response_buffer_limit / 2); /* no tempfile: wait for the client instead */
+  }
   if (c->resp_chunked) {
     char *buf = mg_buf_alloc(n + 24);
     if (!buf) rb_raise(rb_eNoMemError, "response chunk");
@@ -421,8 +438,7 @@ static VALUE engine_stream_write(VALUE self, VALUE token, VALUE data) {
   } else {
     mg_conn_queue(c, RSTRING_PTR(data), n);
   }
-  if (c->out_bytes > e->cfg.response_buffer_limit) drain_to(e, c, e->cfg.response_buffer_limit / 2);
-  else if (mg_conn_flush(e, c) < 0) rb_raise(mg_eClientGone, "client went away");
+  if (mg_conn_flush(e, c) < 0) rb_raise(mg_eClientGone, "client went away");
   return Qnil;
 }
 

@@ -345,6 +345,27 @@ class ServerTest < Minitest::Test
     end
   end
 
+  def test_streamed_body_beyond_the_buffer_spills_and_frees_the_thread
+    chunk = "0123456789abcdef" * 4096 # 64 KiB
+    body = Object.new
+    body.define_singleton_method(:each) { |&b| 192.times { |i| b.call("#{i}:#{chunk}") } } # ~12 MiB, lazily
+    app = ->(env) { env["PATH_INFO"] == "/stream" ? [200, {}, body] : HELLO.call(env) }
+    with_server(app, min_threads: 1, max_threads: 1, response_buffer_limit: 1024 * 1024) do |_, port|
+      slow = TCPSocket.new("127.0.0.1", port)
+      slow.write("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+      sleep 0.3 # the only thread streams into the buffer, then the tempfile
+      raw = raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout: 3)
+      assert_match(/hello\z/, raw, "the thread was not held by the client that does not read")
+      status, headers, data = read_response(slow, timeout: 20)
+      assert_equal [200, "chunked"], [status, headers["transfer-encoding"]]
+      assert_equal Array.new(192) { |i| "#{i}:#{chunk}" }.join, data
+      slow.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_equal "hello", read_response(slow)[2], "the connection stays in sync after a spilled body"
+    ensure
+      slow&.close
+    end
+  end
+
   def test_header_timeout_answers_408
     with_server(HELLO, header_timeout: 0.5) do |_, port|
       sock = TCPSocket.new("127.0.0.1", port)

@@ -200,14 +200,14 @@ class AbuseTest < Minitest::Test
   def test_stalled_reader_is_closed_at_write_timeout
     serve(write_timeout: 1) do |port, server|
       readers = open_sockets(port, 10) { |s| s.write("GET /big HTTP/1.1\r\nHost: x\r\n\r\n") }
-      # A streamed body blocks its thread while response_buffer_limit is queued: keep them few.
-      streamers = open_sockets(port, 3) { |s| s.write("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n") }
+      # A streamed body beyond response_buffer_limit spills to a tempfile: no thread waits.
+      streamers = open_sockets(port, 20) { |s| s.write("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n") }
       probe(port, requests: 10)
       wait_until("the server dropped the stalled readers", timeout: 10) { server.stats[:connections].zero? }
       close_all(readers + streamers)
       streamed = @recorder.entries.select { |e| e.path == "/stream" }
-      assert_equal 3, streamed.size
-      streamed.each { |e| assert_kind_of Margay::ClientGone, e.error, "response_finished gets the write timeout" }
+      assert_equal 20, streamed.size
+      streamed.each { |e| assert_nil e.error, "the app's side of a streamed body completes at once" }
     end
   end
 
@@ -262,11 +262,14 @@ class AbuseTest < Minitest::Test
         end
       end
       prober.value
-      wait_until("every /stream response noticed its client left") do
+      wait_until("every /stream response finished") do
         @recorder.entries.count { |e| e.path == "/stream" && e.finished } == 40
       end
+      # rack.response_finished runs once the app's side is done: with ClientGone when
+      # the client was gone before the body was handed over, else without error (the
+      # rest was spilled to a tempfile and the engine dropped it with the connection).
       @recorder.entries.select { |e| e.path == "/stream" }.each do |entry|
-        assert_kind_of Margay::ClientGone, entry.error, "rack.response_finished is told the client went away"
+        assert(entry.error.nil? || entry.error.is_a?(Margay::ClientGone), "unexpected error #{entry.error.inspect}")
       end
     end
   end
