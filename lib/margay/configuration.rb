@@ -39,7 +39,7 @@ module Margay
       backlog: 1024,
       event_backend: :auto,           # :auto, :epoll, :poll
       tmpdir: nil,                    # nil: Dir.tmpdir
-      response_buffer_limit: 4_194_304, # streamed bodies block the thread beyond this
+      response_buffer_limit: 4_194_304, # streamed output kept in memory; beyond it, a tempfile
       workers: 0,                     # cluster mode: worker processes (0: single process)
       preload_app: nil,               # load the app in the master before forking (nil: yes in cluster mode)
       balance_keepalive: true,        # cluster: a saturated worker releases keep-alive connections
