@@ -720,8 +720,8 @@ static void sweep(mg_engine *e, int64_t now) {
   atomic_store(&e->next_sweep_ms, now + SWEEP_INTERVAL_MS);
   int stopping = atomic_load(&e->stopping);
   int hw = atomic_load(&e->hiwater);
-  /* At the connection limit, make room for new clients by closing keep-alive
-   * connections that have been idle for a second or more. */
+  /* At the connection limit, make room for new clients by closing idle
+   * connections (see below). */
   int reclaim = atomic_load(&e->accept_paused) == 1 ? RECLAIM_PER_SWEEP : 0;
   for (int fd = 0; fd < hw; fd++) {
     mg_conn *c = e->conns[fd];
@@ -733,7 +733,11 @@ static void sweep(mg_engine *e, int64_t now) {
      * accepted but has not sent its first request yet is still answered. */
     int idle_stop = stopping && kept_alive;
     int forced = stopping == 2;
-    int reclaimed = reclaim > 0 && kept_alive && now - (c->deadline_ms - e->cfg.keepalive_timeout_ms) >= 1000;
+    /* at the limit: keep-alive connections idle for 1 s, and connections that
+     * have sent nothing for 2 s since they were accepted (a flood's) */
+    int silent = c->phase == MG_PH_IDLE && c->requests == 0 && c->rlen == 0 &&
+                 now - (c->deadline_ms - e->cfg.header_timeout_ms) >= 2000;
+    int reclaimed = reclaim > 0 && ((kept_alive && now - (c->deadline_ms - e->cfg.keepalive_timeout_ms) >= 1000) || silent);
     if (!idle_stop && !forced && !reclaimed && !(c->deadline_ms && now >= c->deadline_ms)) continue;
     uint64_t owned = (mg_state_gen(s) << 8) | MG_OWNED;
     if (!atomic_compare_exchange_strong(&c->state, &s, owned)) continue;

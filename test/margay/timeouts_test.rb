@@ -100,4 +100,14 @@ class ConnectionLimitTest < Minitest::Test
       idle.each(&:close)
     end
   end
+
+  def test_silent_connections_are_reclaimed_at_the_limit
+    with_server(HELLO, max_connections: 5) do |_, port, server|
+      silent = Array.new(5) { TCPSocket.new("127.0.0.1", port) } # a flood: connect, send nothing
+      Timeout.timeout(5) { sleep 0.05 until server.stats[:connections] == 5 }
+      raw = raw_exchange(port, "GET /new HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout: 6)
+      assert_match(/hello\z/, raw, "served once connections silent for 2 s make room")
+      silent.each(&:close)
+    end
+  end
 end
