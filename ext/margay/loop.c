@@ -528,9 +528,10 @@ static int process_input(mg_engine *e, mg_conn *c) {
 static int ensure_room(mg_engine *e, mg_conn *c) {
   size_t want = c->head_done ? c->req.head_len + READ_CHUNK : e->cfg.max_head + 1;
   size_t cap = c->rcap;
-  if (c->rlen < cap) return 1;
+  /* a body is read READ_CHUNK at a time (not into what is left of the head's buffer) */
+  if (c->rlen < cap && !(c->head_done && cap < want)) return 1;
   if (cap >= want) return 0;
-  cap = cap ? cap * 2 : 4096;
+  cap = c->head_done ? want : (cap ? cap * 2 : 4096);
   if (cap > want) cap = want;
   char *b = realloc(c->rbuf, cap);
   if (!b) return -1;
@@ -550,12 +551,13 @@ static int read_input(mg_engine *e, mg_conn *c) {
       if (ensure_room(e, c) <= 0) return error_out(e, c, 431);
       continue;
     }
-    ssize_t n = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, MSG_DONTWAIT);
+    size_t space = c->rcap - c->rlen;
+    ssize_t n = recv(c->fd, c->rbuf + c->rlen, space, MSG_DONTWAIT);
     if (n > 0) {
       c->rlen += (size_t)n;
       int r = process_input(e, c);
       if (r != IN_AGAIN) return r;
-      if ((size_t)n < READ_CHUNK / 4) break; /* likely drained */
+      if ((size_t)n < space) break; /* the socket is drained */
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
