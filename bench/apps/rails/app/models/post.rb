@@ -1,0 +1,5 @@
+# frozen_string_literal: true
+
+class Post < ApplicationRecord
+  belongs_to :author
+end

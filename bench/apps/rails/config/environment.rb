@@ -1,0 +1,6 @@
+# frozen_string_literal: true
+
+require_relative "application"
+
+Rails.application.initialize!
+BenchRails::Seed.run

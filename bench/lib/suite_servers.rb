@@ -1,0 +1,157 @@
+# frozen_string_literal: true
+
+require "fileutils"
+require "net/http"
+require_relative "procs"
+
+module MargayBench
+  ROOT = File.expand_path("../..", __dir__) unless const_defined?(:ROOT)
+
+  # The servers of bench/run and the one resource budget they all get.
+  #
+  # Budget rule (stated in docs/BENCHMARKS.md): W = number of CPUs, T = 5.
+  # - servers with processes and threads (Margay, Puma, Iodine, Agoo): W workers x T threads;
+  # - single-threaded forking servers (Unicorn, Pitchfork): 2W worker processes;
+  # - Falcon (fibers, no thread pool): W forked processes (its default "forked" model);
+  # - Thin (one EventMachine process; `-s N` would give N servers on N ports): 1 process,
+  #   --threaded with a pool of T threads.
+  # Preloading the app before forking: Margay (default in cluster mode), Puma (--preload),
+  # Unicorn (preload_app true); Pitchfork loads the app once in its mold and forks workers
+  # from it; Iodine and Agoo load the rackup file before forking workers; Falcon loads it in
+  # each forked process.
+  module SuiteServers
+    ALL = %w[margay puma unicorn pitchfork falcon iodine agoo thin passenger].freeze
+    GEM = { "margay" => "margay", "puma" => "puma", "unicorn" => "unicorn", "pitchfork" => "pitchfork",
+            "falcon" => "falcon", "iodine" => "iodine", "agoo" => "agoo", "thin" => "thin",
+            "passenger" => "passenger" }.freeze
+
+    # Known reasons a server is not in the run on this machine (checked again at run time).
+    KNOWN_UNAVAILABLE = {
+      "passenger" => "passenger 6.2.1 (newest; the gem installs on Ruby 3.1) cannot start here: Passenger standalone " \
+                     "needs its agent binary, which it downloads prebuilt (github.com, oss-binaries.phusionpassenger.com: " \
+                     "no network here) or compiles from source; `passenger-config compile-agent --auto` stopped at " \
+                     "\"Cannot find the `curl-config` command\" (needs libcurl4-openssl-dev) and the C++ build was not " \
+                     "attempted within this task's time budget (the nginx engine would also need nginx sources from " \
+                     "nginx.org). Left out of bench/Gemfile until it can run."
+    }.freeze
+
+    module_function
+
+    def budget(cpus)
+      w = cpus
+      t = 5
+      {
+        "rule" => "W = CPUs (#{w}), T = #{t}: W workers x T threads where a server has both; " \
+                  "Unicorn/Pitchfork 2W single-threaded workers; Falcon W forked processes; Thin 1 process x T threads",
+        "margay" => "#{w} workers x #{t} threads", "puma" => "#{w} workers x #{t} threads (preload)",
+        "unicorn" => "#{2 * w} workers (preload_app)", "pitchfork" => "#{2 * w} workers (mold)",
+        "falcon" => "#{w} processes (forked, fibers)", "iodine" => "#{w} workers x #{t} threads",
+        "agoo" => "#{w} workers x #{t} threads", "thin" => "1 process x #{t} threads (--threaded)",
+        "w" => w, "t" => t
+      }
+    end
+
+    # [argv, extra env] to start +name+ on +port+ with rackup file +app+ (relative to ROOT).
+    def command(name, port:, app:, tmp:, w:, t:)
+      case name
+      when "margay"
+        [%W[bundle exec exe/margay -b tcp://127.0.0.1:#{port} -e production -q -w #{w} -t #{t}:#{t} #{app}], {}]
+      when "puma"
+        [%W[bundle exec puma -b tcp://127.0.0.1:#{port} -e production -C - -q -w #{w} -t #{t}:#{t} --preload #{app}], {}]
+      when "unicorn"
+        conf = File.join(tmp, "unicorn-#{port}.rb")
+        File.write(conf, "worker_processes #{2 * w}\npreload_app true\nlisten \"127.0.0.1:#{port}\", backlog: 1024\n" \
+                         "timeout 60\n")
+        [%W[bundle exec unicorn -E production -c #{conf} #{app}], {}]
+      when "pitchfork"
+        conf = File.join(tmp, "pitchfork-#{port}.rb")
+        File.write(conf, "worker_processes #{2 * w}\nlisten \"127.0.0.1:#{port}\", backlog: 1024\ntimeout 60\n")
+        [%W[bundle exec pitchfork -E production -c #{conf} #{app}], {}]
+      when "falcon"
+        [%W[bundle exec falcon serve -b http://127.0.0.1:#{port} --forked -n #{w} -c #{app}], {}]
+      when "iodine"
+        [%W[bundle exec iodine -b 127.0.0.1 -p #{port} -w #{w} -t #{t} #{app}], {}]
+      when "agoo"
+        [%W[bundle exec agoo -p #{port} -b http://127.0.0.1:#{port} -w #{w} -t #{t} -s #{app}], {}]
+      when "thin"
+        [%W[bundle exec thin start -a 127.0.0.1 -p #{port} -e production -R #{app} --threaded --threadpool-size #{t} -q], {}]
+      else
+        raise ArgumentError, "no command for #{name}"
+      end
+    end
+
+    # Resolved versions from bench/Gemfile.lock.
+    def versions(lock_text)
+      ALL.to_h { |s| [s, lock_text[/^    #{GEM[s]} \(([^)]+)\)/, 1]] }
+    end
+
+    # A running server: started with a clean environment in its own process group.
+    class Instance
+      attr_reader :name, :pid, :port, :command, :log_path, :startup_s
+
+      def initialize(name, app:, path:, tmp:, budget:, env:, start_timeout: 60)
+        @name = name
+        @app = app
+        @path = path
+        @tmp = tmp
+        @budget = budget
+        @env = env
+        @start_timeout = start_timeout
+        @port = Env.free_port
+        @log_path = File.join(tmp, "#{name}-#{@port}.log")
+      end
+
+      def start
+        argv, extra = SuiteServers.command(@name, port: @port, app: @app, tmp: @tmp, w: @budget["w"], t: @budget["t"])
+        @command = argv.join(" ")
+        t0 = Procs.now
+        @pid = Process.spawn(@env.merge(extra), *argv, chdir: ROOT, unsetenv_others: true, pgroup: true,
+                                                       in: File::NULL, %i[out err] => [@log_path, "w"])
+        wait_ready(t0)
+        self
+      end
+
+      def stop
+        return unless @pid
+
+        pid = @pid
+        @pid = nil
+        how = Procs.stop(pid)
+        # Whatever is left in the process group (workers that outlived their master).
+        begin
+          Process.kill(:KILL, -pid)
+        rescue Errno::ESRCH, Errno::EPERM
+          nil
+        end
+        how
+      end
+
+      def log_tail(lines = 15)
+        File.exist?(@log_path) ? File.readlines(@log_path).last(lines).join : ""
+      end
+
+      private
+
+      def wait_ready(t0)
+        deadline = t0 + @start_timeout
+        last = nil
+        until Procs.now > deadline
+          raise "#{@name} exited during start-up" unless Procs.alive?(@pid)
+
+          begin
+            res = Net::HTTP.start("127.0.0.1", @port, open_timeout: 1, read_timeout: 5) { |h| h.get(@path) }
+            if res.code == "200"
+              @startup_s = (Procs.now - t0).round(2)
+              return
+            end
+            last = "HTTP #{res.code}"
+          rescue SystemCallError, IOError, Net::OpenTimeout, Net::ReadTimeout, EOFError => e
+            last = e.class.name
+          end
+          sleep 0.1
+        end
+        raise "#{@name} did not answer GET #{@path} with 200 within #{@start_timeout}s (last: #{last})"
+      end
+    end
+  end
+end

@@ -1,0 +1,67 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "json"
+require "open3"
+require "rbconfig"
+require "tmpdir"
+
+# Smoke test of the comparative suite: `bench/run --quick` restricted to Margay and one
+# short workload must run end to end and write a JSON result with Margay rows that served
+# requests. It never asserts a speed figure; it skips when wrk or the bench bundle
+# (`bundle install --gemfile bench/Gemfile`) is missing.
+class BenchSuiteSmokeTest < Minitest::Test
+  ROOT = File.expand_path("../..", __dir__)
+  RUN = File.join(ROOT, "bench", "run")
+
+  def test_quick_suite_produces_margay_rows
+    skip "wrk is not installed (apt-get install wrk)" unless executable_in_path?("wrk")
+    skip "the bench bundle is not installed (bundle install --gemfile bench/Gemfile)" unless bench_bundle?
+
+    Dir.mktmpdir("margay-suite-smoke-") do |dir|
+      out, status = Open3.capture2e(clean_env, RbConfig.ruby, RUN, "--quick", "--servers", "margay",
+                                    "--workloads", "hello", "--concurrency", "4,16", "--slo-workloads", "hello",
+                                    "--results-dir", dir, "--no-charts", chdir: ROOT, unsetenv_others: true)
+      latest = File.join(dir, "suite-latest.json")
+      assert File.exist?(latest), "bench/run wrote no suite-latest.json (exit #{status.exitstatus}):\n#{out}"
+
+      result = JSON.parse(File.read(latest))
+      assert_equal "quick", result["mode"]
+      assert_empty result["failures"], "bench/run reported failures:\n#{out}"
+      assert status.success?, "bench/run exited #{status.exitstatus}:\n#{out}"
+
+      rows = result.fetch("summary").select { |r| r["server"] == "margay" && r["workload"] == "hello" }
+      assert_equal [4, 16], rows.map { |r| r["concurrency"] }.sort, "missing Margay rows:\n#{out}"
+      rows.each do |row|
+        assert_operator row["requests"], :>, 0, "no requests served at #{row['concurrency']} connections"
+        assert_operator row["pss_mib"].to_f, :>, 0, "no memory sample at #{row['concurrency']} connections"
+      end
+      probes = result.fetch("capacity_probes").select { |p| p["server"] == "margay" }
+      refute_empty probes, "no capacity probe ran:\n#{out}"
+      assert_operator probes.first["ok"], :>, 0, "the arrival-rate client got no answers"
+      assert File.exist?(File.join(dir, "suite-latest.md")), "no Markdown report written"
+    end
+  end
+
+  private
+
+  def executable_in_path?(cmd)
+    ENV.fetch("PATH", "").split(File::PATH_SEPARATOR).any? do |d|
+      path = File.join(d, cmd)
+      File.file?(path) && File.executable?(path)
+    end
+  end
+
+  # Our environment without what `bundle exec` (rake test:slow) put into it.
+  def clean_env
+    env = ENV.to_h.reject { |k, _| k.start_with?("BUNDLE_", "BUNDLER_") && k != "BUNDLE_SILENCE_ROOT_WARNING" }
+    env["RUBYOPT"] = env["RUBYOPT"].to_s.split.reject { |a| a.include?("bundler/setup") }.join(" ")
+    env.delete("RUBYOPT") if env["RUBYOPT"].empty?
+    env
+  end
+
+  def bench_bundle?
+    system(clean_env.merge("BUNDLE_GEMFILE" => File.join(ROOT, "bench", "Gemfile")), "bundle", "check",
+           chdir: ROOT, unsetenv_others: true, %i[out err] => File::NULL)
+  end
+end
