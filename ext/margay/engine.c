@@ -284,17 +284,8 @@ static VALUE engine_abort(VALUE self, VALUE token) {
 static VALUE engine_hijack(VALUE self, VALUE token) {
   mg_engine *e = mg_engine_get(self);
   mg_conn *c = mg_engine_conn_for_token(e, token);
-  mg_ev_disarm(e->ev, c->fd);
   VALUE rest = rb_str_new(c->rbuf, (long)c->rlen);
-  int fd = c->fd;
-  /* forget the connection without closing its fd */
-  c->fd = -1;
-  c->rlen = 0;
-  mg_conn_reset_request(c);
-  uint64_t gen = mg_state_gen(atomic_load(&c->state));
-  atomic_store(&c->state, ((gen + 1) << 8) | MG_FREE);
-  int left = atomic_fetch_sub(&e->nconns, 1) - 1;
-  if (left == 0 && atomic_load(&e->stopping)) mg_engine_wake(e);
+  int fd = mg_conn_forget(e, c);
   return rb_assoc_new(INT2FIX(fd), rest);
 }
 
@@ -318,7 +309,6 @@ static VALUE engine_detach_idle(VALUE self, VALUE max) {
   int n = mg_detach_idle(e, fds, cap);
   VALUE out = rb_ary_new_capa(n);
   for (int i = 0; i < n; i++) rb_ary_push(out, INT2FIX(fds[i]));
-  if (n && atomic_load(&e->stopping) && atomic_load(&e->nconns) == 0) mg_engine_wake(e);
   return out;
 }
 

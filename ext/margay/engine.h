@@ -162,6 +162,7 @@ typedef struct {
 } mg_wait_args;
 void *mg_wait_nogvl(void *args);
 void mg_conn_close(mg_engine *e, mg_conn *c);
+int mg_conn_forget(mg_engine *e, mg_conn *c); /* out of the engine, fd left open; returns it */
 void mg_conn_arm_read(mg_engine *e, mg_conn *c);
 void mg_conn_after_response(mg_engine *e, mg_conn *c, int *continue_now);
 int mg_conn_complete(mg_engine *e, mg_conn *c);  /* send queued response; 1: pipelined request buffered */

@@ -172,7 +172,9 @@ void mg_conn_reset_request(mg_conn *c) {
   c->head_request = 0;
 }
 
-void mg_conn_close(mg_engine *e, mg_conn *c) {
+/* Take a connection out of the engine and return its fd, still open: the
+ * struct is FREE (a new generation) and may be reused once the fd is closed. */
+int mg_conn_forget(mg_engine *e, mg_conn *c) {
   int fd = c->fd;
   mg_ev_disarm(e->ev, fd);
   free_out(c);
@@ -180,14 +182,19 @@ void mg_conn_close(mg_engine *e, mg_conn *c) {
   free(c->rbuf); c->rbuf = NULL; c->rlen = c->rcap = 0;
   free(c->bmem); c->bmem = NULL; c->bcap = 0;
   c->phase = MG_PH_IDLE;
+  c->fd = -1;
   uint64_t gen = conn_gen(c);
   atomic_store(&c->state, ((gen + 1) << 8) | MG_FREE);
   int left = atomic_fetch_sub(&e->nconns, 1) - 1;
+  if (left == 0 && atomic_load(&e->stopping)) mg_engine_wake(e);
+  return fd;
+}
+
+void mg_conn_close(mg_engine *e, mg_conn *c) {
   /* Last: once the fd is closed, accept() may hand out the same number and
    * another thread reuses this struct, so nothing may touch it after close. */
-  close(fd);
+  close(mg_conn_forget(e, c));
   if (atomic_load(&e->accept_paused) == 1) resume_accept(e);
-  if (left == 0 && atomic_load(&e->stopping)) mg_engine_wake(e);
 }
 
 /* ---- output ---- */
@@ -650,14 +657,7 @@ int mg_detach_idle(mg_engine *e, int *out, int max) {
     if (mg_state_st(s) != MG_ARMED || c->phase != MG_PH_IDLE || c->requests == 0 || c->rlen != 0) continue;
     uint64_t owned = (mg_state_gen(s) << 8) | MG_OWNED;
     if (!atomic_compare_exchange_strong(&c->state, &s, owned)) continue;
-    mg_ev_disarm(e->ev, c->fd);
-    out[n++] = c->fd;
-    c->fd = -1;
-    free_out(c);
-    mg_conn_reset_request(c);
-    free(c->rbuf); c->rbuf = NULL; c->rcap = 0;
-    atomic_store(&c->state, ((mg_state_gen(s) + 1) << 8) | MG_FREE);
-    atomic_fetch_sub(&e->nconns, 1);
+    out[n++] = mg_conn_forget(e, c);
   }
   return n;
 }
