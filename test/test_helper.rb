@@ -8,6 +8,7 @@ require "rack/lint"
 require "stringio"
 require "timeout"
 require "margay"
+require_relative "support/watchdog"
 
 module Margay
   # Shared helpers for the wire tests: a real server on 127.0.0.1:0 with the app
@@ -17,7 +18,7 @@ module Margay
     BACKEND = (ENV["MARGAY_TEST_BACKEND"] || "auto").to_sym
 
     # Start a server for +app+ (wrapped in Rack::Lint unless lint: false), yield
-    # [host, port, server], stop it afterwards. Extra keywords are Configuration
+    # [host, port, server, thread running it], stop it afterwards. Extra keywords are Configuration
     # settings. The server's log is in @server_log (a StringIO) meanwhile.
     def with_server(app, lint: true, **settings)
       log_io = @server_log = StringIO.new
@@ -29,7 +30,7 @@ module Margay
       thread = Thread.new { server.run }
       thread.report_on_exception = true
       port = server.addresses.first[/:(\d+)\z/, 1].to_i
-      yield "127.0.0.1", port, server
+      yield "127.0.0.1", port, server, thread
     rescue Minitest::Assertion
       warn "--- server log ---\n#{log_io.string}" unless log_io.string.empty?
       raise

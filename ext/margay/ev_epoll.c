@@ -41,7 +41,10 @@ static int ep_arm(mg_ev *ev, int fd, uint32_t events, uint64_t data, int persist
 
 static int ep_disarm(mg_ev *ev, int fd) {
   mg_ev_epoll *ep = (mg_ev_epoll *)ev;
-  if (fd < 0 || fd >= ep->max_fds || !ep->registered[fd]) return 0;
+  if (fd < 0 || fd >= ep->max_fds) return 0;
+  /* No shortcut on registered[fd]: another thread may be arming this fd right
+   * now (a listener re-armed after an accept batch while Engine#stop disarms
+   * it); the kernel's answer is the truth, ENOENT meaning nothing to do. */
   ep->registered[fd] = 0;
   struct epoll_event e = {0};
   if (epoll_ctl(ep->epfd, EPOLL_CTL_DEL, fd, &e) == 0 || errno == ENOENT || errno == EBADF) return 0;

@@ -60,10 +60,20 @@ static void arm(mg_engine *e, mg_conn *c, uint32_t events) {
 
 void mg_conn_arm_read(mg_engine *e, mg_conn *c) { arm(e, c, MG_EV_IN); }
 
-static void arm_listeners(mg_engine *e) {
+/* Arm listener +li+ unless the engine is stopping. Engine#stop sets stopping
+ * before it disarms the listeners, so looking again after arming closes the
+ * race with a concurrent stop: either this thread sees the flag and disarms,
+ * or its arm came first and the stop's disarm undoes it. Without this a
+ * stopping worker could keep accepting for as long as clients keep coming. */
+static void arm_listener(mg_engine *e, int li) {
   if (atomic_load(&e->stopping)) return;
-  for (int i = 0; i < e->nlisteners; i++)
-    mg_ev_arm(e->ev, e->listeners[i].fd, MG_EV_IN, MG_DATA_LISTENER | (uint64_t)i);
+  int fd = e->listeners[li].fd;
+  mg_ev_arm(e->ev, fd, MG_EV_IN, MG_DATA_LISTENER | (uint64_t)li);
+  if (atomic_load(&e->stopping)) mg_ev_disarm(e->ev, fd);
+}
+
+static void arm_listeners(mg_engine *e) {
+  for (int i = 0; i < e->nlisteners; i++) arm_listener(e, i);
 }
 
 static void resume_accept(mg_engine *e) {
@@ -665,6 +675,7 @@ int mg_detach_idle(mg_engine *e, int *out, int max) {
 static void accept_batch(mg_engine *e, int li) {
   mg_listener *l = &e->listeners[li];
   for (int i = 0; i < ACCEPT_BATCH; i++) {
+    if (atomic_load(&e->stopping)) return; /* what is still queued is left to the backlog */
     if (atomic_load(&e->nconns) >= e->cfg.max_connections) {
       atomic_store(&e->accept_paused, 1);
       /* a connection may have closed meanwhile */
@@ -700,8 +711,7 @@ static void accept_batch(mg_engine *e, int li) {
     }
     mg_conn_start(e, fd, li, (struct sockaddr *)&peer, plen, 0);
   }
-  if (!atomic_load(&e->accept_paused))
-    mg_ev_arm(e->ev, l->fd, MG_EV_IN, MG_DATA_LISTENER | (uint64_t)li);
+  if (!atomic_load(&e->accept_paused)) arm_listener(e, li);
 }
 
 /* ---- timeouts ---- */

@@ -216,17 +216,33 @@ module Margay
       beat_r, beat_w = IO.pipe
       ctl, child_ctl = UNIXSocket.pair
       handoff, child_handoff = UNIXSocket.pair(:DGRAM)
+      queued = @signals.size
       pid = fork do
         [beat_r, ctl, handoff, @wake_r, @wake_w].each(&:close)
-        @workers.each_value { |w| [w.beat, w.ctl, w.handoff].each(&:close) }
-        MASTER_SIGNALS.each { |sig| trap(sig, "DEFAULT") }
-        trap("HUP", @app_traps["HUP"]) if @app_traps["HUP"].is_a?(Proc)
-        app = @app || @app_loader.call
-        WorkerProcess.new(index: index, app: app, config: @config, log: @log, listeners: @listeners,
-                          beat: beat_w, ctl: child_ctl, handoff: child_handoff).run
+        worker_main(index, queued, beat: beat_w, ctl: child_ctl, handoff: child_handoff)
       end
       [beat_w, child_ctl, child_handoff].each(&:close)
       add_worker(index, pid, beat_r, ctl, handoff)
+    end
+
+    # The first code of a forked worker; never returns into the master's code.
+    # Until the master's traps are replaced, a signal sent to the new worker
+    # runs the master's handler in the child and would be lost (a TERM sent by
+    # a stop or restart right after the fork then leaves a worker that serves
+    # on while the master waits for it): the signals recorded after +queued+
+    # are the child's own, and a stop among them ends it at once.
+    def worker_main(index, queued, **channels)
+      @workers.each_value { |w| [w.beat, w.ctl, w.handoff].each(&:close) }
+      MASTER_SIGNALS.each { |sig| trap(sig, "DEFAULT") }
+      trap("HUP", @app_traps["HUP"]) if @app_traps["HUP"].is_a?(Proc)
+      exit!(0) if @signals.drop(queued).intersect?(%w[TERM INT QUIT])
+      app = @app || @app_loader.call
+      WorkerProcess.new(index: index, app: app, config: @config, log: @log, listeners: @listeners, **channels).run
+    rescue SignalException
+      exit!(0) # stopped before it could serve: nothing to finish
+    rescue Exception => e # rubocop:disable Lint/RescueException -- a child must never return into the master's code
+      @log.exception(e.cause || e, "worker #{index} failed to boot")
+      exit!(1)
     end
 
     # Ask the mold for a worker: it answers with the heartbeat pipe, the

@@ -406,6 +406,34 @@ class ServerTest < Minitest::Test
     end
   end
 
+  # Clients that keep connecting must not keep a stopping server alive: once
+  # stopped it accepts nothing more, also when a thread was in the middle of
+  # accepting (and about to re-arm the listener) when the stop came.
+  def test_stop_is_prompt_while_new_connections_keep_coming
+    5.times do
+      with_server(HELLO, min_threads: 2, max_threads: 2) do |_, port, server, thread|
+        running = true
+        clients = Array.new(4) do
+          Thread.new do
+            while running
+              begin
+                raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout: 2)
+              rescue SystemCallError
+                sleep 0.01 # refused once the listener is closed
+              end
+            end
+          end
+        end
+        Timeout.timeout(5) { sleep 0.01 until server.stats[:requests] > 50 }
+        server.stop
+        stopped = thread.join(3)
+        running = false
+        clients.each(&:join)
+        assert stopped, "the server kept serving new connections after stop"
+      end
+    end
+  end
+
   def test_graceful_stop_finishes_in_flight_requests
     started = Queue.new
     app = ->(_env) { started << true; sleep 0.5; [200, {}, ["done"]] }

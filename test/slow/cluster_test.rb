@@ -38,7 +38,7 @@ class ClusterTest < Minitest::Test
     return unless @thread
 
     Process.kill(:TERM, @master) if @thread.alive?
-    assert @thread.join(20), "master did not exit after TERM"
+    assert @thread.join(20), -> { "master did not exit after TERM; processes:\n#{Margay::TestWatchdog.process_report(@master)}" }
     @reader.join(5)
   ensure
     @stdin&.close
@@ -60,7 +60,10 @@ class ClusterTest < Minitest::Test
   def wait_for_log(pattern, count: 1, timeout: 20)
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
     until log_text.scan(pattern).size >= count
-      flunk "timed out waiting for #{pattern.inspect} x#{count}; log:\n#{log_text}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        flunk "timed out waiting for #{pattern.inspect} x#{count}; log:\n#{log_text}\n" \
+              "processes:\n#{Margay::TestWatchdog.process_report(@master || @thread.pid)}"
+      end
       sleep 0.02
     end
   end

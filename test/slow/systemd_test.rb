@@ -36,8 +36,7 @@ class SystemdTest < Minitest::Test
     response = with_retries { raw_exchange(port, "GET / HTTP/1.1\r\nHost: a:#{port}\r\nConnection: close\r\n\r\n") }
     assert_match(/activated #{port}\z/, response, File.read(File.join(@dir, "err.log")))
     Process.kill(:TERM, @pid)
-    Process.wait(@pid)
-    @pid = nil
+    wait_exit
   end
 
   def test_socket_activation_in_cluster_mode
@@ -52,8 +51,7 @@ class SystemdTest < Minitest::Test
       assert_match(/activated #{port}\z/, response, File.read(File.join(@dir, "err.log")))
     end
     Process.kill(:TERM, @pid)
-    Process.wait(@pid)
-    @pid = nil
+    wait_exit
   end
 
   def test_sd_notify_ready_and_stopping
@@ -65,8 +63,7 @@ class SystemdTest < Minitest::Test
     assert_equal "READY=1", receive(notify)
     Process.kill(:TERM, @pid)
     assert_equal "STOPPING=1", receive(notify)
-    Process.wait(@pid)
-    @pid = nil
+    wait_exit
   ensure
     notify&.close
   end
@@ -86,24 +83,36 @@ class SystemdTest < Minitest::Test
     assert_equal "READY=1", receive_skipping_watchdog(notify), "READY again once the new workers serve"
     Process.kill(:TERM, @pid)
     assert_equal "STOPPING=1", receive_skipping_watchdog(notify)
-    Process.wait(@pid)
-    @pid = nil
+    wait_exit
   ensure
     notify&.close
   end
 
   private
 
-  def receive_skipping_watchdog(sock)
+  # The next message that is not a watchdog ping; fails after +timeout+ seconds
+  # (the pings alone would otherwise keep this loop going forever).
+  def receive_skipping_watchdog(sock, timeout: 20)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
     loop do
-      message = receive(sock)
+      left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      message = receive(sock, timeout: left)
       return message unless message == "WATCHDOG=1"
     end
   end
 
-  def receive(sock)
-    assert sock.wait_readable(20), "no sd_notify message within 20 s"
+  def receive(sock, timeout: 20)
+    assert timeout.positive? && sock.wait_readable(timeout), "no sd_notify message within #{timeout.round(1)} s"
     sock.recv(256)
+  end
+
+  # Wait for the server under test to exit after TERM (20 s at most).
+  def wait_exit(timeout: 20)
+    Timeout.timeout(timeout) { Process.wait(@pid) }
+    @pid = nil
+  rescue Timeout::Error
+    flunk "margay (pid #{@pid}) did not exit within #{timeout} s of TERM; processes:\n" \
+          "#{Margay::TestWatchdog.process_report(@pid)}"
   end
 
   def free_port
