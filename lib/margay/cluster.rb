@@ -23,6 +23,7 @@ module Margay
                               :mold, keyword_init: true)
 
     MASTER_SIGNALS = %w[TERM INT QUIT TTIN TTOU USR1 USR2 HUP URG].freeze
+    STOP_SIGNALS = %w[TERM INT QUIT].freeze
     MAX_BACKOFF = 30
 
     attr_reader :listeners
@@ -102,7 +103,7 @@ module Margay
 
     def handle_signal(sig)
       case sig
-      when "TERM", "INT", "QUIT" then begin_stop
+      when *STOP_SIGNALS then begin_stop
       when "TTIN" then @target += 1
       when "TTOU" then shrink
       when "USR1" then phased_restart
@@ -161,11 +162,19 @@ module Margay
         force_stop if now > deadline
         wait_for_events
         reap
+        return abandon_hot_restart if @signals.intersect?(STOP_SIGNALS)
       end
       inherit = @listeners.map { |l| "#{l.bind}=#{l.io.fileno}" }.join(",")
       fds = @listeners.to_h { |l| [l.io.fileno, l.io.fileno] }
       env = { Binder::INHERIT_ENV => inherit, Binder::ACTIVATED_ENV => (@listeners.any?(&:activated) ? "1" : nil) }
       exec(env, RbConfig.ruby, *@restart_argv, fds.merge(close_others: false))
+    end
+
+    # A stop asked for while the old workers were finishing: stop instead of
+    # re-executing (the new process would not know it was asked to stop).
+    def abandon_hot_restart
+      @log.info("master: stop requested during the hot restart: stopping instead")
+      begin_stop
     end
 
     # ---- workers ----
@@ -235,7 +244,7 @@ module Margay
       @workers.each_value { |w| [w.beat, w.ctl, w.handoff].each(&:close) }
       MASTER_SIGNALS.each { |sig| trap(sig, "DEFAULT") }
       trap("HUP", @app_traps["HUP"]) if @app_traps["HUP"].is_a?(Proc)
-      exit!(0) if @signals.drop(queued).intersect?(%w[TERM INT QUIT])
+      exit!(0) if @signals.drop(queued).intersect?(STOP_SIGNALS)
       app = @app || @app_loader.call
       WorkerProcess.new(index: index, app: app, config: @config, log: @log, listeners: @listeners, **channels).run
     rescue SignalException

@@ -42,6 +42,7 @@ module Margay
       @mold_requested = false
       @asked_to_mold = false
       @last_beat = nil
+      @orphaned = false
     end
 
     # Serve until told to stop (or to become the mold); never returns.
@@ -70,7 +71,7 @@ module Margay
     def tick
       t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       if @last_beat.nil? || t - @last_beat >= HEARTBEAT_INTERVAL
-        @beat.write_nonblock(@last_beat ? "." : "r", exception: false)
+        report(@last_beat ? "." : "r")
         @last_beat = t
         ask_to_mold
       end
@@ -112,7 +113,20 @@ module Margay
       return if @asked_to_mold || limit.nil? || @server.stats[:requests] < limit
 
       @asked_to_mold = true
-      @beat.write_nonblock("R", exception: false)
+      report("R")
+    end
+
+    # Write to the heartbeat pipe. A broken pipe means the master is gone
+    # (killed, or crashed): nobody supervises this worker any more, so it
+    # finishes its requests in flight and exits instead of serving on alone.
+    def report(byte)
+      @beat.write_nonblock(byte, exception: false)
+    rescue Errno::EPIPE, IOError
+      return if @orphaned
+
+      @orphaned = true
+      @log.warn("worker #{@index}: the master is gone: finishing requests in flight, then exiting")
+      @server.stop
     end
 
     # ---- the mold ----

@@ -44,13 +44,25 @@ class ClusterTest < Minitest::Test
     @stdin&.close
   end
 
+  # A master that would not stop is killed with its workers, also when the
+  # graceful stop's assertion failed (no process outlives its test).
   def teardown
     stop_cluster if @thread&.alive?
-    Process.kill(:KILL, @master) if @thread&.alive?
-  rescue Errno::ESRCH
-    nil
   ensure
+    kill_cluster
     FileUtils.rm_rf(@dir) if @dir
+  end
+
+  def kill_cluster
+    return unless @thread&.alive?
+
+    pids = [@thread.pid, *Margay::TestWatchdog.descendants(@thread.pid)]
+    pids.each do |pid|
+      Process.kill(:KILL, pid)
+    rescue Errno::ESRCH
+      nil
+    end
+    @thread.join(5)
   end
 
   def log_text
@@ -68,10 +80,12 @@ class ClusterTest < Minitest::Test
     end
   end
 
+  # Workers that booted and are still running (an exited orphan may linger as
+  # a zombie until init reaps it: that counts as gone).
   def worker_pids
     log_text.scan(/worker \d+ \(pid (\d+)\) booted/).flatten.map(&:to_i).select do |pid|
-      Process.kill(0, pid)
-    rescue Errno::ESRCH
+      File.read("/proc/#{pid}/stat")[/\) (\S)/, 1] != "Z"
+    rescue Errno::ENOENT, Errno::ESRCH
       false
     end
   end
@@ -119,6 +133,19 @@ class ClusterTest < Minitest::Test
     assert_operator counts[:ok], :>, 100
     warn "zero-downtime: #{counts.inspect}, #{log_text.scan(/booted/).size} workers booted, #{log_text.scan(/hot restart/).size} hot, #{log_text.scan(/phased restart/).size} phased" if ENV["VERBOSE"]
     stop_cluster
+  end
+
+  def test_workers_of_a_killed_master_finish_their_requests_and_exit
+    start_cluster(2)
+    workers = worker_pids
+    slow = Thread.new { raw_exchange(@port, "GET /slow HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", timeout: 15) }
+    wait_for_log(/slow request in/)
+    Process.kill(:KILL, @master)
+    assert_match(/\r\n\r\n0\z/, slow.value, "the request in flight completes")
+    wait_for_log(/the master is gone/, count: 2, timeout: 10)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+    sleep 0.05 until worker_pids.empty? || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    assert_empty worker_pids, "workers exit once the master is gone (they were #{workers.inspect})"
   end
 
   def test_killed_worker_closes_its_client_and_is_replaced
@@ -223,6 +250,20 @@ class ClusterSignalsTest < ClusterTest
       assert @thread.join(20), "master did not exit after #{sig}"
       assert_predicate @thread.value, :success?
     end
+  end
+
+  def test_term_during_a_hot_restart_stops_instead
+    start_cluster(1)
+    slow = Thread.new { raw_exchange(@port, "GET /slow HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", timeout: 15) }
+    wait_for_log(/slow request in/)
+    Process.kill(:USR2, @master) # waits for the slow request before re-executing
+    wait_for_log(/hot restart/)
+    Process.kill(:TERM, @master)
+    assert_match(/\r\n\r\n0\z/, slow.value, "the request in flight completes")
+    assert @thread.join(20), "master did not exit after TERM"
+    assert_predicate @thread.value, :success?
+    assert_match(/stop requested during the hot restart/, log_text)
+    assert_equal 1, log_text.scan(/^Margay \d/).size, "no re-executed master: #{log_text}"
   end
 
   def test_hup_reaches_the_workers_and_they_keep_serving
