@@ -190,27 +190,40 @@ static VALUE engine_start(VALUE self) {
   return self;
 }
 
+/* A token names one request on one connection: fd (20 bits: max_fds is at
+ * most 2^20), the request's number on the connection (20 bits) and the
+ * connection's generation (22 bits; it changes on every hand-back to the
+ * event loop), 62 bits in all so that it stays a Fixnum. */
+#define TOKEN_FD_BITS 20
+#define TOKEN_REQ_BITS 20
+#define TOKEN_GEN_MASK ((1ULL << 22) - 1)
+#define TOKEN_REQ_MASK ((1ULL << TOKEN_REQ_BITS) - 1)
+
 VALUE mg_conn_token(mg_conn *c) {
-  uint64_t gen = mg_state_gen(atomic_load(&c->state)) & 0xff;
-  uint64_t t = ((uint64_t)(c->requests & 0xfffff) << 40) | (gen << 32) | (uint32_t)c->fd;
+  uint64_t gen = mg_state_gen(atomic_load(&c->state)) & TOKEN_GEN_MASK;
+  uint64_t t = (gen << (TOKEN_FD_BITS + TOKEN_REQ_BITS)) | (((uint64_t)c->requests & TOKEN_REQ_MASK) << TOKEN_FD_BITS) |
+               (uint64_t)c->fd;
   return ULL2NUM(t);
 }
 
-static mg_conn *conn_lookup(mg_engine *e, VALUE token) {
+/* The connection +token+ names, if its request still holds it: owned (by the
+ * calling thread: no other owner can have the same generation and request),
+ * and in +phase+ (the application's, or idle for a continue token). */
+static mg_conn *conn_lookup(mg_engine *e, VALUE token, int phase) {
   uint64_t t = NUM2ULL(token);
-  int fd = (int)(uint32_t)t;
-  if (fd < 0 || fd >= e->max_fds || !e->conns[fd]) return NULL;
+  int fd = (int)(t & ((1ULL << TOKEN_FD_BITS) - 1));
+  if (fd >= e->max_fds || !e->conns[fd]) return NULL;
   mg_conn *c = e->conns[fd];
   uint64_t s = atomic_load(&c->state);
-  if (mg_state_st(s) != MG_OWNED || (mg_state_gen(s) & 0xff) != ((t >> 32) & 0xff) ||
-      (c->requests & 0xfffff) != ((t >> 40) & 0xfffff))
+  if (mg_state_st(s) != MG_OWNED || (mg_state_gen(s) & TOKEN_GEN_MASK) != (t >> (TOKEN_FD_BITS + TOKEN_REQ_BITS)) ||
+      ((uint64_t)c->requests & TOKEN_REQ_MASK) != ((t >> TOKEN_FD_BITS) & TOKEN_REQ_MASK) || c->phase != phase)
     return NULL;
   return c;
 }
 
 mg_conn *mg_engine_conn_for_token(mg_engine *e, VALUE token) {
-  mg_conn *c = conn_lookup(e, token);
-  if (!c || c->phase != MG_PH_APP) rb_raise(mg_eClientGone, "the connection is no longer held by this request");
+  mg_conn *c = conn_lookup(e, token, MG_PH_APP);
+  if (!c) rb_raise(mg_eClientGone, "the connection is no longer held by this request");
   return c;
 }
 
@@ -243,8 +256,8 @@ static VALUE engine_next_request(int argc, VALUE *argv, VALUE self) {
   rb_scan_args(argc, argv, "02", &cont, &idle);
   mg_engine *e = mg_engine_get(self);
   if (!NIL_P(cont)) {
-    mg_conn *c = conn_lookup(e, cont);
-    if (c && c->phase == MG_PH_IDLE && mg_conn_continue(e, c)) return ready(e, c);
+    mg_conn *c = conn_lookup(e, cont, MG_PH_IDLE);
+    if (c && mg_conn_continue(e, c)) return ready(e, c);
   }
   mg_wait_args a = {e, NULL, NIL_P(idle) ? -1 : NUM2LL(idle), 0};
   for (;;) {
@@ -272,10 +285,14 @@ static VALUE engine_stop(int argc, VALUE *argv, VALUE self) {
   return Qnil;
 }
 
-/* Engine#abort(token): drop a connection whose response cannot be completed. */
+/* Engine#abort(token): drop a connection whose response cannot be completed.
+ * A no-op once the response was handed to the event loop (the token is stale
+ * then: the connection may be another thread's by now). A continue token
+ * (a pipelined request buffered, nobody else owns it) is dropped as well. */
 static VALUE engine_abort(VALUE self, VALUE token) {
   mg_engine *e = mg_engine_get(self);
-  mg_conn *c = conn_lookup(e, token);
+  mg_conn *c = conn_lookup(e, token, MG_PH_APP);
+  if (!c) c = conn_lookup(e, token, MG_PH_IDLE);
   if (c) mg_conn_close(e, c);
   return Qnil;
 }

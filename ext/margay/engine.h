@@ -22,7 +22,9 @@
 #include "parser.h"
 #include "margay.h"
 
-enum mg_state { MG_FREE = 0, MG_ARMED = 1, MG_OWNED = 2 };
+/* ARMING: being handed back to the event loop (epoll_ctl in progress); an
+ * event may claim it, the sweeper and detach_idle leave it alone. */
+enum mg_state { MG_FREE = 0, MG_ARMED = 1, MG_OWNED = 2, MG_ARMING = 3 };
 
 enum mg_phase {
   MG_PH_IDLE,    /* keep-alive, waiting for the first byte of a request */

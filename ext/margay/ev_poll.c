@@ -25,6 +25,7 @@ typedef struct {
   poll_entry *table;
   int max_fds, maxfd;
   int polling;
+  int rr; /* where the next scan of poll's results starts (round robin) */
   int ctl[2];
   struct pollfd *pfds; /* leader's scratch */
   int *fds;
@@ -91,7 +92,10 @@ static int pl_wait(mg_ev *ev, mg_ev_event *out, int timeout_ms) {
       char buf[64];
       while (read(p->ctl[0], buf, sizeof buf) > 0) {}
     }
-    for (int i = 1; i < n && !found; i++) {
+    /* Start where the last scan stopped: a low fd that is always ready (a
+     * listener under a connection flood) must not win every time. */
+    for (int k = 0; k < n - 1 && !found; k++) {
+      int i = 1 + (p->rr + k) % (n - 1);
       short re = p->pfds[i].revents;
       if (!re) continue;
       poll_entry *en = &p->table[p->fds[i]];
@@ -103,6 +107,7 @@ static int pl_wait(mg_ev *ev, mg_ev_event *out, int timeout_ms) {
       if (re & (POLLERR | POLLHUP | POLLNVAL)) out->events |= MG_EV_ERR | MG_EV_IN;
       if (!en->persistent) en->events = 0;
       found = 1;
+      p->rr = i; /* i - 1 was taken: start after it next time */
     }
   }
   pthread_mutex_unlock(&p->lock);

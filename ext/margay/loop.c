@@ -35,10 +35,6 @@ int64_t mg_now_ms(void) {
 
 static uint64_t conn_gen(mg_conn *c) { return mg_state_gen(atomic_load(&c->state)); }
 
-static void set_state(mg_conn *c, int st) {
-  uint64_t s = atomic_load(&c->state);
-  atomic_store(&c->state, (mg_state_gen(s) << 8) | (uint64_t)st);
-}
 
 void mg_engine_wake(mg_engine *e) {
   uint64_t one = 1;
@@ -48,13 +44,24 @@ void mg_engine_wake(mg_engine *e) {
 
 /* ---- arming ---- */
 
+/* Hand the connection back to the event loop. Every hand-back starts a new
+ * generation: whoever looked at the connection while it was ARMED before (the
+ * sweeper, detach_idle) and decided on what it saw then fails its
+ * compare-and-swap instead of acting on fields that changed meanwhile, and a
+ * token Ruby kept from before no longer matches. fd and generation are taken
+ * before the connection is published: once it is, another thread may close
+ * it and accept may reuse the fd. The state is ARMING until epoll_ctl is
+ * done, so that only an event (never the sweeper) can take it meanwhile. */
 static void arm(mg_engine *e, mg_conn *c, uint32_t events) {
-  set_state(c, MG_ARMED);
-  if (mg_ev_arm(e->ev, c->fd, events, mg_conn_data(c->fd, conn_gen(c))) != 0) {
-    /* cannot watch it: reclaim and close (only fails for a dead fd or no memory) */
-    uint64_t expect = (conn_gen(c) << 8) | MG_ARMED;
-    if (atomic_compare_exchange_strong(&c->state, &expect, (conn_gen(c) << 8) | MG_OWNED))
-      mg_conn_close(e, c);
+  int fd = c->fd;
+  uint64_t gen = conn_gen(c) + 1;
+  atomic_store(&c->state, (gen << 8) | MG_ARMING);
+  int failed = mg_ev_arm(e->ev, fd, events, mg_conn_data(fd, gen)) != 0;
+  uint64_t expect = (gen << 8) | MG_ARMING;
+  if (!failed) {
+    atomic_compare_exchange_strong(&c->state, &expect, (gen << 8) | MG_ARMED); /* lost: an event took it */
+  } else if (atomic_compare_exchange_strong(&c->state, &expect, (gen << 8) | MG_OWNED)) {
+    mg_conn_close(e, c); /* cannot watch it: only for a dead fd or no memory */
   }
 }
 
@@ -197,6 +204,7 @@ int mg_conn_forget(mg_engine *e, mg_conn *c) {
   atomic_store(&c->state, ((gen + 1) << 8) | MG_FREE);
   int left = atomic_fetch_sub(&e->nconns, 1) - 1;
   if (left == 0 && atomic_load(&e->stopping)) mg_engine_wake(e);
+  if (atomic_load(&e->accept_paused) == 1) resume_accept(e); /* also after a hand-over or hijack */
   return fd;
 }
 
@@ -204,7 +212,6 @@ void mg_conn_close(mg_engine *e, mg_conn *c) {
   /* Last: once the fd is closed, accept() may hand out the same number and
    * another thread reuses this struct, so nothing may touch it after close. */
   close(mg_conn_forget(e, c));
-  if (atomic_load(&e->accept_paused) == 1) resume_accept(e);
 }
 
 /* ---- output ---- */
@@ -268,7 +275,8 @@ int mg_conn_spill(mg_engine *e, mg_conn *c, const struct iovec *iov, int n) {
       k++;
     }
     ssize_t w = pwritev(c->spill_fd, rest, k, at + (off_t)done);
-    if (w < 0) { if (errno == EINTR) continue; return -1; }
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1; /* 0: no progress (a full disk, say): give up rather than spin */
     done += (size_t)w;
   }
   c->spill_end = at + (off_t)total;
@@ -741,14 +749,16 @@ static void sweep(mg_engine *e, int64_t now) {
     uint64_t s = atomic_load(&c->state);
     if (mg_state_st(s) != MG_ARMED) continue;
     int kept_alive = c->phase == MG_PH_IDLE && c->requests > 0;
-    /* On stop, idle keep-alive connections close at once; a connection that was
-     * accepted but has not sent its first request yet is still answered. */
-    int idle_stop = stopping && kept_alive;
-    int forced = stopping == 2;
-    /* at the limit: keep-alive connections idle for 1 s, and connections that
-     * have sent nothing for 2 s since they were accepted (a flood's) */
+    /* connections that have sent nothing for 2 s since they were accepted (a
+     * flood's, a browser's speculative preconnect) */
     int silent = c->phase == MG_PH_IDLE && c->requests == 0 && c->rlen == 0 &&
                  now - (c->deadline_ms - e->cfg.header_timeout_ms) >= 2000;
+    /* On stop, idle keep-alive connections close at once; a connection that was
+     * accepted but has not sent its first request yet is still answered if it
+     * sends one within 2 s (it need not hold up the stop until header_timeout). */
+    int idle_stop = stopping && (kept_alive || silent);
+    int forced = stopping == 2;
+    /* at the limit: keep-alive connections idle for 1 s, and silent ones */
     int reclaimed = reclaim > 0 && ((kept_alive && now - (c->deadline_ms - e->cfg.keepalive_timeout_ms) >= 1000) || silent);
     if (!idle_stop && !forced && !reclaimed && !(c->deadline_ms && now >= c->deadline_ms)) continue;
     uint64_t owned = (mg_state_gen(s) << 8) | MG_OWNED;
@@ -812,7 +822,8 @@ void *mg_wait_nogvl(void *p) {
     if (fd < 0 || fd >= e->max_fds || !e->conns[fd]) continue;
     mg_conn *c = e->conns[fd];
     uint64_t cur = atomic_load(&c->state);
-    if ((mg_state_gen(cur) & MG_GEN_MASK) != (gen & MG_GEN_MASK) || mg_state_st(cur) != MG_ARMED) continue;
+    int st = mg_state_st(cur);
+    if ((mg_state_gen(cur) & MG_GEN_MASK) != (gen & MG_GEN_MASK) || (st != MG_ARMED && st != MG_ARMING)) continue;
     uint64_t expect = cur;
     if (!atomic_compare_exchange_strong(&c->state, &expect, (mg_state_gen(cur) << 8) | MG_OWNED)) continue;
     if (handle_conn(e, c, ev.events) == IN_READY) {

@@ -285,6 +285,20 @@ static VALUE complete(mg_engine *e, mg_conn *c) {
   return mg_conn_complete(e, c) ? mg_conn_token(c) : Qnil;
 }
 
+/* Header values are converted with to_s and inspected, which runs app code
+ * that could shrink the body array or change its strings: look again before
+ * sending (nothing runs app code after this check). */
+static int body_unchanged(VALUE body, long nparts, int64_t blen) {
+  if (RARRAY_LEN(body) != nparts) return 0;
+  int64_t total = 0;
+  for (long i = 0; i < nparts; i++) {
+    VALUE part = RARRAY_AREF(body, i);
+    if (!RB_TYPE_P(part, T_STRING)) return 0;
+    total += RSTRING_LEN(part);
+  }
+  return blen < 0 || total == blen;
+}
+
 /* Engine#respond(token, status, headers, body_array) -> token to continue with, or nil */
 static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers, VALUE body) {
   mg_engine *e = mg_engine_get(self);
@@ -309,6 +323,10 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
   }
   if (h.has_te) blen = -1;
   finish_head(e, &h, c, st, bodyless(st) ? -1 : blen);
+  if (send_body && !body_unchanged(body, nparts, h.has_te ? -1 : blen)) {
+    hb_release(&h);
+    rb_raise(mg_eInvalidResponse, "the body array changed while its headers were read");
+  }
   if (send_body) {
     for (long i = 0; i < nparts; i++) {
       VALUE part = RARRAY_AREF(body, i);
@@ -335,7 +353,9 @@ static VALUE engine_respond_file(VALUE self, VALUE token, VALUE status, VALUE he
   mg_conn *c = mg_engine_conn_for_token(e, token);
   int st = status_of(status);
   FilePathValue(path);
-  int fd = open(StringValueCStr(path), O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO (or a device) named by to_path must not block every
+   * Ruby thread while this one holds the GVL; only regular files are sent. */
+  int fd = open(StringValueCStr(path), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return Qfalse;
   struct stat sb;
   if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) { close(fd); return Qfalse; }

@@ -34,7 +34,7 @@ module Margay
       sockets = Systemd.activated_sockets(env: env)
       inherited = env.delete(INHERIT_ENV)
       if !sockets.empty? || env.delete(ACTIVATED_ENV)
-        sockets = parse_inherited(inherited).values.map { |fd| Socket.for_fd(fd) } if sockets.empty?
+        sockets = parse_inherited(inherited).values.map { |fd| Socket.for_fd(fd).tap { |io| io.close_on_exec = true } } if sockets.empty?
         return activated(sockets)
       end
       new(binds, backlog: backlog, inherited: inherited).bind
@@ -69,14 +69,19 @@ module Margay
     end
 
     # @return [Array<Listener>] one per bind, ports resolved
+    # Inherited sockets (a hot restart) are taken over again, close-on-exec like
+    # new ones, so a program the app runs does not keep the port open; those
+    # whose bind is gone from the configuration are closed.
     def bind
-      @binds.map do |url|
+      listeners = @binds.map do |url|
         fd = @inherited[url]
         io = if fd
-               url.start_with?("unix://") ? UNIXServer.for_fd(fd) : TCPServer.for_fd(fd)
+               (url.start_with?("unix://") ? UNIXServer.for_fd(fd) : TCPServer.for_fd(fd)).tap { |s| s.close_on_exec = true }
              end
         url.start_with?("unix://") ? bind_unix(url, io) : bind_tcp(url, io)
       end
+      (@inherited.keys - @binds).each { |url| close_fd(@inherited[url]) }
+      listeners
     rescue SystemCallError, SocketError => e
       raise ConfigError, "cannot bind: #{e.message}"
     end
@@ -108,6 +113,12 @@ module Margay
         io.listen(@backlog)
       end
       Listener.new(io: io, bind: url, url: url, unix: true, server_name: "localhost", server_port: "0")
+    end
+
+    def close_fd(fd)
+      IO.for_fd(fd).close
+    rescue SystemCallError, ArgumentError
+      nil
     end
 
     def socket_in_use?(path)

@@ -5,6 +5,7 @@ require "socket"
 require_relative "binder"
 require_relative "systemd"
 require_relative "worker_process"
+require_relative "cluster/spawning"
 
 module Margay
   # The master process of cluster mode. It binds the listeners (or inherits
@@ -18,9 +19,12 @@ module Margay
   # so workers forked by the mold, which are not the master's children, are
   # supervised like the others.
   class Cluster
-    # Master-side record of one worker process (or of the mold).
+    include Spawning
+
+    # Master-side record of one worker process (or of the mold). stop_at: when
+    # it was told to stop (it gets shutdown_timeout + 5 s from then).
     WorkerRecord = Struct.new(:index, :pid, :beat, :ctl, :handoff, :last_beat, :booted, :retiring, :stopping,
-                              :mold, keyword_init: true)
+                              :mold, :stop_at, keyword_init: true)
 
     MASTER_SIGNALS = %w[TERM INT QUIT TTIN TTOU USR1 USR2 HUP URG].freeze
     STOP_SIGNALS = %w[TERM INT QUIT].freeze
@@ -46,6 +50,8 @@ module Margay
       @app = nil
       @failures = 0
       @next_spawn_at = 0
+      @app_traps = {}
+      record_signals # from now on: a signal during bind or preload is not lost, nor fatal
     end
 
     # Bind (or inherit) the listeners. Returns self.
@@ -63,7 +69,7 @@ module Margay
     def run(preloaded_app: nil)
       bind
       @app = preloaded_app || (@app_loader.call if @config.preload_app?)
-      trap_signals
+      record_signals
       supervise until @stopping && @workers.empty?
       @listeners.each { |l| l.io.close unless l.io.closed? }
     end
@@ -78,7 +84,7 @@ module Margay
     def supervise
       maintain unless @stopping
       wait_for_events
-      @signals.shift(@signals.size).each { |sig| handle_signal(sig) }
+      handle_signal(@signals.shift) until @signals.empty? # one at a time: a restart may look at what follows
       reap
       check_heartbeats
       check_memory
@@ -88,10 +94,15 @@ module Margay
 
     # ---- signals ----
 
-    # The handlers in place before (an app loaded in the master may have set
-    # one, e.g. HUP to reopen its logs) are kept for the workers.
-    def trap_signals
-      @app_traps = MASTER_SIGNALS.to_h { |sig| [sig, trap(sig) { request(sig) }] }
+    # Record the master's signals for the supervision loop. Called when the
+    # master starts and again once the app is loaded: a handler the app set
+    # meanwhile (say, HUP to reopen its logs) is kept for the workers.
+    def record_signals
+      @own_traps ||= {}
+      MASTER_SIGNALS.each do |sig|
+        previous = trap(sig, @own_traps[sig] ||= proc { request(sig) })
+        @app_traps[sig] = previous if previous.is_a?(Proc) && !previous.equal?(@own_traps[sig])
+      end
     end
 
     def request(sig)
@@ -109,7 +120,7 @@ module Margay
       when "USR1" then phased_restart
       when "USR2" then hot_restart
       when "HUP" then signal_workers(:HUP)
-      when "URG" then promote(serving.select(&:booted).min_by(&:index))
+      when "URG" then promote(serving.select { |w| w.booted && !w.retiring }.min_by(&:index))
       end
     end
 
@@ -138,10 +149,12 @@ module Margay
     # USR1: replace workers one at a time. The mold goes too, so that new
     # workers load the app anew (unless it is preloaded in the master).
     def phased_restart
+      return if @stopping
+
       @log.info("master: phased restart of #{serving.size} workers")
       Systemd.notify("RELOADING=1")
       @ready = false
-      @config.run_hook(:on_restart)
+      hook(:on_restart)
       @workers.each_value { |w| w.mold ? retire(w) : (w.retiring = true) }
     end
 
@@ -149,25 +162,36 @@ module Margay
     # listening sockets inherited, so no connection is refused: they wait in
     # the listen backlog until the new workers accept them.
     def hot_restart
-      unless @restart_argv
-        @log.warn("master: USR2 ignored: no command line to re-execute")
-        return
-      end
+      return if @stopping
+      return @log.warn("master: USR2 ignored: no command line to re-execute") unless @restart_argv
+
       @log.info("master: hot restart")
       Systemd.notify("RELOADING=1")
-      @config.run_hook(:on_restart)
+      hook(:on_restart)
       signal_workers(:TERM)
       deadline = now + @config.shutdown_timeout + 5
       until @workers.empty?
         force_stop if now > deadline
         wait_for_events
         reap
+        watchdog_ping
         return abandon_hot_restart if @signals.intersect?(STOP_SIGNALS)
       end
+      reexec
+    end
+
+    # Replace this process by a new master that inherits the listeners. If
+    # that fails (the Ruby binary or the script was removed, say), the master
+    # carries on: the supervision loop starts new workers.
+    def reexec
       inherit = @listeners.map { |l| "#{l.bind}=#{l.io.fileno}" }.join(",")
       fds = @listeners.to_h { |l| [l.io.fileno, l.io.fileno] }
       env = { Binder::INHERIT_ENV => inherit, Binder::ACTIVATED_ENV => (@listeners.any?(&:activated) ? "1" : nil) }
+      Systemd.notify("WATCHDOG=1")
       exec(env, RbConfig.ruby, *@restart_argv, fds.merge(close_others: false))
+    rescue SystemCallError => e
+      @log.error("master: hot restart failed: cannot re-execute (#{e.message}); starting workers again")
+      @ready = false
     end
 
     # A stop asked for while the old workers were finishing: stop instead of
@@ -206,108 +230,17 @@ module Margay
     end
 
     def retire(worker)
-      worker.stopping = true
+      told_to_stop(worker)
       kill(worker, :TERM)
     end
 
-    def free_index
-      ((0..@workers.size + @target).to_a - @workers.values.reject(&:mold).map(&:index)).first
-    end
-
-    def spawn_worker
-      index = free_index
-      @config.run_hook(:before_fork, index)
-      source = mold
-      source&.mold == :ready ? spawn_from_mold(source, index) : fork_worker(index)
-    end
-
-    def fork_worker(index)
-      beat_r, beat_w = IO.pipe
-      ctl, child_ctl = UNIXSocket.pair
-      handoff, child_handoff = UNIXSocket.pair(:DGRAM)
-      queued = @signals.size
-      pid = fork do
-        [beat_r, ctl, handoff, @wake_r, @wake_w].each(&:close)
-        worker_main(index, queued, beat: beat_w, ctl: child_ctl, handoff: child_handoff)
-      end
-      [beat_w, child_ctl, child_handoff].each(&:close)
-      add_worker(index, pid, beat_r, ctl, handoff)
-    end
-
-    # The first code of a forked worker; never returns into the master's code.
-    # Until the master's traps are replaced, a signal sent to the new worker
-    # runs the master's handler in the child and would be lost (a TERM sent by
-    # a stop or restart right after the fork then leaves a worker that serves
-    # on while the master waits for it): the signals recorded after +queued+
-    # are the child's own, and a stop among them ends it at once.
-    def worker_main(index, queued, **channels)
-      @workers.each_value { |w| [w.beat, w.ctl, w.handoff].each(&:close) }
-      MASTER_SIGNALS.each { |sig| trap(sig, "DEFAULT") }
-      trap("HUP", @app_traps["HUP"]) if @app_traps["HUP"].is_a?(Proc)
-      exit!(0) if @signals.drop(queued).intersect?(STOP_SIGNALS)
-      app = @app || @app_loader.call
-      WorkerProcess.new(index: index, app: app, config: @config, log: @log, listeners: @listeners, **channels).run
-    rescue SignalException
-      exit!(0) # stopped before it could serve: nothing to finish
-    rescue Exception => e # rubocop:disable Lint/RescueException -- a child must never return into the master's code
-      @log.exception(e.cause || e, "worker #{index} failed to boot")
-      exit!(1)
-    end
-
-    # Ask the mold for a worker: it answers with the heartbeat pipe, the
-    # control socket and the pid.
-    def spawn_from_mold(source, index)
-      source.ctl.write("fork #{index}\n")
-      raise IOError, "the mold did not answer" unless source.ctl.wait_readable(10)
-
-      beat = source.ctl.recv_io
-      ctl = source.ctl.recv_io(UNIXSocket)
-      handoff = source.ctl.recv_io(UNIXSocket)
-      pid = Integer(source.ctl.gets)
-      add_worker(index, pid, beat, ctl, handoff)
-    rescue IOError, SystemCallError, ArgumentError, TypeError => e
-      @log.error("master: forking from the mold failed (#{e.message}): dropping the mold")
-      retire(source)
-    end
-
-    def add_worker(index, pid, beat, ctl, handoff)
-      @workers[pid] = WorkerRecord.new(index: index, pid: pid, beat: beat, ctl: ctl, handoff: handoff,
-                                       last_beat: now, booted: false, retiring: false, stopping: false, mold: nil)
-    end
-
-    # A saturated worker handed over an idle keep-alive connection: pass it to
-    # the next serving worker (round robin), or back if there is no other.
-    def forward_connection(from)
-      io = from.handoff.recv_io
-      others = serving.select(&:booted) - [from]
-      target = others.empty? ? from : others[(@next_target = (@next_target || 0) + 1) % others.size]
-      target.handoff.send_io(io)
-    rescue IOError, SystemCallError => e
-      @log.warn("master: keep-alive hand-over failed: #{e.message}")
-    ensure
-      io&.close
-    end
-
-    # Reforking: the warm worker stops serving and becomes the mold; once it
-    # is ready, the other workers are replaced by its children one at a time.
-    def promote(worker)
-      return if worker.nil? || mold || @stopping
-
-      @log.info("master: worker #{worker.index} (pid #{worker.pid}) becomes the mold")
-      worker.mold = :pending
-      worker.ctl.write("mold\n")
-    rescue IOError, SystemCallError
-      nil
-    end
-
-    def mold_ready(worker)
-      worker.mold = :ready
-      @log.info("master: mold ready (pid #{worker.pid}); re-forking the workers from it")
-      serving.each { |w| w.retiring = true }
+    def told_to_stop(worker)
+      worker.stopping = true
+      worker.stop_at ||= now
     end
 
     def wait_for_events
-      handoffs = @workers.values.reject(&:mold).to_h { |w| [w.handoff, w] }
+      handoffs = @workers.values.to_h { |w| [w.handoff, w] } # also a pending mold's: what it sent before it knew
       ready, = IO.select([@wake_r, *@workers.values.map(&:beat), *handoffs.keys], nil, nil, 0.5)
       (ready || []).each do |io|
         if io == @wake_r
@@ -351,14 +284,24 @@ module Margay
       @next_watchdog = now + interval
     end
 
+    # A worker that stopped reporting is killed, unless it was told to stop:
+    # while it finishes its requests it does not report, and it has
+    # shutdown_timeout + 5 s for that, however short worker_timeout is.
     def check_heartbeats
       @workers.each_value do |w|
-        limit = w.booted || w.mold ? @config.worker_timeout : @config.worker_boot_timeout
-        next if now - w.last_beat < limit
+        if w.stop_at
+          next if now - w.stop_at < @config.shutdown_timeout + 5
 
-        @log.error("master: worker #{w.index} (pid #{w.pid}) silent for #{limit}s: killing it")
+          @log.error("master: worker #{w.index} (pid #{w.pid}) still stopping after #{@config.shutdown_timeout + 5}s: killing it")
+          w.stop_at = now # one kill per grace period
+        else
+          limit = w.booted || w.mold ? @config.worker_timeout : @config.worker_boot_timeout
+          next if now - w.last_beat < limit
+
+          @log.error("master: worker #{w.index} (pid #{w.pid}) silent for #{limit}s: killing it")
+          w.last_beat = now # one kill per timeout
+        end
         kill(w, :KILL)
-        w.last_beat = now # one kill per timeout
       end
     end
 
@@ -409,7 +352,11 @@ module Margay
       @log.warn("master: #{what} (pid #{worker.pid}) exited#{status ? ": #{status.inspect}" : ''}") unless @stopping
       return if worker.booted || worker.mold
 
-      # Never got to serve: back off instead of fork-looping.
+      back_off # it never got to serve
+    end
+
+    # Delay the next start instead of fork-looping: 1, 2, 4 ... 30 s.
+    def back_off
       @failures += 1
       delay = [2**(@failures - 1), MAX_BACKOFF].min
       @next_spawn_at = now + delay
@@ -418,15 +365,27 @@ module Margay
 
     def signal_workers(sig)
       @workers.each_value do |w|
-        w.stopping = true if sig == :TERM
+        told_to_stop(w) if sig == :TERM
         kill(w, sig)
       end
     end
 
     def kill(worker, sig)
-      Process.kill(sig, worker.pid)
-    rescue Errno::ESRCH
+      kill_pid(worker.pid, sig)
+    end
+
+    # EPERM: the pid now belongs to someone else's process (a worker gone unseen).
+    def kill_pid(pid, sig)
+      Process.kill(sig, pid)
+    rescue Errno::ESRCH, Errno::EPERM
       nil
+    end
+
+    # A user hook run in the master: its failure is logged, never fatal to the master.
+    def hook(name, *args)
+      @config.run_hook(name, *args)
+    rescue StandardError => e
+      @log.exception(e, "#{name} hook failed")
     end
 
     def now

@@ -87,9 +87,6 @@ module Margay
       rescue *APP_ERRORS, RequestTimeout => e
         error = e
         status = fail_request(token, env, e)
-      rescue Exception # rubocop:disable Lint/RescueException -- thread is unwinding: free the connection
-        @engine.abort(token)
-        raise
       ensure
         close_body(body, env)
         input.close if input.is_a?(File) && !input.closed?
@@ -97,6 +94,11 @@ module Margay
         log_access(env, status, started) if @access_log
       end
       continue_with
+    rescue Exception # rubocop:disable Lint/RescueException -- the thread is unwinding (ForceShutdown, a fatal error)
+      # Free the connection this request holds, or the one a pipelined request
+      # would have continued on; a no-op once the response went to the loop.
+      @engine.abort(continue_with || token)
+      raise
     end
 
     private

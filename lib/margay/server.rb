@@ -142,6 +142,9 @@ module Margay
           pool.idle!
         end
       end
+    rescue Exception # rubocop:disable Lint/RescueException -- unwinding between two requests: free the connection
+      @engine.abort(continue_with) if continue_with
+      raise
     end
 
     # How often the main thread looks at the pool; for how many consecutive

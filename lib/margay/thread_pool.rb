@@ -89,7 +89,8 @@ module Margay
     def force_stop(wait = 2)
       @lock.synchronize { @stopped = true }
       threads.each { |t| t.raise(ForceShutdown, "forced shutdown") if t.alive? }
-      threads.each { |t| t.join(wait) || t.kill }
+      # join after kill: the engine is freed next, and a killed thread may still be leaving native code
+      threads.each { |t| t.join(wait) || t.kill.join(wait) }
     end
 
     def threads

@@ -43,6 +43,7 @@ module Margay
       @asked_to_mold = false
       @last_beat = nil
       @orphaned = false
+      @terminating = false
     end
 
     # Serve until told to stop (or to become the mold); never returns.
@@ -51,12 +52,13 @@ module Margay
       @config.run_hook(:on_worker_boot, @index)
       @server = Server.new(@app, @config, log: @log, listeners: @listeners, on_tick: method(:tick),
                                           on_stuck: -> { @server.stop })
-      %w[TERM INT QUIT].each { |sig| trap(sig) { @server.stop } }
+      %w[TERM INT QUIT].each { |sig| trap(sig) { terminate } }
       %w[TTIN TTOU USR1 USR2 URG].each { |sig| trap(sig, "IGNORE") }
       app_hup = trap("HUP", "IGNORE") # HUP never kills a worker ...
       trap("HUP", app_hup) if app_hup.is_a?(Proc) # ... and an app's own handler (reopening logs) stays
       @server.run
-      become_mold if @mold_requested
+      return_handed_over
+      become_mold if @mold_requested && !@terminating
       @config.run_hook(:before_worker_shutdown, @index) # connections are drained; the app is still loaded
       @config.run_hook(:on_worker_shutdown, @index)
       exit!(0)
@@ -67,6 +69,13 @@ module Margay
 
     private
 
+    # TERM/INT/QUIT: stop serving, and do not become the mold either, if that
+    # was asked for (the master is stopping or replacing this worker).
+    def terminate
+      @terminating = true
+      @server.stop
+    end
+
     # From the server's supervisor, about every 5 ms.
     def tick
       t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
@@ -75,12 +84,12 @@ module Margay
         @last_beat = t
         ask_to_mold
       end
-      balance(t) if @config.balance_keepalive
       command = @ctl.read_nonblock(64, exception: false)
-      return unless command.is_a?(String) && command.include?("mold")
-
-      @mold_requested = true
-      @server.stop
+      if command.is_a?(String) && command.include?("mold")
+        @mold_requested = true # before balancing: a mold-to-be takes no more hand-overs
+        return @server.stop
+      end
+      balance(t) if @config.balance_keepalive && !@mold_requested
     end
 
     # Keep-alive balancing: a worker whose threads have all been busy for a
@@ -101,11 +110,28 @@ module Margay
       @log.warn("worker #{@index}: keep-alive hand-over failed: #{e.message}")
     end
 
+    # Hand an idle connection to the master; if the master's queue is full,
+    # keep serving it here (never block the thread that writes heartbeats).
     def pass_on(fd)
       io = IO.for_fd(fd, autoclose: true)
-      @handoff.send_io(io)
+      return if Cluster.send_io_nonblock(@handoff, io)
+
+      io.autoclose = false
+      @server.adopt(fd)
     ensure
-      io&.close
+      io&.close if io&.autoclose?
+    end
+
+    # Connections the master handed to this worker after it stopped taking
+    # them: back to the master, which passes them to a worker still serving.
+    def return_handed_over
+      while @handoff.wait_readable(0)
+        io = @handoff.recv_io
+        Cluster.send_io_nonblock(@handoff, io)
+        io.close
+      end
+    rescue IOError, SystemCallError, SocketError
+      nil
     end
 
     def ask_to_mold
@@ -134,6 +160,7 @@ module Margay
     def become_mold
       $PROGRAM_NAME = "margay: mold (from worker #{@index})"
       %w[TERM INT QUIT].each { |sig| trap(sig) { exit!(0) } }
+      exit!(0) if @terminating # told to stop while it was draining
       GC.start # settle the heap once, so children share it instead of copying it on their first GC
       @beat.write("M")
       loop do
@@ -145,11 +172,17 @@ module Margay
         exit!(0) if line.nil? # the master is gone
         fork_worker(Integer(line[/\Afork (\d+)/, 1])) if line.start_with?("fork ")
       end
+    rescue Errno::EPIPE, IOError
+      exit!(0) # the master is gone: a mold has nothing to finish
     end
 
     # Double fork: the new worker is re-parented away from the mold; the
     # middle process reports it to the master and exits at once.
+    # The pid goes first, so that a master that gets less than the whole
+    # answer knows which process to kill. before_fork runs here, in the
+    # process that forks (the master runs it only for its own forks).
     def fork_worker(index)
+      @config.run_hook(:before_fork, index)
       beat_r, beat_w = IO.pipe
       master_end, child_end = UNIXSocket.pair
       hand_master, hand_child = UNIXSocket.pair(:DGRAM)
@@ -158,14 +191,17 @@ module Margay
           [beat_r, master_end, hand_master, @ctl, @beat, @handoff].each(&:close)
           WorkerProcess.new(index: index, app: @app, config: @config, log: @log, listeners: @listeners,
                             beat: beat_w, ctl: child_end, handoff: hand_child).run
+        ensure
+          exit!(1) # run never returns; whatever raised before it must not run the mold's code
         end
-        @ctl.send_io(beat_r)
-        @ctl.send_io(master_end)
-        @ctl.send_io(hand_master)
         @ctl.write("#{pid}\n")
+        [beat_r, master_end, hand_master].each { |io| @ctl.send_io(io) }
+      ensure
         exit!(0)
       end
       Process.wait(middle)
+    rescue StandardError => e # a fork or hook failure: the master's wait for the answer times out
+      @log.exception(e, "mold: cannot fork worker #{index}")
     ensure
       [beat_r, beat_w, master_end, child_end, hand_master, hand_child].each { |io| io&.close }
     end

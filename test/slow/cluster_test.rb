@@ -266,6 +266,18 @@ class ClusterSignalsTest < ClusterTest
     assert_equal 1, log_text.scan(/^Margay \d/).size, "no re-executed master: #{log_text}"
   end
 
+  # A worker told to stop sends no heartbeat while it finishes its requests:
+  # a worker_timeout shorter than that must not get it killed mid-request.
+  def test_a_draining_worker_is_not_killed_for_silence
+    start_cluster(1, worker_timeout: 1)
+    slow = Thread.new { raw_exchange(@port, "GET /slow HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", timeout: 15) }
+    wait_for_log(/slow request in/)
+    Process.kill(:USR1, @master) # the phased restart stops the only worker; its request takes 5 s
+    assert_match(/\r\n\r\n0\z/, slow.value, "the request in flight completes")
+    wait_for_log(/booted/, count: 2, timeout: 10)
+    refute_match(/silent for 1s/, log_text)
+  end
+
   def test_hup_reaches_the_workers_and_they_keep_serving
     start_cluster(2)
     Process.kill(:HUP, @master)
@@ -281,6 +293,29 @@ class ClusterSignalsTest < ClusterTest
     wait_for_log(/booted/, count: 2, timeout: 15)
     assert_equal 200, post("fresh")[0]
     client.join(15)
+  end
+end
+
+# Signals that reach the master while it is still loading the app.
+class ClusterBootSignalsTest < ClusterTest
+  ClusterTest.public_instance_methods(false).grep(/\Atest_/).each { |m| undef_method(m) if method_defined?(m) }
+
+  def test_signals_during_preload_are_not_fatal
+    @dir = Dir.mktmpdir("margay-bootsig-")
+    File.write(File.join(@dir, "config.ru"), "puts 'loading'; $stdout.flush; sleep 2\nrun ->(e) { [200, {}, ['up']] }\n")
+    @stdin, @out, @thread = Open3.popen2e(RbConfig.ruby, File.join(ROOT, "exe/margay"), "-w", "1",
+                                          "-b", "tcp://127.0.0.1:0", "config.ru", chdir: @dir)
+    @log = +""
+    @log_lock = Mutex.new
+    @reader = Thread.new { @out.each_line { |l| @log_lock.synchronize { @log << l } } }
+    @master = @thread.pid
+    wait_for_log(/loading/)
+    %i[HUP TTIN TTOU URG].each { |sig| Process.kill(sig, @master) }
+    wait_for_log(%r{Listening on tcp://127\.0\.0\.1:(\d+)})
+    @port = log_text[%r{Listening on tcp://127\.0\.0\.1:(\d+)}, 1].to_i
+    wait_for_log(/booted/)
+    assert_predicate @thread, :alive?
+    assert_match(/up\z/, raw_exchange(@port, "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"))
   end
 end
 
