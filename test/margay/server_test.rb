@@ -378,9 +378,11 @@ class ServerTest < Minitest::Test
 
   def test_pool_grows_under_load_and_serves_concurrently
     gate = Queue.new
-    app = ->(env) { env["PATH_INFO"] == "/wait" ? (gate.pop; HELLO.call(env)) : HELLO.call(env) }
+    arrived = Queue.new
+    app = ->(env) { env["PATH_INFO"] == "/wait" ? (arrived << true; gate.pop; HELLO.call(env)) : HELLO.call(env) }
     with_server(app, min_threads: 1, max_threads: 4) do |_, port, server|
       waiting = Array.new(3) { TCPSocket.new("127.0.0.1", port).tap { |s| s.write("GET /wait HTTP/1.1\r\nHost: x\r\n\r\n") } }
+      3.times { pop_within(arrived) } # three threads blocked in the app
       raw = raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout: 5)
       assert_match(/hello\z/, raw)
       assert_operator server.stats[:threads], :>=, 4
