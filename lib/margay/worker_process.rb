@@ -16,6 +16,8 @@ module Margay
   # is not the mold's child; the master gets its pid, heartbeat pipe and
   # control socket over the mold's control socket and watches its pipe.
   class WorkerProcess
+    # At most; a quarter of worker_timeout when that is shorter, so that a
+    # short timeout never kills a worker whose beat is merely due.
     HEARTBEAT_INTERVAL = 1.0
 
     # How long every thread must have been busy before idle keep-alive
@@ -44,6 +46,7 @@ module Margay
       @last_beat = nil
       @orphaned = false
       @terminating = false
+      @beat_interval = [HEARTBEAT_INTERVAL, config.worker_timeout / 4.0].min
     end
 
     # Serve until told to stop (or to become the mold); never returns.
@@ -79,7 +82,7 @@ module Margay
     # From the server's supervisor, about every 5 ms.
     def tick
       t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-      if @last_beat.nil? || t - @last_beat >= HEARTBEAT_INTERVAL
+      if @last_beat.nil? || t - @last_beat >= @beat_interval
         report(@last_beat ? "." : "r")
         @last_beat = t
         ask_to_mold
@@ -164,7 +167,7 @@ module Margay
       GC.start # settle the heap once, so children share it instead of copying it on their first GC
       @beat.write("M")
       loop do
-        ready, = IO.select([@ctl], nil, nil, HEARTBEAT_INTERVAL)
+        ready, = IO.select([@ctl], nil, nil, @beat_interval)
         @beat.write_nonblock(".", exception: false)
         next unless ready
 
@@ -178,9 +181,9 @@ module Margay
 
     # Double fork: the new worker is re-parented away from the mold; the
     # middle process reports it to the master and exits at once.
-    # The pid goes first, so that a master that gets less than the whole
-    # answer knows which process to kill. before_fork runs here, in the
-    # process that forks (the master runs it only for its own forks).
+    # The answer is one message (the pid, the master's ends attached), so the
+    # master gets all of it or nothing. before_fork runs here, in the process
+    # that forks (the master runs it only for its own forks).
     def fork_worker(index)
       @config.run_hook(:before_fork, index)
       beat_r, beat_w = IO.pipe
@@ -194,8 +197,7 @@ module Margay
         ensure
           exit!(1) # run never returns; whatever raised before it must not run the mold's code
         end
-        @ctl.write("#{pid}\n")
-        [beat_r, master_end, hand_master].each { |io| @ctl.send_io(io) }
+        @ctl.sendmsg("#{pid}\n", 0, nil, Socket::AncillaryData.unix_rights(beat_r, master_end, hand_master))
       ensure
         exit!(0)
       end

@@ -59,25 +59,30 @@ module Margay
         exit!(1)
       end
 
-      # Ask the mold for a worker: it answers with the pid, then the heartbeat
-      # pipe, the control socket and the hand-over socket.
+      # Ask the mold for a worker. It answers in one message: the pid, with
+      # the heartbeat pipe, the control socket and the hand-over socket
+      # attached, so the answer is whole or missing, never half.
       def spawn_from_mold(source, index)
         source.ctl.write("fork #{index}\n")
-        pid = Integer(mold_answer(source) { source.ctl.gets })
-        ios = []
-        3.times { |i| ios << mold_answer(source) { source.ctl.recv_io(i.zero? ? IO : UNIXSocket) } }
-        add_worker(index, pid, *ios)
-      rescue StandardError => e # the mold died mid-answer (SocketError at EOF), or answered nonsense
+        raise IOError, "the mold did not answer" unless source.ctl.wait_readable(5)
+
+        data, _, _, rights = source.ctl.recvmsg(64, 0, 64, scm_rights: true)
+        ios = rights&.unix_rights || []
+        pid = Integer(data.to_s.chomp, 10)
+        raise IOError, "the mold sent #{ios.size} descriptors" unless ios.size == 3
+
+        beat, ctl, handoff = ios
+        add_worker(index, pid, beat, socket(ctl), socket(handoff))
+      rescue StandardError => e # the mold died (EOF), or answered nonsense
         ios&.each { |io| io.close unless io.closed? }
         kill_pid(pid, :KILL) if pid # a child nobody would supervise
         @log.error("master: forking from the mold failed (#{e.message}): dropping the mold")
         retire(source)
       end
 
-      def mold_answer(source)
-        raise IOError, "the mold did not answer" unless source.ctl.wait_readable(5)
-
-        yield || raise(IOError, "the mold closed its control socket")
+      # A UNIXSocket for a descriptor received as a plain IO.
+      def socket(io)
+        UNIXSocket.for_fd(io.fileno).tap { io.autoclose = false }
       end
 
       def add_worker(index, pid, beat, ctl, handoff)
