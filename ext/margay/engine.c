@@ -61,6 +61,7 @@ static void engine_free(void *p) {
 static void engine_mark(void *p) {
   mg_engine *e = p;
   rb_gc_mark(e->env_template);
+  rb_gc_mark(e->board);
   if (!e->closed) mg_pins_mark(&e->pins);
   for (int i = 0; i < e->nlisteners; i++) {
     rb_gc_mark(e->listeners[i].server_name);
@@ -84,6 +85,7 @@ static VALUE engine_alloc(VALUE klass) {
   VALUE obj = TypedData_Make_Struct(klass, mg_engine, &engine_type, e);
   e->wake_fd[0] = e->wake_fd[1] = -1;
   e->env_template = Qnil;
+  e->board = Qnil;
   e->closed = 1; /* until initialize succeeds */
   return obj;
 }
@@ -384,6 +386,28 @@ static VALUE engine_saturated_ms(VALUE self) {
   return LL2NUM(d < 0 ? 0 : d);
 }
 
+/* Engine#publish_idle(board, index): count this engine's waiting threads
+ * into slot +index+ of the cluster's IdleBoard (see board.c). Call before
+ * #start. */
+static VALUE engine_publish_idle(VALUE self, VALUE board, VALUE index) {
+  mg_engine *e = mg_engine_get(self);
+  _Atomic int *slot = mg_board_slot(board, NUM2INT(index));
+  if (!slot) rb_raise(rb_eIndexError, "no slot %d on the board", NUM2INT(index));
+  atomic_store(slot, atomic_load(&e->idle_waiters));
+  e->board = board;
+  e->board_index = NUM2INT(index);
+  e->idle_slot = slot;
+  return self;
+}
+
+/* Engine#others_idle?: whether another worker of the cluster has a thread
+ * waiting for work (true when there is no board: nothing is known). */
+static VALUE engine_others_idle(VALUE self) {
+  mg_engine *e = mg_engine_get(self);
+  if (NIL_P(e->board)) return Qtrue;
+  return mg_board_others_idle(e->board, e->board_index) ? Qtrue : Qfalse;
+}
+
 static VALUE engine_close(VALUE self) {
   mg_engine *e = rb_check_typeddata(self, &engine_type);
   engine_release(e);
@@ -411,6 +435,9 @@ void mg_engine_init(VALUE mNative) {
   rb_define_method(cEngine, "waiting_threads", engine_waiting_threads, 0);
   rb_define_method(cEngine, "saturated_ms", engine_saturated_ms, 0);
   rb_define_method(cEngine, "close", engine_close, 0);
+  rb_define_method(cEngine, "publish_idle", engine_publish_idle, 2);
+  rb_define_method(cEngine, "others_idle?", engine_others_idle, 0);
+  mg_board_init(mNative);
   mg_response_init(cEngine);
   mg_env_init(mNative);
 }

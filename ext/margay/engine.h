@@ -141,6 +141,9 @@ typedef struct mg_engine {
   int nlisteners;
   int wake_fd[2];            /* eventfd (both the same) or a pipe */
   VALUE env_template;        /* Hash duplicated for each request */
+  VALUE board;               /* IdleBoard of the cluster, or nil */
+  int board_index;
+  _Atomic int *idle_slot;    /* this worker's counter on the board, or NULL */
   int closed;
 } mg_engine;
 
@@ -172,6 +175,9 @@ int mg_conn_continue(mg_engine *e, mg_conn *c);  /* frame buffered input; 1: req
 void mg_conn_consume_head(mg_conn *c);
 int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, socklen_t plen, int kept_alive);
 int mg_detach_idle(mg_engine *e, int *out, int max);
+int mg_board_others_idle(VALUE board, int index);
+_Atomic int *mg_board_slot(VALUE board, int index);
+void mg_board_init(VALUE mNative);
 int mg_conn_flush(mg_engine *e, mg_conn *c); /* 1 done, 0 would block, -1 error */
 void mg_conn_queue(mg_conn *c, const char *data, size_t len);
 void mg_conn_queue_owned(mg_conn *c, char *data, size_t len, size_t cap); /* data from mg_buf_alloc */

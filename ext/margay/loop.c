@@ -680,9 +680,20 @@ int mg_detach_idle(mg_engine *e, int *out, int max) {
   return n;
 }
 
+/* Accept what the listener has queued, up to ACCEPT_BATCH. A cluster worker
+ * (it counts its waiting threads on the shared board) takes no more new
+ * clients at once than it has threads waiting, this one included: the other
+ * workers get the rest, instead of one worker taking a whole burst of
+ * connections (a load generator's, or a proxy's pool) and keeping them. */
 static void accept_batch(mg_engine *e, int li) {
   mg_listener *l = &e->listeners[li];
-  for (int i = 0; i < ACCEPT_BATCH; i++) {
+  int batch = ACCEPT_BATCH;
+  if (e->idle_slot) {
+    batch = atomic_load(&e->idle_waiters);
+    if (batch < 1) batch = 1;
+    if (batch > ACCEPT_BATCH) batch = ACCEPT_BATCH;
+  }
+  for (int i = 0; i < batch; i++) {
     if (atomic_load(&e->stopping)) return; /* what is still queued is left to the backlog */
     if (atomic_load(&e->nconns) >= e->cfg.max_connections) {
       atomic_store(&e->accept_paused, 1);
@@ -790,6 +801,7 @@ void *mg_wait_nogvl(void *p) {
   mg_engine *e = a->e;
   int64_t start = mg_now_ms();
   atomic_fetch_add(&e->idle_waiters, 1);
+  if (e->idle_slot) atomic_fetch_add(e->idle_slot, 1);
   a->conn = NULL;
   for (;;) {
     int stopping = atomic_load(&e->stopping);
@@ -832,6 +844,7 @@ void *mg_wait_nogvl(void *p) {
       break;
     }
   }
+  if (e->idle_slot) atomic_fetch_sub(e->idle_slot, 1);
   if (atomic_fetch_sub(&e->idle_waiters, 1) == 1) atomic_store(&e->all_busy_since_ms, mg_now_ms());
   return NULL;
 }

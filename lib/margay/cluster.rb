@@ -5,6 +5,7 @@ require "socket"
 require_relative "binder"
 require_relative "systemd"
 require_relative "worker_process"
+require "margay/margay_native"
 require_relative "cluster/spawning"
 
 module Margay
@@ -29,6 +30,7 @@ module Margay
     MASTER_SIGNALS = %w[TERM INT QUIT TTIN TTOU USR1 USR2 HUP URG].freeze
     STOP_SIGNALS = %w[TERM INT QUIT].freeze
     MAX_BACKOFF = 30
+    BOARD_SLOTS = 256 # worker indexes that can report idle threads (see Native::IdleBoard)
 
     attr_reader :listeners
 
@@ -51,6 +53,7 @@ module Margay
       @failures = 0
       @next_spawn_at = 0
       @app_traps = {}
+      @board = Native::IdleBoard.new(BOARD_SLOTS) # shared with every worker forked from now on
       record_signals # from now on: a signal during bind or preload is not lost, nor fatal
     end
 
@@ -346,6 +349,7 @@ module Margay
       return unless @workers.delete(worker.pid)
 
       [worker.beat, worker.ctl, worker.handoff].each { |io| io.close unless io.closed? }
+      @board.clear(worker.index) if !worker.mold && worker.index < @board.size # a killed worker cannot count itself out
       return if worker.stopping && (status.nil? || status.success?)
 
       what = worker.mold ? "the mold" : "worker #{worker.index}"

@@ -118,9 +118,10 @@ module Margay
       stream(token, env, status, headers, body)
     end
 
-    # No other thread of this worker is free to take this connection's next request.
+    # Closing this connection helps only if another worker could take the
+    # client's next request: with every worker busy it would just reconnect.
     def saturated?
-      @pool.busy > 1 && @engine.waiting_threads.zero?
+      @pool.busy > 1 && @engine.waiting_threads.zero? && @engine.others_idle?
     end
 
     def hijack_header?(headers)

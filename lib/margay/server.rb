@@ -28,7 +28,12 @@ module Margay
     #   while serving (a cluster worker's heartbeat)
     # @param on_stuck [#call, nil] called when a request ignores its
     #   request_timeout interrupt (a cluster worker then replaces itself)
-    def initialize(app, config, log: Log.new(quiet: config.quiet), listeners: nil, on_tick: nil, on_stuck: nil)
+    # @param idle_board [Array(Native::IdleBoard, Integer), nil] a cluster
+    #   worker's board and slot: its waiting threads are counted there, and
+    #   it balances load only when another worker has a thread free
+    def initialize(app, config, log: Log.new(quiet: config.quiet), listeners: nil, on_tick: nil, on_stuck: nil,
+                   idle_board: nil)
+      @idle_board = idle_board
       @app = app
       @config = config
       @log = log
@@ -62,6 +67,7 @@ module Margay
       bind
       @engine = Native::Engine.new(engine_settings, env_template)
       @listeners.each { |l| @engine.add_listener(l.io.fileno, l.unix, l.server_name, l.server_port) }
+      @engine.publish_idle(*@idle_board) if @idle_board
       @pool = ThreadPool.new(min: @config.effective_min_threads, max: @config.max_threads,
                              idle_timeout: @config.thread_idle_timeout) { |pool| serve(pool, @handler) }
       @deadline = (Deadline.new(@config.request_timeout, log: @log, on_stuck: @on_stuck) if @config.request_timeout)
@@ -88,6 +94,11 @@ module Margay
     # Milliseconds for which no thread has been waiting for work (0 while one is).
     def saturated_ms
       @engine ? @engine.saturated_ms : 0
+    end
+
+    # Whether another worker of the cluster has a thread waiting (true when unknown).
+    def others_idle?
+      @engine ? @engine.others_idle? : true
     end
 
     # Idle keep-alive connections leave this server (their fds stay open) so a

@@ -22,15 +22,17 @@ module Margay
 
     # How long every thread must have been busy before idle keep-alive
     # connections are handed to another worker, and how often.
-    HANDOFF_AFTER_MS = 20
-    HANDOFF_INTERVAL = 0.05
+    HANDOFF_AFTER_MS = 5
+    HANDOFF_INTERVAL = 0.01
 
     # @param index [Integer] the worker's slot
     # @param beat [IO] write end of the heartbeat pipe
     # @param ctl [UNIXSocket] this side of the control socket
     # @param handoff [UNIXSocket] datagram socket to the master carrying
     #   connection fds in both directions (keep-alive balancing)
-    def initialize(index:, app:, config:, log:, listeners:, beat:, ctl:, handoff:)
+    # @param board [Native::IdleBoard] the cluster's count of waiting threads per worker
+    def initialize(index:, app:, config:, log:, listeners:, beat:, ctl:, handoff:, board: nil)
+      @board = board
       @handoff = handoff
       @last_handoff = 0
       @index = index
@@ -53,8 +55,9 @@ module Margay
     def run
       $PROGRAM_NAME = "margay: worker #{@index}"
       @config.run_hook(:on_worker_boot, @index)
+      idle_board = [@board, @index] if @board && @index < @board.size
       @server = Server.new(@app, @config, log: @log, listeners: @listeners, on_tick: method(:tick),
-                                          on_stuck: -> { @server.stop })
+                                          on_stuck: -> { @server.stop }, idle_board: idle_board)
       %w[TERM INT QUIT].each { |sig| trap(sig) { terminate } }
       %w[TTIN TTOU USR1 USR2 URG].each { |sig| trap(sig, "IGNORE") }
       app_hup = trap("HUP", "IGNORE") # HUP never kills a worker ...
@@ -100,7 +103,7 @@ module Margay
     # them to another worker; connections handed to us are adopted. Nothing is
     # lost: a request already sent waits in the socket's kernel buffer.
     def balance(t)
-      if t - @last_handoff >= HANDOFF_INTERVAL && @server.saturated_ms >= HANDOFF_AFTER_MS
+      if t - @last_handoff >= HANDOFF_INTERVAL && @server.saturated_ms >= HANDOFF_AFTER_MS && @server.others_idle?
         @last_handoff = t
         @server.detach_idle(64).each { |fd| pass_on(fd) }
       end
@@ -193,7 +196,7 @@ module Margay
         pid = fork do
           [beat_r, master_end, hand_master, @ctl, @beat, @handoff].each(&:close)
           WorkerProcess.new(index: index, app: @app, config: @config, log: @log, listeners: @listeners,
-                            beat: beat_w, ctl: child_end, handoff: hand_child).run
+                            beat: beat_w, ctl: child_end, handoff: hand_child, board: @board).run
         ensure
           exit!(1) # run never returns; whatever raised before it must not run the mold's code
         end

@@ -53,7 +53,8 @@ module Margay
         exit!(0) if own.intersect?(STOP_SIGNALS)
         Process.kill(:HUP, Process.pid) if own.include?("HUP") && @app_traps["HUP"].is_a?(Proc)
         app = @app || @app_loader.call
-        WorkerProcess.new(index: index, app: app, config: @config, log: @log, listeners: @listeners, **channels).run
+        WorkerProcess.new(index: index, app: app, config: @config, log: @log, listeners: @listeners, board: @board,
+                          **channels).run
       rescue Exception => e # rubocop:disable Lint/RescueException -- a child must never return into the master's code
         @log.exception(e.cause || e, "worker #{index} failed to boot")
         exit!(1)

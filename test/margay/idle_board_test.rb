@@ -1,0 +1,74 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "margay/server"
+
+# The cluster's board of waiting threads per worker (Native::IdleBoard): a
+# server counts its waiting threads into its slot, every process forked after
+# the board was made sees the same counters, and a worker asks whether any
+# other worker has a thread free before it hands clients over.
+class IdleBoardTest < Minitest::Test
+  include Margay::TestHelper
+
+  def test_slots_are_shared_with_forked_processes
+    board = Margay::Native::IdleBoard.new(4)
+    assert_equal [0, 0, 0, 0], Array.new(4) { |i| board[i] }
+    server = start_server(board, 2, min_threads: 2, max_threads: 2)
+    Timeout.timeout(5) { sleep 0.01 until board[2] == 2 }
+    child_sees = IO.popen("-") { |io| io ? io.read : (print(board[2]); $stdout.flush; exit!(0)) }
+    assert_equal "2", child_sees, "a forked process reads the live count"
+    IO.popen("-") { |io| io ? io.read : (board.clear(2); exit!(0)) }
+    assert_equal 0, board[2], "and the parent sees a child's write (the master clears a dead worker's slot)"
+  ensure
+    stop_server(server)
+  end
+
+  def test_others_idle_looks_at_the_other_slots_only
+    board = Margay::Native::IdleBoard.new(2)
+    server = start_server(board, 0, min_threads: 1, max_threads: 1)
+    Timeout.timeout(5) { sleep 0.01 until board[0] == 1 }
+    refute server.others_idle?, "its own waiting thread does not count"
+    other = start_server(board, 1, min_threads: 1, max_threads: 1)
+    Timeout.timeout(5) { sleep 0.01 until board[1] == 1 }
+    assert server.others_idle?
+    board.clear(1)
+    assert_equal 0, board[1]
+  ensure
+    stop_server(other)
+    stop_server(server)
+  end
+
+  def test_a_stopped_server_counts_itself_out
+    board = Margay::Native::IdleBoard.new(1)
+    server = start_server(board, 0, min_threads: 3, max_threads: 3)
+    Timeout.timeout(5) { sleep 0.01 until board[0] == 3 }
+    stop_server(server)
+    assert_equal 0, board[0]
+  end
+
+  def test_out_of_range_slots_raise
+    board = Margay::Native::IdleBoard.new(2)
+    assert_raises(IndexError) { board[2] }
+    assert_raises(IndexError) { board.clear(-1) }
+    assert_raises(ArgumentError) { Margay::Native::IdleBoard.new(0) }
+  end
+
+  private
+
+  def start_server(board, index, **settings)
+    config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], quiet: true, event_backend: BACKEND, **settings)
+    log = Margay::Log.new(out: StringIO.new, err: StringIO.new)
+    server = Margay::Server.new(Rack::Lint.new(HELLO), config, log: log, idle_board: [board, index])
+    server.bind
+    @threads ||= {}
+    @threads[server] = Thread.new { server.run }
+    server
+  end
+
+  def stop_server(server)
+    return unless server
+
+    server.stop
+    assert @threads[server].join(10), "server did not stop"
+  end
+end
