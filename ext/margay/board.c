@@ -5,7 +5,9 @@
  * makes it before forking; each worker's engine counts its waiting threads
  * into its own slot as they enter and leave the event loop, so a saturated
  * worker can tell, without asking anyone, whether handing a client to
- * another worker would help: only if some other worker has a thread free.
+ * another worker would help: if some other worker has a thread free, or
+ * serves far fewer connections (each engine also counts its connections,
+ * in a second row of counters after the first).
  */
 #include "engine.h"
 #include <sys/mman.h>
@@ -39,12 +41,13 @@ static VALUE board_alloc(VALUE klass) {
   return obj;
 }
 
-/* IdleBoard.new(slots): one counter per worker index, all 0. */
+/* IdleBoard.new(slots): two counters per worker index (waiting threads,
+ * connections), all 0. */
 static VALUE board_initialize(VALUE self, VALUE nv) {
   mg_board *b = board_get(self);
   int n = NUM2INT(nv);
   if (n <= 0 || n > 4096) rb_raise(rb_eArgError, "slots must be 1..4096");
-  void *mem = mmap(NULL, (size_t)n * sizeof(_Atomic int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void *mem = mmap(NULL, 2 * (size_t)n * sizeof(_Atomic int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) rb_sys_fail("Margay::Native::IdleBoard#initialize: mmap");
   b->slots = mem;
   b->n = n;
@@ -66,24 +69,54 @@ static VALUE board_aref(VALUE self, VALUE iv) {
   return INT2NUM(atomic_load(&b->slots[slot_index(b, iv)]));
 }
 
-/* #clear(index): the worker is gone (its threads may not have counted themselves out). */
+/* #connections(index): connections that worker's engine holds. */
+static VALUE board_connections(VALUE self, VALUE iv) {
+  mg_board *b = board_get(self);
+  return INT2NUM(atomic_load(&b->slots[b->n + slot_index(b, iv)]));
+}
+
+/* #clear(index): the worker is gone (it may not have counted itself out). */
 static VALUE board_clear(VALUE self, VALUE iv) {
   mg_board *b = board_get(self);
-  atomic_store(&b->slots[slot_index(b, iv)], 0);
+  int i = slot_index(b, iv);
+  atomic_store(&b->slots[i], 0);
+  atomic_store(&b->slots[b->n + i], 0);
   return Qnil;
 }
 
-int mg_board_others_idle(VALUE board, int index) {
-  mg_board *b = board_get(board);
-  for (int i = 0; i < b->n; i++)
-    if (i != index && atomic_load(&b->slots[i]) > 0) return 1;
+/* Whether a slot other than +index+ counts a waiting thread. Plain C: the
+ * event loop asks without the GVL (the engine keeps the board alive). */
+int mg_board_others_idle(_Atomic int *slots, int n, int index) {
+  for (int i = 0; i < n; i++)
+    if (i != index && atomic_load(&slots[i]) > 0) return 1;
   return 0;
 }
 
-_Atomic int *mg_board_slot(VALUE board, int index) {
+/* How many idle connections the worker at +index+ should hand over: half
+ * the gap to the least loaded other worker that is serving (it has a thread
+ * waiting or a connection; a mold or a gone worker has neither), when the
+ * gap is at least a quarter of this worker's connections and at least 4.
+ * The other worker then holds about as many, so it has no reason to hand
+ * them back. */
+int mg_board_handoff_quota(_Atomic int *slots, int n, int index) {
+  int mine = atomic_load(&slots[n + index]), fewest = -1;
+  for (int i = 0; i < n; i++) {
+    if (i == index) continue;
+    int conns = atomic_load(&slots[n + i]);
+    if (conns < 0) conns = 0;
+    if (conns == 0 && atomic_load(&slots[i]) <= 0) continue; /* not serving */
+    if (fewest < 0 || conns < fewest) fewest = conns;
+  }
+  if (fewest < 0) return 0;
+  int gap = mine - fewest;
+  return gap >= 4 && gap >= mine / 4 ? gap / 2 : 0;
+}
+
+/* The board's counters and their number (*n), or NULL when it has none. */
+_Atomic int *mg_board_slots(VALUE board, int *n) {
   mg_board *b = board_get(board);
-  if (!b->slots || index < 0 || index >= b->n) return NULL;
-  return &b->slots[index];
+  *n = b->n;
+  return b->slots;
 }
 
 void mg_board_init(VALUE mNative) {
@@ -92,5 +125,6 @@ void mg_board_init(VALUE mNative) {
   rb_define_method(c, "initialize", board_initialize, 1);
   rb_define_method(c, "size", board_size, 0);
   rb_define_method(c, "[]", board_aref, 1);
+  rb_define_method(c, "connections", board_connections, 1);
   rb_define_method(c, "clear", board_clear, 1);
 }

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ruby/thread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -274,14 +275,19 @@ static VALUE engine_next_request(int argc, VALUE *argv, VALUE self) {
 }
 
 /* Engine#stop(force = false): stop accepting; idle connections close at once,
- * others when their request is done (force: now). Safe from a trap handler. */
+ * others when their request is done (force: now). Safe from a trap handler.
+ * On return no loop thread touches a listener fd again: Ruby may close them. */
 static VALUE engine_stop(int argc, VALUE *argv, VALUE self) {
   VALUE force;
   rb_scan_args(argc, argv, "01", &force);
   mg_engine *e = mg_engine_get(self);
   int level = RTEST(force) ? 2 : 1;
-  if (atomic_load(&e->stopping) < level) atomic_store(&e->stopping, level);
-  for (int i = 0; i < e->nlisteners; i++) mg_ev_disarm(e->ev, e->listeners[i].fd);
+  int was = atomic_load(&e->stopping);
+  if (was < level) atomic_store(&e->stopping, level);
+  if (was == 0) { /* later calls: the listeners may be closed (and their numbers reused) */
+    for (int i = 0; i < e->nlisteners; i++) mg_ev_disarm(e->ev, e->listeners[i].fd);
+    while (atomic_load(&e->listener_users) > 0) sched_yield(); /* at most one accept4 each */
+  }
   atomic_store(&e->next_sweep_ms, 0);
   mg_engine_wake(e);
   return Qnil;
@@ -391,21 +397,34 @@ static VALUE engine_saturated_ms(VALUE self) {
  * #start. */
 static VALUE engine_publish_idle(VALUE self, VALUE board, VALUE index) {
   mg_engine *e = mg_engine_get(self);
-  _Atomic int *slot = mg_board_slot(board, NUM2INT(index));
-  if (!slot) rb_raise(rb_eIndexError, "no slot %d on the board", NUM2INT(index));
-  atomic_store(slot, atomic_load(&e->idle_waiters));
+  int n, i = NUM2INT(index);
+  _Atomic int *slots = mg_board_slots(board, &n);
+  if (!slots || i < 0 || i >= n) rb_raise(rb_eIndexError, "no slot %d on the board", i);
+  atomic_store(&slots[i], atomic_load(&e->idle_waiters));
+  atomic_store(&slots[n + i], atomic_load(&e->nconns));
   e->board = board;
-  e->board_index = NUM2INT(index);
-  e->idle_slot = slot;
+  e->board_slots = slots;
+  e->board_n = n;
+  e->board_index = i;
+  e->idle_slot = &slots[i];
+  e->conns_slot = &slots[n + i];
   return self;
+}
+
+/* Engine#handoff_quota: how many idle keep-alive connections this worker
+ * should hand to less loaded workers (0 without a board). */
+static VALUE engine_handoff_quota(VALUE self) {
+  mg_engine *e = mg_engine_get(self);
+  if (!e->board_slots) return INT2FIX(0);
+  return INT2NUM(mg_board_handoff_quota(e->board_slots, e->board_n, e->board_index));
 }
 
 /* Engine#others_idle?: whether another worker of the cluster has a thread
  * waiting for work (true when there is no board: nothing is known). */
 static VALUE engine_others_idle(VALUE self) {
   mg_engine *e = mg_engine_get(self);
-  if (NIL_P(e->board)) return Qtrue;
-  return mg_board_others_idle(e->board, e->board_index) ? Qtrue : Qfalse;
+  if (!e->board_slots) return Qtrue;
+  return mg_board_others_idle(e->board_slots, e->board_n, e->board_index) ? Qtrue : Qfalse;
 }
 
 static VALUE engine_close(VALUE self) {
@@ -437,6 +456,7 @@ void mg_engine_init(VALUE mNative) {
   rb_define_method(cEngine, "close", engine_close, 0);
   rb_define_method(cEngine, "publish_idle", engine_publish_idle, 2);
   rb_define_method(cEngine, "others_idle?", engine_others_idle, 0);
+  rb_define_method(cEngine, "handoff_quota", engine_handoff_quota, 0);
   mg_board_init(mNative);
   mg_response_init(cEngine);
   mg_env_init(mNative);

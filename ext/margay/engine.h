@@ -131,6 +131,7 @@ typedef struct mg_engine {
   _Atomic int idle_waiters;  /* threads inside next_request */
   _Atomic int64_t all_busy_since_ms; /* when idle_waiters last dropped to 0 */
   _Atomic int stopping;      /* 1 graceful, 2 forced */
+  _Atomic int listener_users; /* loop threads accepting or arming a listener */
   _Atomic uint64_t requests; /* completed request heads */
   _Atomic int accept_paused; /* listeners not armed (limit or EMFILE) */
   _Atomic int64_t resume_accept_ms;
@@ -142,8 +143,10 @@ typedef struct mg_engine {
   int wake_fd[2];            /* eventfd (both the same) or a pipe */
   VALUE env_template;        /* Hash duplicated for each request */
   VALUE board;               /* IdleBoard of the cluster, or nil */
-  int board_index;
+  _Atomic int *board_slots;  /* its counters (shared memory), or NULL */
+  int board_n, board_index;
   _Atomic int *idle_slot;    /* this worker's counter on the board, or NULL */
+  _Atomic int *conns_slot;   /* its count of connections there, or NULL */
   int closed;
 } mg_engine;
 
@@ -175,8 +178,9 @@ int mg_conn_continue(mg_engine *e, mg_conn *c);  /* frame buffered input; 1: req
 void mg_conn_consume_head(mg_conn *c);
 int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, socklen_t plen, int kept_alive);
 int mg_detach_idle(mg_engine *e, int *out, int max);
-int mg_board_others_idle(VALUE board, int index);
-_Atomic int *mg_board_slot(VALUE board, int index);
+int mg_board_others_idle(_Atomic int *slots, int n, int index);
+int mg_board_handoff_quota(_Atomic int *slots, int n, int index);
+_Atomic int *mg_board_slots(VALUE board, int *n);
 void mg_board_init(VALUE mNative);
 int mg_conn_flush(mg_engine *e, mg_conn *c); /* 1 done, 0 would block, -1 error */
 void mg_conn_queue(mg_conn *c, const char *data, size_t len);

@@ -72,11 +72,21 @@ void mg_conn_arm_read(mg_engine *e, mg_conn *c) { arm(e, c, MG_EV_IN); }
  * race with a concurrent stop: either this thread sees the flag and disarms,
  * or its arm came first and the stop's disarm undoes it. Without this a
  * stopping worker could keep accepting for as long as clients keep coming. */
+/* Every use of a listener fd by the loop happens between these two, so that
+ * Engine#stop can wait until none is under way and Ruby may then close the
+ * listeners (the counter goes up before `stopping` is looked at, and stop
+ * sets `stopping` before it looks at the counter). */
+static void listener_enter(mg_engine *e) { atomic_fetch_add(&e->listener_users, 1); }
+static void listener_leave(mg_engine *e) { atomic_fetch_sub(&e->listener_users, 1); }
+
 static void arm_listener(mg_engine *e, int li) {
-  if (atomic_load(&e->stopping)) return;
-  int fd = e->listeners[li].fd;
-  mg_ev_arm(e->ev, fd, MG_EV_IN, MG_DATA_LISTENER | (uint64_t)li);
-  if (atomic_load(&e->stopping)) mg_ev_disarm(e->ev, fd);
+  listener_enter(e);
+  if (!atomic_load(&e->stopping)) {
+    int fd = e->listeners[li].fd;
+    mg_ev_arm(e->ev, fd, MG_EV_IN, MG_DATA_LISTENER | (uint64_t)li);
+    if (atomic_load(&e->stopping)) mg_ev_disarm(e->ev, fd);
+  }
+  listener_leave(e);
 }
 
 static void arm_listeners(mg_engine *e) {
@@ -203,6 +213,7 @@ int mg_conn_forget(mg_engine *e, mg_conn *c) {
   uint64_t gen = conn_gen(c);
   atomic_store(&c->state, ((gen + 1) << 8) | MG_FREE);
   int left = atomic_fetch_sub(&e->nconns, 1) - 1;
+  if (e->conns_slot) atomic_fetch_sub(e->conns_slot, 1);
   if (left == 0 && atomic_load(&e->stopping)) mg_engine_wake(e);
   if (atomic_load(&e->accept_paused) == 1) resume_accept(e); /* also after a hand-over or hijack */
   return fd;
@@ -430,7 +441,9 @@ void mg_simple_response(mg_engine *e, mg_conn *c, int status) {
 /* ---- input ---- */
 
 static int error_out(mg_engine *e, mg_conn *c, int status) {
-  free_out(c); /* e.g. a pending 100 Continue */
+  /* Output still pending (an interim 100 Continue, possibly half written)
+   * stays queued ahead of the error: an interim response may precede any
+   * final one, and dropping it could leave a torn status line on the wire. */
   mg_simple_response(e, c, status);
   c->rlen = 0;
   return finish_output(e, c);
@@ -656,6 +669,7 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
   c->peer_len = plen;
   c->deadline_ms = mg_now_ms() + (kept_alive ? e->cfg.keepalive_timeout_ms : e->cfg.header_timeout_ms);
   atomic_fetch_add(&e->nconns, 1);
+  if (e->conns_slot) atomic_fetch_add(e->conns_slot, 1);
   int hw = atomic_load(&e->hiwater);
   while (fd + 1 > hw && !atomic_compare_exchange_weak(&e->hiwater, &hw, fd + 1)) {}
   arm(e, c, MG_EV_IN);
@@ -682,13 +696,16 @@ int mg_detach_idle(mg_engine *e, int *out, int max) {
 
 /* Accept what the listener has queued, up to ACCEPT_BATCH. A cluster worker
  * (it counts its waiting threads on the shared board) takes no more new
- * clients at once than it has threads waiting, this one included: the other
- * workers get the rest, instead of one worker taking a whole burst of
- * connections (a load generator's, or a proxy's pool) and keeping them. */
-static void accept_batch(mg_engine *e, int li) {
+ * clients at once than it has threads waiting, this one included, while
+ * another worker has a thread waiting: that worker gets the rest, instead of
+ * one worker taking a whole burst of connections (a load generator's, or a
+ * proxy's pool) and keeping them. When every worker is busy the full batch is
+ * taken: a saturated cluster would otherwise accept one client per pass over
+ * its ready connections and leave the others in the backlog for seconds. */
+static void accept_some(mg_engine *e, int li) {
   mg_listener *l = &e->listeners[li];
   int batch = ACCEPT_BATCH;
-  if (e->idle_slot) {
+  if (e->idle_slot && mg_board_others_idle(e->board_slots, e->board_n, e->board_index)) {
     batch = atomic_load(&e->idle_waiters);
     if (batch < 1) batch = 1;
     if (batch > ACCEPT_BATCH) batch = ACCEPT_BATCH;
@@ -731,6 +748,12 @@ static void accept_batch(mg_engine *e, int li) {
     mg_conn_start(e, fd, li, (struct sockaddr *)&peer, plen, 0);
   }
   if (!atomic_load(&e->accept_paused)) arm_listener(e, li);
+}
+
+static void accept_batch(mg_engine *e, int li) {
+  listener_enter(e);
+  accept_some(e, li);
+  listener_leave(e);
 }
 
 /* ---- timeouts ---- */

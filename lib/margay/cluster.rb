@@ -74,7 +74,7 @@ module Margay
       @app = preloaded_app || (@app_loader.call if @config.preload_app?)
       record_signals
       supervise until @stopping && @workers.empty?
-      @listeners.each { |l| l.io.close unless l.io.closed? }
+      close_listeners
     end
 
     # Graceful stop of the whole cluster (trap-safe).
@@ -135,6 +135,11 @@ module Margay
       @stopping = true
       @stop_deadline = now + @config.shutdown_timeout + 5
       signal_workers(:TERM)
+      close_listeners # the workers close theirs as they stop: then new clients are refused
+    end
+
+    def close_listeners
+      @listeners.each { |l| l.io.close unless l.io.closed? }
     end
 
     def force_stop

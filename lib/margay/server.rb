@@ -39,6 +39,7 @@ module Margay
       @log = log
       @listeners = listeners
       @owns_listeners = listeners.nil?
+      @close_listeners_on_stop = @owns_listeners
       @on_tick = on_tick
       @on_stuck = on_stuck
       @handler = nil
@@ -91,6 +92,13 @@ module Margay
       nil
     end
 
+    # A cluster worker that stops for good closes its copies of the listeners
+    # as it stops, like a standalone server (trap-safe). Not so a worker that
+    # stops to become the mold: the workers it forks need them.
+    def close_listeners_on_stop!
+      @close_listeners_on_stop = true
+    end
+
     # Milliseconds for which no thread has been waiting for work (0 while one is).
     def saturated_ms
       @engine ? @engine.saturated_ms : 0
@@ -99,6 +107,11 @@ module Margay
     # Whether another worker of the cluster has a thread waiting (true when unknown).
     def others_idle?
       @engine ? @engine.others_idle? : true
+    end
+
+    # How many idle connections to hand to less loaded workers (0 alone).
+    def handoff_quota
+      @engine ? @engine.handoff_quota : 0
     end
 
     # Idle keep-alive connections leave this server (their fds stay open) so a
@@ -222,14 +235,19 @@ module Margay
       Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
 
+    # The listeners close as soon as the engine has stopped accepting, so that
+    # a client connecting during the grace period is refused at once (and a
+    # proxy can retry elsewhere) instead of waiting in the backlog until exit
+    # and being reset then. (Sockets another process still holds, a cluster
+    # master's during a restart or systemd's, keep listening, as they should.)
     def shutdown
       @engine.stop
+      close_listeners if @close_listeners_on_stop
       unless @pool.join(@config.shutdown_timeout)
         @log.warn("grace period of #{@config.shutdown_timeout}s over: closing remaining connections")
         @engine.stop(true)
         @pool.force_stop unless @pool.join(1)
       end
-      close_listeners if @owns_listeners
       @engine.close
       @stop_r.close
       @stop_w.close
@@ -238,9 +256,11 @@ module Margay
 
     def close_listeners
       @listeners.each do |l|
-        l.io.close unless l.io.closed?
+        next if l.io.closed?
+
+        l.io.close
         path = l.url.delete_prefix("unix://")
-        File.unlink(path) if l.unix && !l.activated && File.socket?(path)
+        File.unlink(path) if @owns_listeners && l.unix && !l.activated && File.socket?(path)
       end
     end
 

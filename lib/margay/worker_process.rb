@@ -79,6 +79,7 @@ module Margay
     # was asked for (the master is stopping or replacing this worker).
     def terminate
       @terminating = true
+      @server.close_listeners_on_stop!
       @server.stop
     end
 
@@ -99,13 +100,18 @@ module Margay
     end
 
     # Keep-alive balancing: a worker whose threads have all been busy for a
-    # while hands its idle keep-alive connections to the master, which passes
-    # them to another worker; connections handed to us are adopted. Nothing is
-    # lost: a request already sent waits in the socket's kernel buffer.
+    # while hands idle keep-alive connections to the master, which passes them
+    # to another worker: all of them (up to 64) when another worker has a
+    # thread waiting, else half the gap to a worker serving far fewer
+    # connections (Native::IdleBoard). Connections handed to us are adopted.
+    # Nothing is lost: a request already sent waits in the socket's kernel buffer.
     def balance(t)
-      if t - @last_handoff >= HANDOFF_INTERVAL && @server.saturated_ms >= HANDOFF_AFTER_MS && @server.others_idle?
-        @last_handoff = t
-        @server.detach_idle(64).each { |fd| pass_on(fd) }
+      if t - @last_handoff >= HANDOFF_INTERVAL && @server.saturated_ms >= HANDOFF_AFTER_MS
+        quota = @server.others_idle? ? 64 : @server.handoff_quota
+        if quota.positive?
+          @last_handoff = t
+          @server.detach_idle(quota).each { |fd| pass_on(fd) }
+        end
       end
       while @handoff.wait_readable(0)
         io = @handoff.recv_io
@@ -158,7 +164,7 @@ module Margay
 
       @orphaned = true
       @log.warn("worker #{@index}: the master is gone: finishing requests in flight, then exiting")
-      @server.stop
+      terminate
     end
 
     # ---- the mold ----

@@ -14,7 +14,7 @@ class IdleBoardTest < Minitest::Test
     board = Margay::Native::IdleBoard.new(4)
     assert_equal [0, 0, 0, 0], Array.new(4) { |i| board[i] }
     server = start_server(board, 2, min_threads: 2, max_threads: 2)
-    Timeout.timeout(5) { sleep 0.01 until board[2] == 2 }
+    eventually { board[2] == 2 }
     child_sees = IO.popen("-") { |io| io ? io.read : (print(board[2]); $stdout.flush; exit!(0)) }
     assert_equal "2", child_sees, "a forked process reads the live count"
     IO.popen("-") { |io| io ? io.read : (board.clear(2); exit!(0)) }
@@ -26,10 +26,10 @@ class IdleBoardTest < Minitest::Test
   def test_others_idle_looks_at_the_other_slots_only
     board = Margay::Native::IdleBoard.new(2)
     server = start_server(board, 0, min_threads: 1, max_threads: 1)
-    Timeout.timeout(5) { sleep 0.01 until board[0] == 1 }
+    eventually { board[0] == 1 }
     refute server.others_idle?, "its own waiting thread does not count"
     other = start_server(board, 1, min_threads: 1, max_threads: 1)
-    Timeout.timeout(5) { sleep 0.01 until board[1] == 1 }
+    eventually { board[1] == 1 }
     assert server.others_idle?
     board.clear(1)
     assert_equal 0, board[1]
@@ -41,15 +41,49 @@ class IdleBoardTest < Minitest::Test
   def test_a_stopped_server_counts_itself_out
     board = Margay::Native::IdleBoard.new(1)
     server = start_server(board, 0, min_threads: 3, max_threads: 3)
-    Timeout.timeout(5) { sleep 0.01 until board[0] == 3 }
+    eventually { board[0] == 3 }
     stop_server(server)
     assert_equal 0, board[0]
+  end
+
+  def test_handoff_quota_is_half_the_gap_to_the_least_loaded_serving_worker
+    board = Margay::Native::IdleBoard.new(3)
+    busy = start_server(board, 0, min_threads: 1, max_threads: 1)
+    calm = start_server(board, 1, min_threads: 1, max_threads: 1)
+    eventually { board[0] == 1 && board[1] == 1 }
+    clients = connect(busy, 10) + connect(calm, 2)
+    eventually { board.connections(0) == 10 && board.connections(1) == 2 }
+    assert_equal 4, busy.handoff_quota, "(10 - 2) / 2; slot 2 serves nothing and does not count"
+    assert_equal 0, calm.handoff_quota
+    clients.concat(connect(calm, 6))
+    eventually { board.connections(1) == 8 }
+    assert_equal 0, busy.handoff_quota, "a gap of 2 is not worth moving clients for"
+    clients.each(&:close)
+    eventually { board.connections(0).zero? && board.connections(1).zero? }
+  ensure
+    clients&.each { |c| c.close unless c.closed? }
+    stop_server(calm)
+    stop_server(busy)
+  end
+
+  def test_a_gone_worker_is_not_a_target
+    board = Margay::Native::IdleBoard.new(2)
+    server = start_server(board, 0, min_threads: 1, max_threads: 1)
+    clients = connect(server, 8)
+    eventually { board.connections(0) == 8 }
+    assert_equal 0, server.handoff_quota, "slot 1 has no waiting thread and no connection"
+    board.clear(0)
+    assert_equal [0, 0], [board[0], board.connections(0)], "clear resets both counters"
+  ensure
+    clients&.each(&:close)
+    stop_server(server)
   end
 
   def test_out_of_range_slots_raise
     board = Margay::Native::IdleBoard.new(2)
     assert_raises(IndexError) { board[2] }
     assert_raises(IndexError) { board.clear(-1) }
+    assert_raises(IndexError) { board.connections(2) }
     assert_raises(ArgumentError) { Margay::Native::IdleBoard.new(0) }
   end
 
@@ -63,6 +97,15 @@ class IdleBoardTest < Minitest::Test
     @threads ||= {}
     @threads[server] = Thread.new { server.run }
     server
+  end
+
+  def eventually(&condition)
+    Timeout.timeout(5) { sleep 0.01 until condition.call }
+  end
+
+  def connect(server, count)
+    port = server.addresses.first[/\d+\z/].to_i
+    Array.new(count) { TCPSocket.new("127.0.0.1", port) }
   end
 
   def stop_server(server)

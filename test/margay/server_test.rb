@@ -124,6 +124,21 @@ class ServerTest < Minitest::Test
     end
   end
 
+  def test_bad_body_after_100_continue_is_a_complete_400
+    with_server(ECHO) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n")
+      assert_equal "HTTP/1.1 100 Continue\r\n", gets_line(sock, 5)
+      assert_equal "\r\n", gets_line(sock, 5)
+      sock.write("zz\r\nhi\r\n0\r\n\r\n")
+      status, headers, = read_response(sock)
+      assert_equal 400, status
+      assert_equal "close", headers["connection"]
+    ensure
+      sock&.close
+    end
+  end
+
   def test_body_too_large_is_413_and_closes
     with_server(ECHO, max_body_size: 10) do |_, port|
       raw = raw_exchange(port, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\n01234567890GET / HTTP/1.1\r\n\r\n")
@@ -444,6 +459,30 @@ class ServerTest < Minitest::Test
       pop_within(started)
       server.stop
       assert_match(/done\z/, client.value)
+    end
+  end
+
+  # During the grace period a new client is refused at once (a proxy can
+  # retry elsewhere), not left in the listen backlog until the server exits.
+  def test_graceful_stop_refuses_new_connections_while_requests_finish
+    started = Queue.new
+    release = Queue.new
+    app = ->(_env) { started << true; release.pop; [200, {}, ["done"]] }
+    with_server(app) do |_, port, server|
+      client = Thread.new { raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") }
+      pop_within(started)
+      server.stop
+      refused = Timeout.timeout(5) do
+        loop do
+          TCPSocket.new("127.0.0.1", port).close
+          sleep 0.01
+        rescue Errno::ECONNREFUSED
+          break true
+        end
+      end
+      assert refused
+      release << true
+      assert_match(/done\z/, client.value, "the request in flight still completes")
     end
   end
 end

@@ -266,6 +266,27 @@ class ClusterSignalsTest < ClusterTest
     assert_equal 1, log_text.scan(/^Margay \d/).size, "no re-executed master: #{log_text}"
   end
 
+  # TERM: the master and every worker close their copies of the listening
+  # socket at once, so new clients are refused while requests finish.
+  def test_term_refuses_new_clients_while_requests_finish
+    start_cluster(2)
+    slow = Thread.new { raw_exchange(@port, "GET /slow HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", timeout: 15) }
+    wait_for_log(/slow request in/)
+    Process.kill(:TERM, @master)
+    refused = Timeout.timeout(4) do # the slow request takes 5 s
+      loop do
+        TCPSocket.new("127.0.0.1", @port).close
+        sleep 0.02
+      rescue Errno::ECONNREFUSED
+        break true
+      end
+    end
+    assert refused
+    assert_match(/\r\n\r\n0\z/, slow.value, "the request in flight completes")
+    assert @thread.join(20), "master did not exit after TERM"
+    assert_predicate @thread.value, :success?
+  end
+
   # A worker told to stop sends no heartbeat while it finishes its requests:
   # a worker_timeout shorter than that must not get it killed mid-request.
   def test_a_draining_worker_is_not_killed_for_silence

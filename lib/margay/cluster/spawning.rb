@@ -122,8 +122,8 @@ module Margay
       # ---- keep-alive hand-over ----
 
       # A saturated worker handed over an idle keep-alive connection: pass it
-      # to the next serving worker (round robin), or back to it if there is no
-      # other. Never blocks: a worker that does not take its hand-overs (stuck)
+      # to the serving worker with the fewest connections (round robin among
+      # equals), or back to it if there is no other. Never blocks: a worker that does not take its hand-overs (stuck)
       # must not stall the master, so the connection then goes to the next one,
       # or is closed when none takes it.
       def forward_connection(from)
@@ -131,12 +131,17 @@ module Margay
         others = serving.select(&:booted) - [from]
         others << from if others.empty? && !from.stopping && !from.mold
         others.rotate!((@next_target = (@next_target || 0) + 1) % others.size) unless others.empty?
+        others = others.each_with_index.sort_by { |w, i| [connections_of(w), i] }.map(&:first) # fewest first
         taker = others.find { |w| Cluster.send_io_nonblock(w.handoff, io) }
         @log.warn("master: no worker took a handed-over keep-alive connection: closed") unless taker
       rescue StandardError => e # SocketError: a datagram without its descriptor (EMFILE)
         @log.warn("master: keep-alive hand-over failed: #{e.message}")
       ensure
         io&.close
+      end
+
+      def connections_of(worker)
+        worker.index < @board.size ? @board.connections(worker.index) : 0
       end
     end
 
