@@ -87,6 +87,7 @@ typedef struct mg_conn {
   /* output */
   mg_seg *out_head, *out_tail;
   size_t out_bytes;       /* memory bytes queued */
+  int out_broken;         /* a part could not be queued (no memory): flushing fails, the connection closes */
   int keep_alive;         /* decided when the response head is written */
   int resp_chunked;       /* streaming response with chunked framing */
   int resp_started;
@@ -189,7 +190,7 @@ char *mg_buf_alloc(size_t size);
 int mg_conn_queue_string(mg_engine *e, mg_conn *c, VALUE frozen_str); /* with the GVL; -1: no memory */
 void mg_pins_mark(mg_pins *p);
 void mg_buf_free(char *p, size_t size);
-void mg_conn_queue_file(mg_conn *c, int fd, off_t off, uint64_t len);
+int mg_conn_queue_file(mg_conn *c, int fd, off_t off, uint64_t len); /* 0, or -1 (out of memory) */
 int mg_conn_spill(mg_engine *e, mg_conn *c, const struct iovec *iov, int n); /* 0, or -1 with errno */
 void mg_conn_reset_request(mg_conn *c);
 void mg_engine_wake(mg_engine *e);

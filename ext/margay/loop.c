@@ -22,6 +22,7 @@
 #define SWEEP_INTERVAL_MS 250
 #define LINGER_MS 2000
 #define READ_CHUNK 65536
+#define READ_BUDGET (1024 * 1024) /* bytes read from one connection per event */
 #define ACCEPT_BATCH 64
 #define RECLAIM_PER_SWEEP 64
 
@@ -180,6 +181,7 @@ static void free_out(mg_conn *c) {
   }
   c->out_head = c->out_tail = NULL;
   c->out_bytes = 0;
+  c->out_broken = 0;
 }
 
 void mg_conn_reset_request(mg_conn *c) {
@@ -233,9 +235,13 @@ static void queue_seg(mg_conn *c, mg_seg *s) {
   c->out_tail = s;
 }
 
+/* Out of memory while queueing: the response on the wire would miss bytes,
+ * so the connection is marked and the next flush fails (it is closed). */
+static void queue_failed(mg_conn *c) { c->out_broken = 1; }
+
 void mg_conn_queue_owned(mg_conn *c, char *data, size_t len, size_t cap) {
   mg_seg *s = calloc(1, sizeof *s);
-  if (!s) { mg_buf_free(data, cap); return; }
+  if (!s) { mg_buf_free(data, cap); queue_failed(c); return; }
   s->data = data; s->len = len; s->cap = cap; s->off = 0; s->file_fd = -1; s->file_off = 0; s->file_left = 0;
   queue_seg(c, s);
   c->out_bytes += len;
@@ -244,7 +250,7 @@ void mg_conn_queue_owned(mg_conn *c, char *data, size_t len, size_t cap) {
 void mg_conn_queue(mg_conn *c, const char *data, size_t len) {
   if (!len) return;
   char *copy = mg_buf_alloc(len);
-  if (!copy) return;
+  if (!copy) { queue_failed(c); return; }
   memcpy(copy, data, len);
   mg_conn_queue_owned(c, copy, len, len);
 }
@@ -299,16 +305,17 @@ int mg_conn_spill(mg_engine *e, mg_conn *c, const struct iovec *iov, int n) {
   int fd = dup(c->spill_fd);
   if (fd < 0) return -1;
   fcntl(fd, F_SETFD, FD_CLOEXEC);
-  mg_conn_queue_file(c, fd, at, total);
+  if (mg_conn_queue_file(c, fd, at, total) != 0) return -1;
   c->out_tail->spill = 1;
   return 0;
 }
 
-void mg_conn_queue_file(mg_conn *c, int fd, off_t off, uint64_t len) {
+int mg_conn_queue_file(mg_conn *c, int fd, off_t off, uint64_t len) {
   mg_seg *s = calloc(1, sizeof *s);
-  if (!s) { close(fd); return; }
+  if (!s) { close(fd); queue_failed(c); return -1; }
   s->file_fd = fd; s->file_off = off; s->file_left = len;
   queue_seg(c, s);
+  return 0;
 }
 
 static int flush_file(mg_conn *c, mg_seg *s) {
@@ -343,6 +350,7 @@ static int flush_file(mg_conn *c, mg_seg *s) {
 
 int mg_conn_flush(mg_engine *e, mg_conn *c) {
   (void)e;
+  if (c->out_broken) { errno = ENOMEM; return -1; }
   while (c->out_head) {
     mg_seg *s = c->out_head;
     if (s->file_fd >= 0) {
@@ -577,8 +585,12 @@ static int ensure_room(mg_engine *e, mg_conn *c) {
   return 1;
 }
 
-/* Read what the socket has and frame it. */
+/* Read what the socket has and frame it, up to READ_BUDGET bytes per turn:
+ * a client that sends as fast as the connection is read (a large upload on
+ * loopback) then goes to the back of the ready list instead of keeping this
+ * thread until its whole body is in, so concurrent uploads progress in turn. */
 static int read_input(mg_engine *e, mg_conn *c) {
+  size_t budget = READ_BUDGET;
   for (;;) {
     int room = ensure_room(e, c);
     if (room < 0) { mg_conn_close(e, c); return IN_DONE; }
@@ -596,6 +608,8 @@ static int read_input(mg_engine *e, mg_conn *c) {
       int r = process_input(e, c);
       if (r != IN_AGAIN) return r;
       if ((size_t)n < space) break; /* the socket is drained */
+      if ((size_t)n >= budget) break; /* its turn is over: re-armed, still readable */
+      budget -= (size_t)n;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "digest"
 require "tempfile"
 require "json"
 
@@ -107,6 +108,27 @@ class ServerTest < Minitest::Test
       raw = raw_exchange(port, "PUT / HTTP/1.1\r\nHost: x\r\nContent-Length: #{data.bytesize}\r\nConnection: close\r\n\r\n#{data}")
       assert_match(/zzz\z/, raw)
       assert_equal [300_000, 300_000], seen
+    end
+  end
+
+  # Bodies larger than one turn's read budget (1 MiB): each connection is
+  # read in turns, re-armed in between, and every byte arrives in order.
+  def test_concurrent_uploads_larger_than_a_read_turn_arrive_whole
+    app = lambda do |env|
+      body = env["rack.input"].read
+      [200, {}, ["#{body.bytesize}:#{Digest::SHA256.hexdigest(body)}"]]
+    end
+    with_server(app, max_threads: 2) do |_, port|
+      bodies = Array.new(3) { |i| Random.new(i).bytes(3 * 1024 * 1024 + i) }
+      replies = bodies.map do |data|
+        Thread.new do
+          raw_exchange(port, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: #{data.bytesize}\r\n" \
+                             "Connection: close\r\n\r\n#{data}", timeout: 20)
+        end
+      end.map(&:value)
+      bodies.zip(replies).each do |data, raw|
+        assert raw.end_with?("#{data.bytesize}:#{Digest::SHA256.hexdigest(data)}"), raw[0, 200]
+      end
     end
   end
 
