@@ -191,6 +191,8 @@ int mg_conn_queue_string(mg_engine *e, mg_conn *c, VALUE frozen_str); /* with th
 void mg_pins_mark(mg_pins *p);
 void mg_buf_free(char *p, size_t size);
 int mg_conn_queue_file(mg_conn *c, int fd, off_t off, uint64_t len); /* 0, or -1 (out of memory) */
+void mg_conn_free_out(mg_conn *c);
+int mg_open_tempfile(mg_engine *e); /* unlinked tempfile in cfg.tmpdir, or -1 */
 int mg_conn_spill(mg_engine *e, mg_conn *c, const struct iovec *iov, int n); /* 0, or -1 with errno */
 void mg_conn_reset_request(mg_conn *c);
 void mg_engine_wake(mg_engine *e);

@@ -14,10 +14,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <sys/mman.h>
-#ifdef HAVE_SYS_SENDFILE_H
-#include <sys/sendfile.h>
-#endif
 
 #define SWEEP_INTERVAL_MS 250
 #define LINGER_MS 2000
@@ -68,11 +64,6 @@ static void arm(mg_engine *e, mg_conn *c, uint32_t events) {
 
 void mg_conn_arm_read(mg_engine *e, mg_conn *c) { arm(e, c, MG_EV_IN); }
 
-/* Arm listener +li+ unless the engine is stopping. Engine#stop sets stopping
- * before it disarms the listeners, so looking again after arming closes the
- * race with a concurrent stop: either this thread sees the flag and disarms,
- * or its arm came first and the stop's disarm undoes it. Without this a
- * stopping worker could keep accepting for as long as clients keep coming. */
 /* Every use of a listener fd by the loop happens between these two, so that
  * Engine#stop can wait until none is under way and Ruby may then close the
  * listeners (the counter goes up before `stopping` is looked at, and stop
@@ -80,6 +71,11 @@ void mg_conn_arm_read(mg_engine *e, mg_conn *c) { arm(e, c, MG_EV_IN); }
 static void listener_enter(mg_engine *e) { atomic_fetch_add(&e->listener_users, 1); }
 static void listener_leave(mg_engine *e) { atomic_fetch_sub(&e->listener_users, 1); }
 
+/* Arm listener +li+ unless the engine is stopping. Engine#stop sets stopping
+ * before it disarms the listeners, so looking again after arming closes the
+ * race with a concurrent stop: either this thread sees the flag and disarms,
+ * or its arm came first and the stop's disarm undoes it. Without this a
+ * stopping worker could keep accepting for as long as clients keep coming. */
 static void arm_listener(mg_engine *e, int li) {
   listener_enter(e);
   if (!atomic_load(&e->stopping)) {
@@ -100,89 +96,6 @@ static void resume_accept(mg_engine *e) {
 }
 
 /* ---- request state ---- */
-
-/* Output buffers. Large ones (whole response bodies) are mapped directly, so
- * that freeing them returns the memory to the system at once instead of
- * leaving the allocator holding fragmented heap. */
-#define MG_BIG_BUFFER (256 * 1024)
-
-char *mg_buf_alloc(size_t size) {
-  if (size < MG_BIG_BUFFER) return malloc(size ? size : 1);
-  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return p == MAP_FAILED ? NULL : p;
-}
-
-void mg_buf_free(char *p, size_t size) {
-  if (!p) return;
-  if (size < MG_BIG_BUFFER) free(p);
-  else munmap(p, size);
-}
-
-static void queue_seg(mg_conn *c, mg_seg *s);
-
-static void unpin(mg_seg *s) {
-  mg_pins *p = s->pins;
-  pthread_mutex_lock(&p->lock);
-  size_t i = s->pin_index, last = p->len - 1;
-  if (i != last) {
-    p->entries[i] = p->entries[last];
-    p->entries[i].seg->pin_index = i;
-  }
-  p->len--;
-  pthread_mutex_unlock(&p->lock);
-}
-
-static void free_seg(mg_seg *s) {
-  if (s->file_fd >= 0) close(s->file_fd);
-  if (s->pins) unpin(s); /* the string is the app's: just let go of it */
-  else mg_buf_free(s->data, s->cap);
-  free(s);
-}
-
-/* Queue a frozen Ruby string without copying it (called with the GVL). */
-int mg_conn_queue_string(mg_engine *e, mg_conn *c, VALUE str) {
-  mg_pins *p = &e->pins;
-  mg_seg *s = calloc(1, sizeof *s);
-  if (!s) return -1;
-  pthread_mutex_lock(&p->lock);
-  if (p->len == p->cap) {
-    size_t cap = p->cap ? p->cap * 2 : 64;
-    struct mg_pin *n = realloc(p->entries, cap * sizeof *n);
-    if (!n) { pthread_mutex_unlock(&p->lock); free(s); return -1; }
-    p->entries = n;
-    p->cap = cap;
-  }
-  s->pins = p;
-  s->pin_index = p->len;
-  p->entries[p->len].str = str;
-  p->entries[p->len].seg = s;
-  p->len++;
-  pthread_mutex_unlock(&p->lock);
-  s->data = RSTRING_PTR(str);
-  s->len = (size_t)RSTRING_LEN(str);
-  s->file_fd = -1;
-  queue_seg(c, s);
-  c->out_bytes += s->len;
-  return 0;
-}
-
-void mg_pins_mark(mg_pins *p) {
-  pthread_mutex_lock(&p->lock);
-  for (size_t i = 0; i < p->len; i++) rb_gc_mark(p->entries[i].str);
-  pthread_mutex_unlock(&p->lock);
-}
-
-static void free_out(mg_conn *c) {
-  mg_seg *s = c->out_head;
-  while (s) {
-    mg_seg *n = s->next;
-    free_seg(s);
-    s = n;
-  }
-  c->out_head = c->out_tail = NULL;
-  c->out_bytes = 0;
-  c->out_broken = 0;
-}
 
 void mg_conn_reset_request(mg_conn *c) {
   c->head_done = 0;
@@ -206,7 +119,7 @@ void mg_conn_reset_request(mg_conn *c) {
 int mg_conn_forget(mg_engine *e, mg_conn *c) {
   int fd = c->fd;
   mg_ev_disarm(e->ev, fd);
-  free_out(c);
+  mg_conn_free_out(c);
   mg_conn_reset_request(c);
   free(c->rbuf); c->rbuf = NULL; c->rlen = c->rcap = 0;
   free(c->bmem); c->bmem = NULL; c->bcap = 0;
@@ -227,175 +140,6 @@ void mg_conn_close(mg_engine *e, mg_conn *c) {
   close(mg_conn_forget(e, c));
 }
 
-/* ---- output ---- */
-
-static void queue_seg(mg_conn *c, mg_seg *s) {
-  s->next = NULL;
-  if (c->out_tail) c->out_tail->next = s; else c->out_head = s;
-  c->out_tail = s;
-}
-
-/* Out of memory while queueing: the response on the wire would miss bytes,
- * so the connection is marked and the next flush fails (it is closed). */
-static void queue_failed(mg_conn *c) { c->out_broken = 1; }
-
-void mg_conn_queue_owned(mg_conn *c, char *data, size_t len, size_t cap) {
-  mg_seg *s = calloc(1, sizeof *s);
-  if (!s) { mg_buf_free(data, cap); queue_failed(c); return; }
-  s->data = data; s->len = len; s->cap = cap; s->off = 0; s->file_fd = -1; s->file_off = 0; s->file_left = 0;
-  queue_seg(c, s);
-  c->out_bytes += len;
-}
-
-void mg_conn_queue(mg_conn *c, const char *data, size_t len) {
-  if (!len) return;
-  char *copy = mg_buf_alloc(len);
-  if (!copy) { queue_failed(c); return; }
-  memcpy(copy, data, len);
-  mg_conn_queue_owned(c, copy, len, len);
-}
-
-static int open_tempfile(mg_engine *e) {
-  int fd = -1;
-#ifdef O_TMPFILE
-  fd = open(e->cfg.tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-#endif
-  if (fd < 0) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/margay-XXXXXX", e->cfg.tmpdir);
-    fd = mkstemp(path);
-    if (fd < 0) return -1;
-    unlink(path);
-    fcntl(fd, F_SETFD, FD_CLOEXEC);
-  }
-  return fd;
-}
-
-/* Append streamed output to the connection's spill file (an unlinked
- * tempfile) instead of memory: the Ruby thread never waits for a slow reader,
- * memory stays bounded, and the event loop sends the file with sendfile. */
-int mg_conn_spill(mg_engine *e, mg_conn *c, const struct iovec *iov, int n) {
-  if (c->spill_fd < 0 && (c->spill_fd = open_tempfile(e)) < 0) return -1;
-  size_t total = 0;
-  for (int i = 0; i < n; i++) total += iov[i].iov_len;
-  off_t at = c->spill_end;
-  size_t done = 0;
-  while (done < total) {
-    struct iovec rest[4];
-    int k = 0;
-    size_t skip = done;
-    for (int i = 0; i < n && k < 4; i++) {
-      if (skip >= iov[i].iov_len) { skip -= iov[i].iov_len; continue; }
-      rest[k].iov_base = (char *)iov[i].iov_base + skip;
-      rest[k].iov_len = iov[i].iov_len - skip;
-      skip = 0;
-      k++;
-    }
-    ssize_t w = pwritev(c->spill_fd, rest, k, at + (off_t)done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return -1; /* 0: no progress (a full disk, say): give up rather than spin */
-    done += (size_t)w;
-  }
-  c->spill_end = at + (off_t)total;
-  mg_seg *t = c->out_tail;
-  if (t && t->spill && t->file_off + (off_t)t->file_left == at) {
-    t->file_left += total; /* still unsent and contiguous: grow it */
-    return 0;
-  }
-  int fd = dup(c->spill_fd);
-  if (fd < 0) return -1;
-  fcntl(fd, F_SETFD, FD_CLOEXEC);
-  if (mg_conn_queue_file(c, fd, at, total) != 0) return -1;
-  c->out_tail->spill = 1;
-  return 0;
-}
-
-int mg_conn_queue_file(mg_conn *c, int fd, off_t off, uint64_t len) {
-  mg_seg *s = calloc(1, sizeof *s);
-  if (!s) { close(fd); queue_failed(c); return -1; }
-  s->file_fd = fd; s->file_off = off; s->file_left = len;
-  queue_seg(c, s);
-  return 0;
-}
-
-static int flush_file(mg_conn *c, mg_seg *s) {
-  while (s->file_left) {
-    size_t want = s->file_left > (1u << 20) ? (1u << 20) : (size_t)s->file_left;
-    ssize_t n;
-#ifdef HAVE_SENDFILE
-    n = sendfile(c->fd, s->file_fd, &s->file_off, want);
-    if (n < 0 && (errno == EINVAL || errno == ENOSYS))
-#endif
-    {
-      char buf[65536];
-      if (want > sizeof buf) want = sizeof buf;
-      n = pread(s->file_fd, buf, want, s->file_off);
-      if (n > 0) {
-        ssize_t w = send(c->fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w > 0) s->file_off += w;
-        n = w;
-      } else if (n == 0) {
-        return -1; /* the file shrank: the announced length can no longer be met */
-      }
-    }
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
-    }
-    if (n == 0) return -1;
-    s->file_left -= (uint64_t)n;
-  }
-  return 1;
-}
-
-int mg_conn_flush(mg_engine *e, mg_conn *c) {
-  (void)e;
-  if (c->out_broken) { errno = ENOMEM; return -1; }
-  while (c->out_head) {
-    mg_seg *s = c->out_head;
-    if (s->file_fd >= 0) {
-      int r = flush_file(c, s);
-      if (r <= 0) return r;
-    } else {
-      struct iovec iov[16];
-      int n = 0;
-      for (mg_seg *t = s; t && t->file_fd < 0 && n < 16; t = t->next) {
-        iov[n].iov_base = t->data + t->off;
-        iov[n].iov_len = t->len - t->off;
-        n++;
-      }
-      struct msghdr msg = {0};
-      msg.msg_iov = iov;
-      msg.msg_iovlen = (size_t)n;
-      ssize_t w = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
-      }
-      size_t left = (size_t)w;
-      c->out_bytes -= left;
-      while (left && c->out_head && c->out_head->file_fd < 0) {
-        mg_seg *t = c->out_head;
-        size_t avail = t->len - t->off;
-        if (left < avail) { t->off += left; left = 0; break; }
-        left -= avail;
-        c->out_head = t->next;
-        if (!c->out_head) c->out_tail = NULL;
-        free_seg(t);
-      }
-      continue;
-    }
-    c->out_head = s->next;
-    if (!c->out_head) c->out_tail = NULL;
-    close(s->file_fd);
-    free(s);
-  }
-  return 1;
-}
-
-/* Shut our side, then read and discard what the client still sends for a
- * short while, so that closing does not turn into a reset that destroys the
- * response before the client read it (RFC 9112 9.6). */
 static void begin_close(mg_engine *e, mg_conn *c) {
   shutdown(c->fd, SHUT_WR);
   c->phase = MG_PH_LINGER;
@@ -460,7 +204,7 @@ static int error_out(mg_engine *e, mg_conn *c, int status) {
 static int body_store(mg_engine *e, mg_conn *c, const char *data, size_t n) {
   if (!n) return 0;
   if (c->bfd < 0 && c->blen + n > e->cfg.body_buffer_size) {
-    int fd = open_tempfile(e);
+    int fd = mg_open_tempfile(e);
     if (fd < 0) return -1;
     c->bfd = fd;
     if (c->blen && write(fd, c->bmem, c->blen) != (ssize_t)c->blen) return -1;

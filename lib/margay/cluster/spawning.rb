@@ -123,9 +123,10 @@ module Margay
 
       # A saturated worker handed over an idle keep-alive connection: pass it
       # to the serving worker with the fewest connections (round robin among
-      # equals), or back to it if there is no other. Never blocks: a worker that does not take its hand-overs (stuck)
-      # must not stall the master, so the connection then goes to the next one,
-      # or is closed when none takes it.
+      # equals), or back to it if there is no other. Never blocks: a worker
+      # that does not take its hand-overs (stuck) must not stall the master,
+      # so the connection then goes to the next one, or is closed when none
+      # takes it.
       def forward_connection(from)
         io = from.handoff.recv_io
         others = serving.select(&:booted) - [from]
