@@ -134,10 +134,7 @@ class ServerTest < Minitest::Test
 
   def test_expect_100_continue
     with_server(ECHO) do |_, port|
-      sock = TCPSocket.new("127.0.0.1", port)
-      sock.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n")
-      assert_equal "HTTP/1.1 100 Continue\r\n", gets_line(sock, 5)
-      assert_equal "\r\n", gets_line(sock, 5)
+      sock = continued(port, "Content-Length: 2")
       sock.write("hi")
       _, _, body = read_response(sock)
       assert_equal "hi", JSON.parse(body)["body"]
@@ -148,10 +145,7 @@ class ServerTest < Minitest::Test
 
   def test_bad_body_after_100_continue_is_a_complete_400
     with_server(ECHO) do |_, port|
-      sock = TCPSocket.new("127.0.0.1", port)
-      sock.write("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n")
-      assert_equal "HTTP/1.1 100 Continue\r\n", gets_line(sock, 5)
-      assert_equal "\r\n", gets_line(sock, 5)
+      sock = continued(port, "Transfer-Encoding: chunked")
       sock.write("zz\r\nhi\r\n0\r\n\r\n")
       status, headers, = read_response(sock)
       assert_equal 400, status
@@ -159,6 +153,15 @@ class ServerTest < Minitest::Test
     ensure
       sock&.close
     end
+  end
+
+  # A POST head with Expect: 100-continue, its interim response read.
+  def continued(port, framing)
+    sock = TCPSocket.new("127.0.0.1", port)
+    sock.write("POST / HTTP/1.1\r\nHost: x\r\n#{framing}\r\nExpect: 100-continue\r\n\r\n")
+    assert_equal "HTTP/1.1 100 Continue\r\n", gets_line(sock, 5)
+    assert_equal "\r\n", gets_line(sock, 5)
+    sock
   end
 
   def test_body_too_large_is_413_and_closes
