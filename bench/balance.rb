@@ -13,6 +13,7 @@ require "margay"
 require "margay/cluster"
 
 SECONDS = Float(ARGV[0] || 10)
+SLOW_CLIENTS = Integer(ENV.fetch("BALANCE_SLOW_CLIENTS", "3")) # 0: the baseline, no 500 ms requests
 
 def start_cluster(balance)
   r, w = IO.pipe
@@ -72,7 +73,7 @@ end
 def run_mode(balance)
   pid, port = start_cluster(balance)
   deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + SECONDS
-  slow = Array.new(3) { Thread.new { client(port, "/slow", deadline) } }
+  slow = Array.new(SLOW_CLIENTS) { Thread.new { client(port, "/slow", deadline) } }
   fast = Array.new(4) { Thread.new { client(port, "/", deadline) } }
   fast_lat = fast.flat_map(&:value).sort
   slow.each(&:join)
