@@ -66,29 +66,29 @@ static VALUE board_size(VALUE self) { return INT2NUM(board_get(self)->n); }
 /* #[](index): threads waiting in that worker. */
 static VALUE board_aref(VALUE self, VALUE iv) {
   mg_board *b = board_get(self);
-  return INT2NUM(atomic_load(&b->slots[slot_index(b, iv)]));
+  return INT2NUM(atomic_load(&b->slots[MG_BOARD_WAITING * b->n + slot_index(b, iv)]));
 }
 
 /* #connections(index): connections that worker's engine holds. */
 static VALUE board_connections(VALUE self, VALUE iv) {
   mg_board *b = board_get(self);
-  return INT2NUM(atomic_load(&b->slots[b->n + slot_index(b, iv)]));
+  return INT2NUM(atomic_load(&b->slots[MG_BOARD_CONNS * b->n + slot_index(b, iv)]));
 }
 
 /* #clear(index): the worker is gone (it may not have counted itself out). */
 static VALUE board_clear(VALUE self, VALUE iv) {
   mg_board *b = board_get(self);
   int i = slot_index(b, iv);
-  atomic_store(&b->slots[i], 0);
-  atomic_store(&b->slots[b->n + i], 0);
+  atomic_store(&b->slots[MG_BOARD_WAITING * b->n + i], 0);
+  atomic_store(&b->slots[MG_BOARD_CONNS * b->n + i], 0);
   return Qnil;
 }
 
-/* Whether a slot other than +index+ counts a waiting thread. Plain C: the
- * event loop asks without the GVL (the engine keeps the board alive). */
-int mg_board_others_idle(_Atomic int *slots, int n, int index) {
-  for (int i = 0; i < n; i++)
-    if (i != index && atomic_load(&slots[i]) > 0) return 1;
+/* Whether another worker than the engine's counts a waiting thread. Plain C:
+ * the event loop asks without the GVL (the engine keeps the board alive). */
+int mg_board_others_idle(const mg_engine *e) {
+  for (int i = 0; e->board_slots && i < e->board_n; i++)
+    if (i != e->board_index && atomic_load(&e->board_slots[MG_BOARD_WAITING * e->board_n + i]) > 0) return 1;
   return 0;
 }
 
@@ -98,13 +98,16 @@ int mg_board_others_idle(_Atomic int *slots, int n, int index) {
  * gap is at least a quarter of this worker's connections and at least 4.
  * The other worker then holds about as many, so it has no reason to hand
  * them back. */
-int mg_board_handoff_quota(_Atomic int *slots, int n, int index) {
-  int mine = atomic_load(&slots[n + index]), fewest = -1;
+int mg_board_handoff_quota(const mg_engine *e) {
+  if (!e->board_slots) return 0;
+  int n = e->board_n;
+  _Atomic int *waiting = &e->board_slots[MG_BOARD_WAITING * n], *conns_of = &e->board_slots[MG_BOARD_CONNS * n];
+  int mine = atomic_load(&conns_of[e->board_index]), fewest = -1;
   for (int i = 0; i < n; i++) {
-    if (i == index) continue;
-    int conns = atomic_load(&slots[n + i]);
+    if (i == e->board_index) continue;
+    int conns = atomic_load(&conns_of[i]);
     if (conns < 0) conns = 0;
-    if (conns == 0 && atomic_load(&slots[i]) <= 0) continue; /* not serving */
+    if (conns == 0 && atomic_load(&waiting[i]) <= 0) continue; /* not serving */
     if (fewest < 0 || conns < fewest) fewest = conns;
   }
   if (fewest < 0) return 0;

@@ -400,14 +400,12 @@ static VALUE engine_publish_idle(VALUE self, VALUE board, VALUE index) {
   int n, i = NUM2INT(index);
   _Atomic int *slots = mg_board_slots(board, &n);
   if (!slots || i < 0 || i >= n) rb_raise(rb_eIndexError, "no slot %d on the board", i);
-  atomic_store(&slots[i], atomic_load(&e->idle_waiters));
-  atomic_store(&slots[n + i], atomic_load(&e->nconns));
+  atomic_store(&slots[MG_BOARD_WAITING * n + i], atomic_load(&e->idle_waiters));
+  atomic_store(&slots[MG_BOARD_CONNS * n + i], atomic_load(&e->nconns));
   e->board = board;
-  e->board_slots = slots;
   e->board_n = n;
   e->board_index = i;
-  e->idle_slot = &slots[i];
-  e->conns_slot = &slots[n + i];
+  e->board_slots = slots;
   return self;
 }
 
@@ -415,8 +413,7 @@ static VALUE engine_publish_idle(VALUE self, VALUE board, VALUE index) {
  * should hand to less loaded workers (0 without a board). */
 static VALUE engine_handoff_quota(VALUE self) {
   mg_engine *e = mg_engine_get(self);
-  if (!e->board_slots) return INT2FIX(0);
-  return INT2NUM(mg_board_handoff_quota(e->board_slots, e->board_n, e->board_index));
+  return INT2NUM(mg_board_handoff_quota(e));
 }
 
 /* Engine#others_idle?: whether another worker of the cluster has a thread
@@ -424,7 +421,7 @@ static VALUE engine_handoff_quota(VALUE self) {
 static VALUE engine_others_idle(VALUE self) {
   mg_engine *e = mg_engine_get(self);
   if (!e->board_slots) return Qtrue;
-  return mg_board_others_idle(e->board_slots, e->board_n, e->board_index) ? Qtrue : Qfalse;
+  return mg_board_others_idle(e) ? Qtrue : Qfalse;
 }
 
 static VALUE engine_close(VALUE self) {

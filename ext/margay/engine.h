@@ -144,10 +144,8 @@ typedef struct mg_engine {
   int wake_fd[2];            /* eventfd (both the same) or a pipe */
   VALUE env_template;        /* Hash duplicated for each request */
   VALUE board;               /* IdleBoard of the cluster, or nil */
-  _Atomic int *board_slots;  /* its counters (shared memory), or NULL */
+  _Atomic int *board_slots;  /* its counters (shared memory), or NULL: see mg_board_count */
   int board_n, board_index;
-  _Atomic int *idle_slot;    /* this worker's counter on the board, or NULL */
-  _Atomic int *conns_slot;   /* its count of connections there, or NULL */
   int closed;
 } mg_engine;
 
@@ -179,8 +177,16 @@ int mg_conn_continue(mg_engine *e, mg_conn *c);  /* frame buffered input; 1: req
 void mg_conn_consume_head(mg_conn *c);
 int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, socklen_t plen, int kept_alive);
 int mg_detach_idle(mg_engine *e, int *out, int max);
-int mg_board_others_idle(_Atomic int *slots, int n, int index);
-int mg_board_handoff_quota(_Atomic int *slots, int n, int index);
+/* The board's rows of counters, one counter per worker index in each. */
+enum { MG_BOARD_WAITING, MG_BOARD_CONNS };
+
+/* Add +delta+ to this worker's counter in +row+ (nothing without a board). */
+static inline void mg_board_count(mg_engine *e, int row, int delta) {
+  if (e->board_slots) atomic_fetch_add(&e->board_slots[row * e->board_n + e->board_index], delta);
+}
+
+int mg_board_others_idle(const mg_engine *e);   /* 0 without a board */
+int mg_board_handoff_quota(const mg_engine *e); /* 0 without a board */
 _Atomic int *mg_board_slots(VALUE board, int *n);
 void mg_board_init(VALUE mNative);
 int mg_conn_flush(mg_engine *e, mg_conn *c); /* 1 done, 0 would block, -1 error */

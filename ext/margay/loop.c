@@ -128,7 +128,7 @@ int mg_conn_forget(mg_engine *e, mg_conn *c) {
   uint64_t gen = conn_gen(c);
   atomic_store(&c->state, ((gen + 1) << 8) | MG_FREE);
   int left = atomic_fetch_sub(&e->nconns, 1) - 1;
-  if (e->conns_slot) atomic_fetch_sub(e->conns_slot, 1);
+  mg_board_count(e, MG_BOARD_CONNS, -1);
   if (left == 0 && atomic_load(&e->stopping)) mg_engine_wake(e);
   if (atomic_load(&e->accept_paused) == 1) resume_accept(e); /* also after a hand-over or hijack */
   return fd;
@@ -427,7 +427,7 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
   c->peer_len = plen;
   c->deadline_ms = mg_now_ms() + (kept_alive ? e->cfg.keepalive_timeout_ms : e->cfg.header_timeout_ms);
   atomic_fetch_add(&e->nconns, 1);
-  if (e->conns_slot) atomic_fetch_add(e->conns_slot, 1);
+  mg_board_count(e, MG_BOARD_CONNS, 1);
   int hw = atomic_load(&e->hiwater);
   while (fd + 1 > hw && !atomic_compare_exchange_weak(&e->hiwater, &hw, fd + 1)) {}
   arm(e, c, MG_EV_IN);
@@ -463,7 +463,7 @@ int mg_detach_idle(mg_engine *e, int *out, int max) {
 static void accept_some(mg_engine *e, int li) {
   mg_listener *l = &e->listeners[li];
   int batch = ACCEPT_BATCH;
-  if (e->idle_slot && mg_board_others_idle(e->board_slots, e->board_n, e->board_index)) {
+  if (mg_board_others_idle(e)) {
     batch = atomic_load(&e->idle_waiters);
     if (batch < 1) batch = 1;
     if (batch > ACCEPT_BATCH) batch = ACCEPT_BATCH;
@@ -582,7 +582,7 @@ void *mg_wait_nogvl(void *p) {
   mg_engine *e = a->e;
   int64_t start = mg_now_ms();
   atomic_fetch_add(&e->idle_waiters, 1);
-  if (e->idle_slot) atomic_fetch_add(e->idle_slot, 1);
+  mg_board_count(e, MG_BOARD_WAITING, 1);
   a->conn = NULL;
   for (;;) {
     int stopping = atomic_load(&e->stopping);
@@ -625,7 +625,7 @@ void *mg_wait_nogvl(void *p) {
       break;
     }
   }
-  if (e->idle_slot) atomic_fetch_sub(e->idle_slot, 1);
+  mg_board_count(e, MG_BOARD_WAITING, -1);
   if (atomic_fetch_sub(&e->idle_waiters, 1) == 1) atomic_store(&e->all_busy_since_ms, mg_now_ms());
   return NULL;
 }
