@@ -35,6 +35,7 @@ require "optparse"
 require "rbconfig"
 require "socket"
 require "tmpdir"
+require_relative "lib/procs"
 
 module MargayBench
   ROOT = File.expand_path("..", __dir__)
@@ -83,7 +84,7 @@ module MargayBench
     end
 
     def start
-      @port = free_port
+      @port = MargayBench::Env.free_port
       bind = "tcp://127.0.0.1:#{@port}"
       cmd, env = case @name
                  when "margay"
@@ -164,13 +165,6 @@ module MargayBench
       Process.kill(sig, -@pid) # the whole group: bundler's ruby and anything it started
     rescue Errno::ESRCH
       nil
-    end
-
-    def free_port
-      server = TCPServer.new("127.0.0.1", 0)
-      server.addr[1]
-    ensure
-      server&.close
     end
 
     def wait_listening

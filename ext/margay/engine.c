@@ -322,24 +322,26 @@ static VALUE engine_release_conn(VALUE self, VALUE token) {
   return Qnil;
 }
 
-/* Engine#detach_idle(max) -> [fd, ...]: idle keep-alive connections leave the
- * engine with their sockets open (a saturated cluster worker hands them to
- * another worker; nothing is lost: unread bytes wait in the kernel). */
+/* Engine#detach_idle(max) -> [[fd, kept_alive], ...]: idle connections (see
+ * mg_detach_idle) leave the engine with their sockets open (a saturated
+ * cluster worker hands them to another worker; nothing is lost: unread bytes
+ * wait in the kernel). */
 static VALUE engine_detach_idle(VALUE self, VALUE max) {
   mg_engine *e = mg_engine_get(self);
   int cap = NUM2INT(max);
   if (cap <= 0) return rb_ary_new();
   if (cap > 1024) cap = 1024;
-  int fds[1024];
-  int n = mg_detach_idle(e, fds, cap);
+  int fds[1024], kept[1024];
+  int n = mg_detach_idle(e, fds, kept, cap);
   VALUE out = rb_ary_new_capa(n);
-  for (int i = 0; i < n; i++) rb_ary_push(out, INT2FIX(fds[i]));
+  for (int i = 0; i < n; i++) rb_ary_push(out, rb_assoc_new(INT2FIX(fds[i]), kept[i] ? Qtrue : Qfalse));
   return out;
 }
 
-/* Engine#adopt(fd): serve an idle keep-alive connection handed over by another
- * worker (the engine owns the fd from now on). */
-static VALUE engine_adopt(VALUE self, VALUE fdv) {
+/* Engine#adopt(fd, kept_alive): serve an idle connection handed over by
+ * another worker (the engine owns the fd from now on): one that served a
+ * request (kept_alive) or a new one that has not sent its first yet. */
+static VALUE engine_adopt(VALUE self, VALUE fdv, VALUE kept_alive) {
   mg_engine *e = mg_engine_get(self);
   int fd = NUM2INT(fdv);
   if (fd < 0 || fd >= e->max_fds || atomic_load(&e->stopping)) { close(fd); return Qfalse; }
@@ -356,7 +358,7 @@ static VALUE engine_adopt(VALUE self, VALUE fdv) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
-  return mg_conn_start(e, fd, li, (struct sockaddr *)&peer, plen, 1) == 0 ? Qtrue : Qfalse;
+  return mg_conn_start(e, fd, li, (struct sockaddr *)&peer, plen, RTEST(kept_alive)) == 0 ? Qtrue : Qfalse;
 }
 
 /* Engine#error_response(token, status): a plain-text error, then close. */
@@ -446,7 +448,7 @@ void mg_engine_init(VALUE mNative) {
   rb_define_method(cEngine, "error_response", engine_error_response, 2);
   rb_define_method(cEngine, "release", engine_release_conn, 1);
   rb_define_method(cEngine, "detach_idle", engine_detach_idle, 1);
-  rb_define_method(cEngine, "adopt", engine_adopt, 1);
+  rb_define_method(cEngine, "adopt", engine_adopt, 2);
   rb_define_method(cEngine, "stats", engine_stats, 0);
   rb_define_method(cEngine, "waiting_threads", engine_waiting_threads, 0);
   rb_define_method(cEngine, "saturated_ms", engine_saturated_ms, 0);

@@ -176,7 +176,7 @@ int mg_conn_complete(mg_engine *e, mg_conn *c);  /* send queued response; 1: pip
 int mg_conn_continue(mg_engine *e, mg_conn *c);  /* frame buffered input; 1: request ready, 0: handed to the loop */
 void mg_conn_consume_head(mg_conn *c);
 int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, socklen_t plen, int kept_alive);
-int mg_detach_idle(mg_engine *e, int *out, int max);
+int mg_detach_idle(mg_engine *e, int *out, int *kept_alive, int max);
 /* The board's rows of counters, one counter per worker index in each. */
 enum { MG_BOARD_WAITING, MG_BOARD_CONNS };
 

@@ -39,6 +39,7 @@ have_header("sys/eventfd.h") && have_func("eventfd", "sys/eventfd.h")
 have_func("accept4", %w[sys/types.h sys/socket.h])
 have_header("sys/sendfile.h") && have_func("sendfile", "sys/sendfile.h")
 have_func("pipe2", "unistd.h")
+have_header("sys/prctl.h") # PR_SET_CHILD_SUBREAPER for the cluster master
 have_func("memmem", "string.h")
 have_func("rb_thread_call_without_gvl", "ruby/thread.h") or abort("rb_thread_call_without_gvl is required")
 have_const("O_TMPFILE", "fcntl.h")

@@ -402,8 +402,8 @@ void mg_conn_consume_head(mg_conn *c) {
 /* ---- accept ---- */
 
 /* Take charge of connected socket +fd+: a new connection (requests 0, the
- * header timeout runs) or one adopted from another worker (an idle keep-alive
- * connection: the keep-alive timeout runs). Returns 0, or -1 if it was closed. */
+ * header timeout runs) or one adopted from another worker (+kept_alive+: an
+ * idle keep-alive connection, the keep-alive timeout runs; else a new one). Returns 0, or -1 if it was closed. */
 int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, socklen_t plen, int kept_alive) {
   mg_conn *c = e->conns[fd];
   if (!c) {
@@ -434,19 +434,23 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
   return 0;
 }
 
-/* Hand over idle keep-alive connections (nothing buffered, waiting for their
- * next request): each leaves the engine with its fd still open. Up to +max+
- * fds are written to +out+; returns how many. */
-int mg_detach_idle(mg_engine *e, int *out, int max) {
+/* Hand over idle connections: keep-alive ones waiting for their next request
+ * and new ones that have not sent their first (nothing buffered either way).
+ * Each leaves the engine with its fd still open. Up to +max+ fds are written
+ * to +out+, and to +kept_alive+ whether each had served a request (its new
+ * worker runs the keep-alive timeout, or the header timeout for a new one);
+ * returns how many. */
+int mg_detach_idle(mg_engine *e, int *out, int *kept_alive, int max) {
   int n = 0;
   int hw = atomic_load(&e->hiwater);
   for (int fd = 0; fd < hw && n < max; fd++) {
     mg_conn *c = e->conns[fd];
     if (!c) continue;
     uint64_t s = atomic_load(&c->state);
-    if (mg_state_st(s) != MG_ARMED || c->phase != MG_PH_IDLE || c->requests == 0 || c->rlen != 0) continue;
+    if (mg_state_st(s) != MG_ARMED || c->phase != MG_PH_IDLE || c->rlen != 0) continue;
     uint64_t owned = (mg_state_gen(s) << 8) | MG_OWNED;
     if (!atomic_compare_exchange_strong(&c->state, &s, owned)) continue;
+    kept_alive[n] = c->requests > 0;
     out[n++] = mg_conn_forget(e, c);
   }
   return n;

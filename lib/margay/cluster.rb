@@ -17,8 +17,10 @@ module Margay
   # in docs/SIGNALS.md. The master never creates an engine nor runs the app.
   #
   # Every worker is watched through its heartbeat pipe (EOF means it is gone),
-  # so workers forked by the mold, which are not the master's children, are
-  # supervised like the others.
+  # so workers forked by the mold are supervised like the others. On Linux the
+  # master is also a child subreaper: those workers (double-forked, so not the
+  # mold's children) become its children, the cluster stays one process tree,
+  # and it reaps them; elsewhere init does.
   class Cluster
     include Spawning
 
@@ -71,6 +73,7 @@ module Margay
     # @param preloaded_app [#call, nil] the app, when the caller preloaded it
     def run(preloaded_app: nil)
       bind
+      Native.child_subreaper
       @app = preloaded_app || (@app_loader.call if @config.preload_app?)
       record_signals
       supervise until @stopping && @workers.empty?
@@ -336,8 +339,8 @@ module Margay
       kb.empty? ? nil : kb.to_i * 1024
     end
 
-    # Collect exit statuses of direct children (first-generation workers and
-    # the mold); the heartbeat pipe's EOF usually told us already.
+    # Collect exit statuses of children (workers, the mold, and as subreaper
+    # the workers the mold forked); the heartbeat pipe's EOF usually told us already.
     def reap
       loop do
         pid, status = Process.wait2(-1, Process::WNOHANG)

@@ -114,15 +114,17 @@ module Margay
       @engine ? @engine.handoff_quota : 0
     end
 
-    # Idle keep-alive connections leave this server (their fds stay open) so a
-    # cluster worker can hand them to another worker. Returns the fds.
+    # Idle connections (keep-alive ones between requests, new ones before
+    # their first) leave this server, their fds open, so a cluster worker can
+    # hand them to another worker. Returns [[fd, kept_alive], ...].
     def detach_idle(max)
       @engine ? @engine.detach_idle(max) : []
     end
 
-    # Serve a connection handed over by another worker (takes the fd).
-    def adopt(fd)
-      @engine&.adopt(fd)
+    # Serve a connection handed over by another worker (takes the fd);
+    # kept_alive: it served a request before (else it is new).
+    def adopt(fd, kept_alive)
+      @engine&.adopt(fd, kept_alive)
     end
 
     # Live counters for the demo app and monitoring.

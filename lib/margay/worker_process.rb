@@ -110,26 +110,26 @@ module Margay
         quota = @server.others_idle? ? 64 : @server.handoff_quota
         if quota.positive?
           @last_handoff = t
-          @server.detach_idle(quota).each { |fd| pass_on(fd) }
+          @server.detach_idle(quota).each { |fd, kept_alive| pass_on(fd, kept_alive) }
         end
       end
       while @handoff.wait_readable(0)
-        io = @handoff.recv_io
+        io, kept_alive = Cluster.recv_connection(@handoff)
         io.autoclose = false # the engine owns the descriptor now
-        @server.adopt(io.fileno)
+        @server.adopt(io.fileno, kept_alive)
       end
-    rescue IOError, SystemCallError => e
+    rescue IOError, SystemCallError, SocketError => e
       @log.warn("worker #{@index}: keep-alive hand-over failed: #{e.message}")
     end
 
     # Hand an idle connection to the master; if the master's queue is full,
     # keep serving it here (never block the thread that writes heartbeats).
-    def pass_on(fd)
+    def pass_on(fd, kept_alive)
       io = IO.for_fd(fd, autoclose: true)
-      return if Cluster.send_io_nonblock(@handoff, io)
+      return if Cluster.send_connection_nonblock(@handoff, io, kept_alive)
 
       io.autoclose = false
-      @server.adopt(fd)
+      @server.adopt(fd, kept_alive)
     ensure
       io&.close if io&.autoclose?
     end
@@ -138,8 +138,8 @@ module Margay
     # them: back to the master, which passes them to a worker still serving.
     def return_handed_over
       while @handoff.wait_readable(0)
-        io = @handoff.recv_io
-        Cluster.send_io_nonblock(@handoff, io)
+        io, kept_alive = Cluster.recv_connection(@handoff)
+        Cluster.send_connection_nonblock(@handoff, io, kept_alive)
         io.close
       end
     rescue IOError, SystemCallError, SocketError

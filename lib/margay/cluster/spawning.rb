@@ -121,20 +121,20 @@ module Margay
 
       # ---- keep-alive hand-over ----
 
-      # A saturated worker handed over an idle keep-alive connection: pass it
-      # to the serving worker with the fewest connections (round robin among
+      # A saturated worker handed over an idle connection: pass it to the
+      # serving worker with the fewest connections (round robin among
       # equals), or back to it if there is no other. Never blocks: a worker
       # that does not take its hand-overs (stuck) must not stall the master,
       # so the connection then goes to the next one, or is closed when none
       # takes it.
       def forward_connection(from)
-        io = from.handoff.recv_io
+        io, kept_alive = Cluster.recv_connection(from.handoff)
         others = serving.select(&:booted) - [from]
         others << from if others.empty? && !from.stopping && !from.mold
         others.rotate!((@next_target = (@next_target || 0) + 1) % others.size) unless others.empty?
         others = others.each_with_index.sort_by { |w, i| [connections_of(w), i] }.map(&:first) # fewest first
-        taker = others.find { |w| Cluster.send_io_nonblock(w.handoff, io) }
-        @log.warn("master: no worker took a handed-over keep-alive connection: closed") unless taker
+        taker = others.find { |w| Cluster.send_connection_nonblock(w.handoff, io, kept_alive) }
+        @log.warn("master: no worker took a handed-over connection: closed") unless taker
       rescue StandardError => e # SocketError: a datagram without its descriptor (EMFILE)
         @log.warn("master: keep-alive hand-over failed: #{e.message}")
       ensure
@@ -146,13 +146,29 @@ module Margay
       end
     end
 
-    # Send +io+ over the datagram socket +sock+ without blocking; false when
-    # the peer's queue is full or it is gone.
-    def self.send_io_nonblock(sock, io)
+    # A handed-over connection travels as one datagram: its descriptor, and
+    # one byte saying whether it served a request before ("k", kept alive) or
+    # is new ("n": its new worker runs the header timeout, not the keep-alive one).
+    KEPT_ALIVE = { true => "k", false => "n" }.freeze
+
+    # Send connection +io+ over the datagram socket +sock+ without blocking;
+    # false when the peer's queue is full or it is gone.
+    def self.send_connection_nonblock(sock, io, kept_alive)
       rights = Socket::AncillaryData.unix_rights(io)
-      sock.sendmsg_nonblock("\0", 0, nil, rights, exception: false) != :wait_writable
+      sock.sendmsg_nonblock(KEPT_ALIVE.fetch(kept_alive), 0, nil, rights, exception: false) != :wait_writable
     rescue SystemCallError, IOError
       false
+    end
+
+    # Receive one connection sent by send_connection_nonblock: [io, kept_alive].
+    # Raises SocketError for a datagram that lost its descriptor (EMFILE).
+    def self.recv_connection(sock)
+      data, _addr, _flags, *controls = sock.recvmsg(1, 0, nil, scm_rights: true)
+      ios = controls.select { |c| c.cmsg_is?(:SOCKET, :RIGHTS) }.flat_map(&:unix_rights)
+      ios.drop(1).each(&:close)
+      raise SocketError, "a hand-over datagram without its descriptor" if ios.empty?
+
+      [ios.first, data != KEPT_ALIVE[false]]
     end
   end
 end

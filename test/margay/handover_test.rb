@@ -1,0 +1,66 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# Keep-alive balancing moves idle connections between cluster workers: the
+# engine detaches them (fds left open) and another engine adopts them. Both
+# halves run here on one server: which connections may leave, and that an
+# adopted connection keeps the timeout its kind had (a new connection's header
+# timeout, not the keep-alive timeout) and is served like any other.
+class HandoverTest < Minitest::Test
+  include Margay::TestHelper
+
+  APP = ->(_env) { [200, { "content-type" => "text/plain" }, ["ok"]] }
+
+  def test_idle_connections_leave_with_their_kind_and_keep_their_timeouts_when_adopted
+    with_server(APP, header_timeout: 2, keepalive_timeout: 30) do |host, port, server|
+      kept = TCPSocket.new(host, port)
+      kept.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+      assert_equal 200, read_response(kept)[0]
+      fresh = TCPSocket.new(host, port) # sends nothing
+      fresh_served = TCPSocket.new(host, port) # sends its first request once adopted
+      busy = TCPSocket.new(host, port)
+      busy.write("GET / HTTP/1.1\r\nHost: t\r\n") # half a head: buffered, so it stays
+      eventually { server.stats[:connections] == 4 }
+      sleep 0.1 # the half head has been read
+
+      detached = server.detach_idle(10)
+      by_port = detached.to_h { |fd, kept_alive| [peer_port(fd), kept_alive] }
+      assert_equal({ kept.local_address.ip_port => true, fresh.local_address.ip_port => false,
+                     fresh_served.local_address.ip_port => false }, by_port,
+                   "idle connections leave, each saying whether it served a request; a partial head stays")
+      assert_equal 1, server.stats[:connections]
+      detached.each { |fd, kept_alive| assert server.adopt(fd, kept_alive) }
+      assert_equal 4, server.stats[:connections]
+
+      fresh_served.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+      assert_equal 200, read_response(fresh_served)[0], "an adopted new connection is served"
+      busy.write("\r\n")
+      assert_equal 200, read_response(busy)[0]
+      assert closed_within?(fresh, 5), "the adopted new connection still has the 2 s header timeout"
+      sleep 0.3 # well past what a header timeout would have allowed it
+      kept.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+      assert_equal 200, read_response(kept)[0], "the adopted keep-alive connection has the 30 s keep-alive timeout"
+    ensure
+      [kept, fresh, fresh_served, busy].each { |s| s&.close }
+    end
+  end
+
+  private
+
+  def peer_port(fd)
+    io = Socket.for_fd(fd)
+    io.autoclose = false
+    io.remote_address.ip_port
+  end
+
+  def closed_within?(sock, seconds)
+    sock.wait_readable(seconds) && sock.read_nonblock(1, exception: false).nil?
+  rescue Errno::ECONNRESET
+    true
+  end
+
+  def eventually(&condition)
+    Timeout.timeout(5) { sleep 0.01 until condition.call }
+  end
+end
