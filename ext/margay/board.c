@@ -84,12 +84,16 @@ static VALUE board_clear(VALUE self, VALUE iv) {
   return Qnil;
 }
 
-/* Whether another worker than the engine's counts a waiting thread. Plain C:
- * the event loop asks without the GVL (the engine keeps the board alive). */
-int mg_board_others_idle(const mg_engine *e) {
-  for (int i = 0; e->board_slots && i < e->board_n; i++)
-    if (i != e->board_index && atomic_load(&e->board_slots[MG_BOARD_WAITING * e->board_n + i]) > 0) return 1;
-  return 0;
+/* How many waiting threads the other workers than the engine's count (0
+ * without a board). Plain C: the event loop asks without the GVL (the engine
+ * keeps the board alive). */
+int mg_board_others_waiting(const mg_engine *e) {
+  int sum = 0;
+  for (int i = 0; e->board_slots && i < e->board_n; i++) {
+    int w = i == e->board_index ? 0 : atomic_load(&e->board_slots[MG_BOARD_WAITING * e->board_n + i]);
+    if (w > 0) sum += w;
+  }
+  return sum;
 }
 
 /* How many idle connections the worker at +index+ should hand over: half

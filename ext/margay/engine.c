@@ -314,25 +314,18 @@ static VALUE engine_hijack(VALUE self, VALUE token) {
   return rb_assoc_new(INT2FIX(fd), rest);
 }
 
-/* Engine#release(token): close this connection after the response (the
- * client's next request then goes to whichever worker has a free thread). */
-static VALUE engine_release_conn(VALUE self, VALUE token) {
-  mg_engine *e = mg_engine_get(self);
-  mg_engine_conn_for_token(e, token)->keep_alive = 0;
-  return Qnil;
-}
-
-/* Engine#detach_idle(max) -> [[fd, kept_alive], ...]: idle connections (see
- * mg_detach_idle) leave the engine with their sockets open (a saturated
- * cluster worker hands them to another worker; nothing is lost: unread bytes
- * wait in the kernel). */
-static VALUE engine_detach_idle(VALUE self, VALUE max) {
+/* Engine#detach_idle(max, pending_only) -> [[fd, kept_alive], ...]: idle
+ * connections (see mg_detach_idle) leave the engine with their sockets open
+ * (a saturated cluster worker hands them to another worker; nothing is lost:
+ * unread bytes wait in the kernel). pending_only: just those whose client
+ * has sent a request this engine has not read yet. */
+static VALUE engine_detach_idle(VALUE self, VALUE max, VALUE pending_only) {
   mg_engine *e = mg_engine_get(self);
   int cap = NUM2INT(max);
   if (cap <= 0) return rb_ary_new();
   if (cap > 1024) cap = 1024;
   int fds[1024], kept[1024];
-  int n = mg_detach_idle(e, fds, kept, cap);
+  int n = mg_detach_idle(e, fds, kept, cap, RTEST(pending_only));
   VALUE out = rb_ary_new_capa(n);
   for (int i = 0; i < n; i++) rb_ary_push(out, rb_assoc_new(INT2FIX(fds[i]), kept[i] ? Qtrue : Qfalse));
   return out;
@@ -418,12 +411,10 @@ static VALUE engine_handoff_quota(VALUE self) {
   return INT2NUM(mg_board_handoff_quota(e));
 }
 
-/* Engine#others_idle?: whether another worker of the cluster has a thread
- * waiting for work (true when there is no board: nothing is known). */
-static VALUE engine_others_idle(VALUE self) {
-  mg_engine *e = mg_engine_get(self);
-  if (!e->board_slots) return Qtrue;
-  return mg_board_others_idle(e) ? Qtrue : Qfalse;
+/* Engine#others_waiting: how many threads the other workers of the cluster
+ * have waiting for work (0 when there is no board). */
+static VALUE engine_others_waiting(VALUE self) {
+  return INT2NUM(mg_board_others_waiting(mg_engine_get(self)));
 }
 
 static VALUE engine_close(VALUE self) {
@@ -446,15 +437,14 @@ void mg_engine_init(VALUE mNative) {
   rb_define_method(cEngine, "abort", engine_abort, 1);
   rb_define_method(cEngine, "hijack", engine_hijack, 1);
   rb_define_method(cEngine, "error_response", engine_error_response, 2);
-  rb_define_method(cEngine, "release", engine_release_conn, 1);
-  rb_define_method(cEngine, "detach_idle", engine_detach_idle, 1);
+  rb_define_method(cEngine, "detach_idle", engine_detach_idle, 2);
   rb_define_method(cEngine, "adopt", engine_adopt, 2);
   rb_define_method(cEngine, "stats", engine_stats, 0);
   rb_define_method(cEngine, "waiting_threads", engine_waiting_threads, 0);
   rb_define_method(cEngine, "saturated_ms", engine_saturated_ms, 0);
   rb_define_method(cEngine, "close", engine_close, 0);
   rb_define_method(cEngine, "publish_idle", engine_publish_idle, 2);
-  rb_define_method(cEngine, "others_idle?", engine_others_idle, 0);
+  rb_define_method(cEngine, "others_waiting", engine_others_waiting, 0);
   rb_define_method(cEngine, "handoff_quota", engine_handoff_quota, 0);
   mg_board_init(mNative);
   mg_response_init(cEngine);

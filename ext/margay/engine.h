@@ -176,7 +176,7 @@ int mg_conn_complete(mg_engine *e, mg_conn *c);  /* send queued response; 1: pip
 int mg_conn_continue(mg_engine *e, mg_conn *c);  /* frame buffered input; 1: request ready, 0: handed to the loop */
 void mg_conn_consume_head(mg_conn *c);
 int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, socklen_t plen, int kept_alive);
-int mg_detach_idle(mg_engine *e, int *out, int *kept_alive, int max);
+int mg_detach_idle(mg_engine *e, int *out, int *kept_alive, int max, int pending_only);
 /* The board's rows of counters, one counter per worker index in each. */
 enum { MG_BOARD_WAITING, MG_BOARD_CONNS };
 
@@ -185,7 +185,8 @@ static inline void mg_board_count(mg_engine *e, int row, int delta) {
   if (e->board_slots) atomic_fetch_add(&e->board_slots[row * e->board_n + e->board_index], delta);
 }
 
-int mg_board_others_idle(const mg_engine *e);   /* 0 without a board */
+int mg_board_others_waiting(const mg_engine *e); /* 0 without a board */
+static inline int mg_board_others_idle(const mg_engine *e) { return mg_board_others_waiting(e) > 0; }
 int mg_board_handoff_quota(const mg_engine *e); /* 0 without a board */
 _Atomic int *mg_board_slots(VALUE board, int *n);
 void mg_board_init(VALUE mNative);

@@ -434,13 +434,21 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
   return 0;
 }
 
+/* Whether the client of idle connection +c+ has sent bytes the engine has
+ * not read yet (its next request, waiting in the kernel). */
+static int has_pending_input(const mg_conn *c) {
+  char b;
+  return recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
 /* Hand over idle connections: keep-alive ones waiting for their next request
- * and new ones that have not sent their first (nothing buffered either way).
- * Each leaves the engine with its fd still open. Up to +max+ fds are written
- * to +out+, and to +kept_alive+ whether each had served a request (its new
- * worker runs the keep-alive timeout, or the header timeout for a new one);
- * returns how many. */
-int mg_detach_idle(mg_engine *e, int *out, int *kept_alive, int max) {
+ * and new ones that have not sent their first (nothing buffered either way),
+ * or with +pending_only+ just those whose next request already waits in the
+ * kernel. Each leaves the engine with its fd still open. Up to +max+ fds are
+ * written to +out+, and to +kept_alive+ whether each had served a request
+ * (its new worker runs the keep-alive timeout, or the header timeout for a
+ * new one); returns how many. */
+int mg_detach_idle(mg_engine *e, int *out, int *kept_alive, int max, int pending_only) {
   int n = 0;
   int hw = atomic_load(&e->hiwater);
   for (int fd = 0; fd < hw && n < max; fd++) {
@@ -450,6 +458,10 @@ int mg_detach_idle(mg_engine *e, int *out, int *kept_alive, int max) {
     if (mg_state_st(s) != MG_ARMED || c->phase != MG_PH_IDLE || c->rlen != 0) continue;
     uint64_t owned = (mg_state_gen(s) << 8) | MG_OWNED;
     if (!atomic_compare_exchange_strong(&c->state, &s, owned)) continue;
+    if (pending_only && !has_pending_input(c)) {
+      arm(e, c, MG_EV_IN); /* not now: back to the loop */
+      continue;
+    }
     kept_alive[n] = c->requests > 0;
     out[n++] = mg_conn_forget(e, c);
   }

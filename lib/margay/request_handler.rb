@@ -55,15 +55,11 @@ module Margay
       end
     end
 
-    # @param pool [ThreadPool, nil] given in cluster mode: a response sent while
-    #   every other thread is busy releases its keep-alive connection, so the
-    #   client's next request reaches a worker with a free thread
     # @param deadline [Deadline, nil] enforces request_timeout when set
-    def initialize(app, engine, config, log, counters, pool: nil, deadline: nil)
+    def initialize(app, engine, config, log, counters, deadline: nil)
       @app = app
       @engine = engine
       @log = log
-      @pool = pool
       @deadline = deadline
       @development = config.development?
       @access_log = config.log_requests
@@ -104,7 +100,6 @@ module Margay
     private
 
     def send_response(token, env, status, headers, body)
-      @engine.release(token) if @pool && saturated?
       return @engine.respond(token, status, headers, body) if body.instance_of?(Array) && !hijack_header?(headers)
 
       if body.respond_to?(:to_path) && !body.respond_to?(:call) && !hijack_header?(headers)
@@ -116,12 +111,6 @@ module Margay
       end
 
       stream(token, env, status, headers, body)
-    end
-
-    # Closing this connection helps only if another worker could take the
-    # client's next request: with every worker busy it would just reconnect.
-    def saturated?
-      @pool.busy > 1 && @engine.waiting_threads.zero? && @engine.others_idle?
     end
 
     def hijack_header?(headers)

@@ -72,8 +72,7 @@ module Margay
       @pool = ThreadPool.new(min: @config.effective_min_threads, max: @config.max_threads,
                              idle_timeout: @config.thread_idle_timeout) { |pool| serve(pool, @handler) }
       @deadline = (Deadline.new(@config.request_timeout, log: @log, on_stuck: @on_stuck) if @config.request_timeout)
-      @handler = RequestHandler.new(@app, @engine, @config, @log, @counters, deadline: @deadline,
-                                    pool: @config.workers.positive? && @config.balance_keepalive ? @pool : nil)
+      @handler = RequestHandler.new(@app, @engine, @config, @log, @counters, deadline: @deadline)
       @started_at = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       @engine.start
       @pool.start
@@ -104,21 +103,22 @@ module Margay
       @engine ? @engine.saturated_ms : 0
     end
 
-    # Whether another worker of the cluster has a thread waiting (true when unknown).
-    def others_idle?
-      @engine ? @engine.others_idle? : true
-    end
-
     # How many idle connections to hand to less loaded workers (0 alone).
     def handoff_quota
       @engine ? @engine.handoff_quota : 0
     end
 
+    # How many threads the other workers of the cluster have waiting.
+    def others_waiting
+      @engine ? @engine.others_waiting : 0
+    end
+
     # Idle connections (keep-alive ones between requests, new ones before
-    # their first) leave this server, their fds open, so a cluster worker can
+    # their first; with pending_only just those whose request already waits in
+    # the kernel) leave this server, their fds open, so a cluster worker can
     # hand them to another worker. Returns [[fd, kept_alive], ...].
-    def detach_idle(max)
-      @engine ? @engine.detach_idle(max) : []
+    def detach_idle(max, pending_only: false)
+      @engine ? @engine.detach_idle(max, pending_only) : []
     end
 
     # Serve a connection handed over by another worker (takes the fd);

@@ -20,10 +20,13 @@ module Margay
     # short timeout never kills a worker whose beat is merely due.
     HEARTBEAT_INTERVAL = 1.0
 
-    # How long every thread must have been busy before idle keep-alive
-    # connections are handed to another worker, and how often.
-    HANDOFF_AFTER_MS = 5
-    HANDOFF_INTERVAL = 0.01
+    # Keep-alive balancing. How long every thread must have been busy before
+    # a request waiting on one of our connections is handed to a worker with
+    # a free thread (looked at on every tick, about 5 ms); and how long, and
+    # how often, before saturated workers even out their connection counts.
+    PENDING_AFTER_MS = 1
+    EVEN_OUT_AFTER_MS = 5
+    EVEN_OUT_INTERVAL = 0.01
 
     # @param index [Integer] the worker's slot
     # @param beat [IO] write end of the heartbeat pipe
@@ -99,15 +102,22 @@ module Margay
       balance(t) if @config.balance_keepalive && !@mold_requested
     end
 
-    # Keep-alive balancing: a worker whose threads have all been busy for a
-    # while hands idle keep-alive connections to the master, which passes them
-    # to another worker: all of them (up to 64) when another worker has a
-    # thread waiting, else half the gap to a worker serving far fewer
-    # connections (Native::IdleBoard). Connections handed to us are adopted.
+    # Keep-alive balancing (Native::IdleBoard counts every worker's waiting
+    # threads and connections). While our threads are all busy:
+    # - a request already waiting on one of our idle connections, unread in
+    #   the kernel, goes to another worker when one has a thread waiting (at
+    #   most as many connections as those threads);
+    # - when no worker has one, a worker serving far more connections than
+    #   another hands over half the gap of its idle connections (evening out).
+    # Hand-overs go through the master; connections handed to us are adopted.
     # Nothing is lost: a request already sent waits in the socket's kernel buffer.
     def balance(t)
-      if t - @last_handoff >= HANDOFF_INTERVAL && @server.saturated_ms >= HANDOFF_AFTER_MS
-        quota = @server.others_idle? ? 64 : @server.handoff_quota
+      saturated = @server.saturated_ms
+      free = @server.others_waiting if saturated >= PENDING_AFTER_MS
+      if free&.positive?
+        @server.detach_idle(free, pending_only: true).each { |fd, kept_alive| pass_on(fd, kept_alive) }
+      elsif saturated >= EVEN_OUT_AFTER_MS && t - @last_handoff >= EVEN_OUT_INTERVAL
+        quota = @server.handoff_quota
         if quota.positive?
           @last_handoff = t
           @server.detach_idle(quota).each { |fd, kept_alive| pass_on(fd, kept_alive) }

@@ -46,6 +46,40 @@ class HandoverTest < Minitest::Test
     end
   end
 
+  def test_pending_only_takes_the_connections_whose_request_waits_in_the_kernel
+    gate = Queue.new
+    app = lambda do |env|
+      gate.pop if env["PATH_INFO"] == "/slow"
+      [200, { "content-type" => "text/plain" }, ["ok"]]
+    end
+    with_server(app, min_threads: 1, max_threads: 1) do |host, port, server|
+      waiting, idle = Array.new(2) do
+        sock = TCPSocket.new(host, port)
+        sock.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert_equal 200, read_response(sock)[0]
+        sock
+      end
+      slow = TCPSocket.new(host, port)
+      slow.write("GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+      eventually { server.stats[:busy_threads] == 1 } # the only thread: nobody reads now
+      waiting.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+      sleep 0.05
+
+      detached = server.detach_idle(10, pending_only: true)
+      assert_equal [[waiting.local_address.ip_port, true]], detached.map { |fd, kept| [peer_port(fd), kept] }
+      assert_equal [], server.detach_idle(10, pending_only: true), "the idle one stayed, and is still served"
+      detached.each { |fd, kept_alive| server.adopt(fd, kept_alive) }
+      gate << true
+      assert_equal 200, read_response(slow)[0]
+      assert_equal 200, read_response(waiting)[0], "the request that waited in the kernel is answered"
+      idle.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+      assert_equal 200, read_response(idle)[0]
+    ensure
+      gate << true
+      [waiting, idle, slow].each { |s| s&.close }
+    end
+  end
+
   private
 
   def peer_port(fd)

@@ -23,17 +23,20 @@ class IdleBoardTest < Minitest::Test
     stop_server(server)
   end
 
-  def test_others_idle_looks_at_the_other_slots_only
-    board = Margay::Native::IdleBoard.new(2)
+  def test_others_waiting_counts_the_other_slots_only
+    board = Margay::Native::IdleBoard.new(3)
     server = start_server(board, 0, min_threads: 1, max_threads: 1)
     eventually { board[0] == 1 }
-    refute server.others_idle?, "its own waiting thread does not count"
-    other = start_server(board, 1, min_threads: 1, max_threads: 1)
-    eventually { board[1] == 1 }
-    assert server.others_idle?
+    assert_equal 0, server.others_waiting, "its own waiting thread does not count"
+    other = start_server(board, 1, min_threads: 2, max_threads: 2)
+    third = start_server(board, 2, min_threads: 1, max_threads: 1)
+    eventually { board[1] == 2 && board[2] == 1 }
+    assert_equal 3, server.others_waiting
     board.clear(1)
     assert_equal 0, board[1]
+    assert_equal 1, server.others_waiting
   ensure
+    stop_server(third)
     stop_server(other)
     stop_server(server)
   end
