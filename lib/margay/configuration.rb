@@ -42,7 +42,7 @@ module Margay
       response_buffer_limit: 4_194_304, # streamed output kept in memory; beyond it, a tempfile
       workers: 0,                     # cluster mode: worker processes (0: single process)
       preload_app: nil,               # load the app in the master before forking (nil: yes in cluster mode)
-      balance_keepalive: true,        # cluster: a saturated worker releases keep-alive connections
+      balance_keepalive: true,        # cluster: a saturated worker hands waiting requests' connections to free workers
       request_timeout: nil,           # seconds an app call may run: 503 and the thread interrupted (nil: off)
       worker_memory_limit: nil,       # bytes of RSS after which a worker is gracefully replaced (nil: off)
       refork_after: nil,              # requests after which a warm worker becomes the mold (nil: only on URG)
