@@ -146,6 +146,7 @@ typedef struct mg_engine {
   VALUE board;               /* IdleBoard of the cluster, or nil */
   _Atomic int *board_slots;  /* its counters (shared memory), or NULL: see mg_board_count */
   int board_n, board_index;
+  int detach_cursor;         /* where mg_detach_idle(pending_only) looks next (the caller holds the GVL) */
   int closed;
 } mg_engine;
 

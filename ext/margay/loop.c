@@ -403,7 +403,8 @@ void mg_conn_consume_head(mg_conn *c) {
 
 /* Take charge of connected socket +fd+: a new connection (requests 0, the
  * header timeout runs) or one adopted from another worker (+kept_alive+: an
- * idle keep-alive connection, the keep-alive timeout runs; else a new one). Returns 0, or -1 if it was closed. */
+ * idle keep-alive connection, the keep-alive timeout runs; else a new one).
+ * Returns 0, or -1 if it was closed. */
 int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, socklen_t plen, int kept_alive) {
   mg_conn *c = e->conns[fd];
   if (!c) {
@@ -441,6 +442,13 @@ static int has_pending_input(const mg_conn *c) {
   return recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
 }
 
+/* Idle connections mg_detach_idle(pending_only) looks into per call (a
+ * MSG_PEEK and, if nothing waits, an epoll_ctl each): it runs every 5 ms while
+ * the worker is saturated, so a worker holding thousands of idle connections
+ * looks at them in turns (from where the previous call stopped) instead of
+ * spending its time on them. */
+#define PEEK_PER_CALL 64
+
 /* Hand over idle connections: keep-alive ones waiting for their next request
  * and new ones that have not sent their first (nothing buffered either way),
  * or with +pending_only+ just those whose next request already waits in the
@@ -449,18 +457,24 @@ static int has_pending_input(const mg_conn *c) {
  * (its new worker runs the keep-alive timeout, or the header timeout for a
  * new one); returns how many. */
 int mg_detach_idle(mg_engine *e, int *out, int *kept_alive, int max, int pending_only) {
-  int n = 0;
+  int n = 0, peeked = 0;
   int hw = atomic_load(&e->hiwater);
-  for (int fd = 0; fd < hw && n < max; fd++) {
+  int start = pending_only && hw > 0 ? e->detach_cursor % hw : 0;
+  for (int i = 0; i < hw && n < max && peeked < PEEK_PER_CALL; i++) {
+    int fd = (start + i) % hw;
     mg_conn *c = e->conns[fd];
     if (!c) continue;
     uint64_t s = atomic_load(&c->state);
     if (mg_state_st(s) != MG_ARMED || c->phase != MG_PH_IDLE || c->rlen != 0) continue;
     uint64_t owned = (mg_state_gen(s) << 8) | MG_OWNED;
     if (!atomic_compare_exchange_strong(&c->state, &s, owned)) continue;
-    if (pending_only && !has_pending_input(c)) {
-      arm(e, c, MG_EV_IN); /* not now: back to the loop */
-      continue;
+    if (pending_only) {
+      peeked++;
+      e->detach_cursor = fd + 1;
+      if (!has_pending_input(c)) {
+        arm(e, c, MG_EV_IN); /* not now: back to the loop */
+        continue;
+      }
     }
     kept_alive[n] = c->requests > 0;
     out[n++] = mg_conn_forget(e, c);

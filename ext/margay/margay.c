@@ -16,7 +16,7 @@ VALUE mg_mMargay, mg_mNative;
 /* Native.child_subreaper -> true when this process now adopts its orphaned
  * descendants (Linux's PR_SET_CHILD_SUBREAPER), false where it cannot. A
  * cluster master sets it so that workers double-forked by the mold become its
- * children: it reaps them and sees how they exited. */
+ * children, and it reaps them. */
 static VALUE native_child_subreaper(VALUE self) {
 #if defined(HAVE_SYS_PRCTL_H) && defined(PR_SET_CHILD_SUBREAPER)
   return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 ? Qtrue : Qfalse;

@@ -47,45 +47,87 @@ class HandoverTest < Minitest::Test
   end
 
   def test_pending_only_takes_the_connections_whose_request_waits_in_the_kernel
+    with_one_busy_thread(2) do |server, (waiting, idle), _port, release|
+      waiting.write(GET)
+      sleep 0.05
+      detached = server.detach_idle(10, pending_only: true)
+      assert_equal [[waiting.local_address.ip_port, true]], detached.map { |fd, kept| [peer_port(fd), kept] }
+      assert_equal [], server.detach_idle(10, pending_only: true), "the idle one stayed, and is still served"
+      detached.each { |fd, kept_alive| server.adopt(fd, kept_alive) }
+      release.call
+      assert_equal 200, read_response(waiting)[0], "the request that waited in the kernel is answered"
+      idle.write(GET)
+      assert_equal 200, read_response(idle)[0]
+    end
+  end
+
+  def test_pending_only_looks_at_many_idle_connections_in_turns
+    skip "needs /proc/self/fd" unless File.directory?("/proc/self/fd")
+    with_one_busy_thread(100) do |server, idle, port, release|
+      last = idle.max_by { |sock| server_fd(port, sock) } # the one the engine looks at last
+      last.write(GET)
+      sleep 0.05
+      calls = Array.new(3) { server.detach_idle(1, pending_only: true) }
+      assert_equal [], calls[0], "one call looks at 64 idle connections, not all 100"
+      found = calls.flatten(1)
+      assert_equal [last.local_address.ip_port], found.map { |fd, _| peer_port(fd) }, "found in a later turn"
+      found.each { |fd, kept_alive| server.adopt(fd, kept_alive) }
+      release.call
+      assert_equal 200, read_response(last)[0]
+    end
+  end
+
+  private
+
+  GET = "GET / HTTP/1.1\r\nHost: t\r\n\r\n"
+
+  # A server with one thread, +count+ kept-alive idle connections, and its
+  # only thread held by a slow request (nobody reads what clients send now).
+  # Yields [server, connections, port, release]: release lets the slow
+  # request finish.
+  def with_one_busy_thread(count)
     gate = Queue.new
     app = lambda do |env|
       gate.pop if env["PATH_INFO"] == "/slow"
       [200, { "content-type" => "text/plain" }, ["ok"]]
     end
     with_server(app, min_threads: 1, max_threads: 1) do |host, port, server|
-      waiting, idle = Array.new(2) do
+      conns = Array.new(count) do
         sock = TCPSocket.new(host, port)
-        sock.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        sock.write(GET)
         assert_equal 200, read_response(sock)[0]
         sock
       end
       slow = TCPSocket.new(host, port)
       slow.write("GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
-      eventually { server.stats[:busy_threads] == 1 } # the only thread: nobody reads now
-      waiting.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
-      sleep 0.05
-
-      detached = server.detach_idle(10, pending_only: true)
-      assert_equal [[waiting.local_address.ip_port, true]], detached.map { |fd, kept| [peer_port(fd), kept] }
-      assert_equal [], server.detach_idle(10, pending_only: true), "the idle one stayed, and is still served"
-      detached.each { |fd, kept_alive| server.adopt(fd, kept_alive) }
-      gate << true
-      assert_equal 200, read_response(slow)[0]
-      assert_equal 200, read_response(waiting)[0], "the request that waited in the kernel is answered"
-      idle.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
-      assert_equal 200, read_response(idle)[0]
+      eventually { server.stats[:busy_threads] == 1 }
+      release = lambda do
+        gate << true
+        assert_equal 200, read_response(slow)[0]
+      end
+      yield server, conns, port, release
     ensure
       gate << true
-      [waiting, idle, slow].each { |s| s&.close }
+      [*conns, slow].each { |sock| sock&.close }
     end
   end
-
-  private
 
   def peer_port(fd)
     io = Socket.for_fd(fd)
     io.autoclose = false
     io.remote_address.ip_port
+  end
+
+  # The server's descriptor of client socket +sock+ (both ends live in this process).
+  def server_fd(port, sock)
+    client_port = sock.local_address.ip_port
+    Dir.children("/proc/self/fd").map(&:to_i).find do |fd|
+      io = Socket.for_fd(fd)
+      io.autoclose = false
+      io.local_address.ip_port == port && io.remote_address.ip_port == client_port
+    rescue SystemCallError, SocketError, ArgumentError
+      false
+    end
   end
 
   def closed_within?(sock, seconds)
