@@ -63,24 +63,23 @@ static int slot_index(mg_board *b, VALUE iv) {
 /* #size: the number of slots. */
 static VALUE board_size(VALUE self) { return INT2NUM(board_get(self)->n); }
 
-/* #[](index): threads waiting in that worker. */
-static VALUE board_aref(VALUE self, VALUE iv) {
+static VALUE board_read(VALUE self, VALUE iv, int row) {
   mg_board *b = board_get(self);
-  return INT2NUM(atomic_load(&b->slots[MG_BOARD_WAITING * b->n + slot_index(b, iv)]));
+  return INT2NUM(atomic_load(mg_board_cell(b->slots, b->n, row, slot_index(b, iv))));
 }
 
+/* #[](index): threads waiting in that worker. */
+static VALUE board_aref(VALUE self, VALUE iv) { return board_read(self, iv, MG_BOARD_WAITING); }
+
 /* #connections(index): connections that worker's engine holds. */
-static VALUE board_connections(VALUE self, VALUE iv) {
-  mg_board *b = board_get(self);
-  return INT2NUM(atomic_load(&b->slots[MG_BOARD_CONNS * b->n + slot_index(b, iv)]));
-}
+static VALUE board_connections(VALUE self, VALUE iv) { return board_read(self, iv, MG_BOARD_CONNS); }
 
 /* #clear(index): the worker is gone (it may not have counted itself out). */
 static VALUE board_clear(VALUE self, VALUE iv) {
   mg_board *b = board_get(self);
   int i = slot_index(b, iv);
-  atomic_store(&b->slots[MG_BOARD_WAITING * b->n + i], 0);
-  atomic_store(&b->slots[MG_BOARD_CONNS * b->n + i], 0);
+  atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_WAITING, i), 0);
+  atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_CONNS, i), 0);
   return Qnil;
 }
 
@@ -90,7 +89,7 @@ static VALUE board_clear(VALUE self, VALUE iv) {
 int mg_board_others_waiting(const mg_engine *e) {
   int sum = 0;
   for (int i = 0; e->board_slots && i < e->board_n; i++) {
-    int w = i == e->board_index ? 0 : atomic_load(&e->board_slots[MG_BOARD_WAITING * e->board_n + i]);
+    int w = i == e->board_index ? 0 : atomic_load(mg_board_cell(e->board_slots, e->board_n, MG_BOARD_WAITING, i));
     if (w > 0) sum += w;
   }
   return sum;
@@ -105,7 +104,8 @@ int mg_board_others_waiting(const mg_engine *e) {
 int mg_board_handoff_quota(const mg_engine *e) {
   if (!e->board_slots) return 0;
   int n = e->board_n;
-  _Atomic int *waiting = &e->board_slots[MG_BOARD_WAITING * n], *conns_of = &e->board_slots[MG_BOARD_CONNS * n];
+  _Atomic int *waiting = mg_board_cell(e->board_slots, n, MG_BOARD_WAITING, 0);
+  _Atomic int *conns_of = mg_board_cell(e->board_slots, n, MG_BOARD_CONNS, 0);
   int mine = atomic_load(&conns_of[e->board_index]), fewest = -1;
   for (int i = 0; i < n; i++) {
     if (i == e->board_index) continue;

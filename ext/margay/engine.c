@@ -395,8 +395,8 @@ static VALUE engine_publish_idle(VALUE self, VALUE board, VALUE index) {
   int n, i = NUM2INT(index);
   _Atomic int *slots = mg_board_slots(board, &n);
   if (!slots || i < 0 || i >= n) rb_raise(rb_eIndexError, "no slot %d on the board", i);
-  atomic_store(&slots[MG_BOARD_WAITING * n + i], atomic_load(&e->idle_waiters));
-  atomic_store(&slots[MG_BOARD_CONNS * n + i], atomic_load(&e->nconns));
+  atomic_store(mg_board_cell(slots, n, MG_BOARD_WAITING, i), atomic_load(&e->idle_waiters));
+  atomic_store(mg_board_cell(slots, n, MG_BOARD_CONNS, i), atomic_load(&e->nconns));
   e->board = board;
   e->board_n = n;
   e->board_index = i;

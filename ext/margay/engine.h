@@ -181,9 +181,13 @@ int mg_detach_idle(mg_engine *e, int *out, int *kept_alive, int max, int pending
 /* The board's rows of counters, one counter per worker index in each. */
 enum { MG_BOARD_WAITING, MG_BOARD_CONNS };
 
+/* The counter of worker +i+ in +row+ on a board of +n+ slots (the one place
+ * that knows the layout: row after row). */
+static inline _Atomic int *mg_board_cell(_Atomic int *slots, int n, int row, int i) { return &slots[row * n + i]; }
+
 /* Add +delta+ to this worker's counter in +row+ (nothing without a board). */
 static inline void mg_board_count(mg_engine *e, int row, int delta) {
-  if (e->board_slots) atomic_fetch_add(&e->board_slots[row * e->board_n + e->board_index], delta);
+  if (e->board_slots) atomic_fetch_add(mg_board_cell(e->board_slots, e->board_n, row, e->board_index), delta);
 }
 
 int mg_board_others_waiting(const mg_engine *e); /* 0 without a board */

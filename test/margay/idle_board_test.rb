@@ -6,7 +6,7 @@ require "margay/server"
 # The cluster's board of waiting threads per worker (Native::IdleBoard): a
 # server counts its waiting threads into its slot, every process forked after
 # the board was made sees the same counters, and a worker asks whether any
-# other worker has a thread free before it hands clients over.
+# other worker has threads free (and how many) before it hands clients over.
 class IdleBoardTest < Minitest::Test
   include Margay::TestHelper
 
@@ -19,8 +19,6 @@ class IdleBoardTest < Minitest::Test
     assert_equal "2", child_sees, "a forked process reads the live count"
     IO.popen("-") { |io| io ? io.read : (board.clear(2); exit!(0)) }
     assert_equal 0, board[2], "and the parent sees a child's write (the master clears a dead worker's slot)"
-  ensure
-    stop_server(server)
   end
 
   def test_others_waiting_counts_the_other_slots_only
@@ -35,10 +33,6 @@ class IdleBoardTest < Minitest::Test
     board.clear(1)
     assert_equal 0, board[1]
     assert_equal 1, server.others_waiting
-  ensure
-    stop_server(third)
-    stop_server(other)
-    stop_server(server)
   end
 
   def test_a_stopped_server_counts_itself_out
@@ -63,23 +57,16 @@ class IdleBoardTest < Minitest::Test
     assert_equal 0, busy.handoff_quota, "a gap of 2 is not worth moving clients for"
     clients.each(&:close)
     eventually { board.connections(0).zero? && board.connections(1).zero? }
-  ensure
-    clients&.each { |c| c.close unless c.closed? }
-    stop_server(calm)
-    stop_server(busy)
   end
 
   def test_a_gone_worker_is_not_a_target
     board = Margay::Native::IdleBoard.new(2)
     server = start_server(board, 0, min_threads: 1, max_threads: 1)
-    clients = connect(server, 8)
+    connect(server, 8)
     eventually { board.connections(0) == 8 }
     assert_equal 0, server.handoff_quota, "slot 1 has no waiting thread and no connection"
     board.clear(0)
     assert_equal [0, 0], [board[0], board.connections(0)], "clear resets both counters"
-  ensure
-    clients&.each(&:close)
-    stop_server(server)
   end
 
   def test_out_of_range_slots_raise
@@ -88,6 +75,12 @@ class IdleBoardTest < Minitest::Test
     assert_raises(IndexError) { board.clear(-1) }
     assert_raises(IndexError) { board.connections(2) }
     assert_raises(ArgumentError) { Margay::Native::IdleBoard.new(0) }
+  end
+
+  # Servers a test started and did not stop, and its client sockets.
+  def teardown
+    (@clients || []).each { |c| c.close unless c.closed? }
+    (@threads || {}).keys.reverse_each { |server| stop_server(server) }
   end
 
   private
@@ -106,15 +99,14 @@ class IdleBoardTest < Minitest::Test
     Timeout.timeout(5) { sleep 0.01 until condition.call }
   end
 
+  # +count+ connections to +server+ (closed at teardown if the test did not).
   def connect(server, count)
     port = server.addresses.first[/\d+\z/].to_i
-    Array.new(count) { TCPSocket.new("127.0.0.1", port) }
+    (@clients ||= []).concat(Array.new(count) { TCPSocket.new("127.0.0.1", port) }).last(count)
   end
 
   def stop_server(server)
-    return unless server
-
     server.stop
-    assert @threads[server].join(10), "server did not stop"
+    assert @threads.delete(server).join(10), "server did not stop"
   end
 end
