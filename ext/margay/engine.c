@@ -97,39 +97,36 @@ mg_engine *mg_engine_get(VALUE self) {
   return e;
 }
 
-static int64_t opt_int(VALUE opts, const char *key, int64_t dflt) {
-  VALUE v = rb_hash_aref(opts, ID2SYM(rb_intern(key)));
-  return NIL_P(v) ? dflt : NUM2LL(v);
-}
+/* The value of setting +i+ from the array Engine.new was given. */
+static VALUE setting(VALUE values, enum mg_setting i) { return RARRAY_AREF(values, i); }
+static int64_t setting_ms(VALUE values, enum mg_setting i) { return (int64_t)(NUM2DBL(setting(values, i)) * 1000.0); }
 
-static int64_t opt_ms(VALUE opts, const char *key, double dflt_s) {
-  VALUE v = rb_hash_aref(opts, ID2SYM(rb_intern(key)));
-  double s = NIL_P(v) ? dflt_s : NUM2DBL(v);
-  return (int64_t)(s * 1000.0);
-}
-
-/* Engine.new(settings_hash, env_template_hash) */
-static VALUE engine_initialize(VALUE self, VALUE opts, VALUE env_template) {
+/* Engine.new(values, env_template_hash): +values+ holds one value per name
+ * of Engine::SETTINGS, in that order (Margay::Configuration validated them;
+ * nil where a setting means "no limit" or "derive it"). */
+static VALUE engine_initialize(VALUE self, VALUE values, VALUE env_template) {
   mg_engine *e = rb_check_typeddata(self, &engine_type);
-  Check_Type(opts, T_HASH);
+  Check_Type(values, T_ARRAY);
   Check_Type(env_template, T_HASH);
+  if (RARRAY_LEN(values) != MG_SETTINGS_COUNT)
+    rb_raise(rb_eArgError, "expected %d settings (Engine::SETTINGS), got %ld", MG_SETTINGS_COUNT, RARRAY_LEN(values));
   mg_settings *s = &e->cfg;
-  s->max_target = (size_t)opt_int(opts, "max_request_target", 8192);
-  s->max_head = (size_t)opt_int(opts, "max_header_size", 65536);
-  s->max_headers = (size_t)opt_int(opts, "max_headers", 100);
+  s->max_target = NUM2SIZET(setting(values, MG_SET_max_request_target));
+  s->max_head = NUM2SIZET(setting(values, MG_SET_max_header_size));
+  s->max_headers = NUM2SIZET(setting(values, MG_SET_max_headers));
   if (s->max_headers > MG_MAX_HEADERS_HARD) s->max_headers = MG_MAX_HEADERS_HARD;
-  VALUE mb = rb_hash_aref(opts, ID2SYM(rb_intern("max_body_size")));
+  VALUE mb = setting(values, MG_SET_max_body_size);
   s->max_body = NIL_P(mb) ? UINT64_MAX : NUM2ULL(mb);
-  s->body_buffer_size = (size_t)opt_int(opts, "body_buffer_size", 131072);
-  s->max_chunk_ext = (size_t)opt_int(opts, "max_chunk_extensions", 4096);
-  s->header_timeout_ms = opt_ms(opts, "header_timeout", 30);
-  s->body_timeout_ms = opt_ms(opts, "body_timeout", 30);
-  s->keepalive_timeout_ms = opt_ms(opts, "keepalive_timeout", 65);
-  s->write_timeout_ms = opt_ms(opts, "write_timeout", 30);
-  s->max_keepalive_requests = (unsigned)opt_int(opts, "max_keepalive_requests", 1000);
-  s->response_buffer_limit = (size_t)opt_int(opts, "response_buffer_limit", 4 << 20);
-  VALUE tmp = rb_hash_aref(opts, ID2SYM(rb_intern("tmpdir")));
-  snprintf(s->tmpdir, sizeof s->tmpdir, "%s", NIL_P(tmp) ? "/tmp" : StringValueCStr(tmp));
+  s->body_buffer_size = NUM2SIZET(setting(values, MG_SET_body_buffer_size));
+  s->max_chunk_ext = NUM2SIZET(setting(values, MG_SET_max_chunk_extensions));
+  s->header_timeout_ms = setting_ms(values, MG_SET_header_timeout);
+  s->body_timeout_ms = setting_ms(values, MG_SET_body_timeout);
+  s->keepalive_timeout_ms = setting_ms(values, MG_SET_keepalive_timeout);
+  s->write_timeout_ms = setting_ms(values, MG_SET_write_timeout);
+  s->max_keepalive_requests = NUM2UINT(setting(values, MG_SET_max_keepalive_requests));
+  s->response_buffer_limit = NUM2SIZET(setting(values, MG_SET_response_buffer_limit));
+  VALUE tmp = setting(values, MG_SET_tmpdir);
+  snprintf(s->tmpdir, sizeof s->tmpdir, "%s", StringValueCStr(tmp));
 
   struct rlimit rl;
   int max_fds = 65536;
@@ -139,10 +136,10 @@ static VALUE engine_initialize(VALUE self, VALUE opts, VALUE env_template) {
   e->max_fds = max_fds;
   /* keep some descriptors for the app (files, databases, logs) */
   int dflt_conns = max_fds > 256 ? max_fds - 64 : max_fds / 2;
-  s->max_connections = (int)opt_int(opts, "max_connections", dflt_conns);
-  if (s->max_connections > dflt_conns) s->max_connections = dflt_conns;
+  VALUE mc = setting(values, MG_SET_max_connections);
+  s->max_connections = NIL_P(mc) || NUM2INT(mc) > dflt_conns ? dflt_conns : NUM2INT(mc);
 
-  VALUE backend = rb_hash_aref(opts, ID2SYM(rb_intern("event_backend")));
+  VALUE backend = setting(values, MG_SET_event_backend);
   int kind = MG_EV_AUTO;
   if (SYMBOL_P(backend) && SYM2ID(backend) == rb_intern("poll")) kind = MG_EV_POLL;
   if (SYMBOL_P(backend) && SYM2ID(backend) == rb_intern("epoll")) kind = MG_EV_EPOLL;
@@ -426,8 +423,16 @@ static VALUE engine_close(VALUE self) {
 void mg_engine_init(VALUE mNative) {
   cEngine = rb_define_class_under(mNative, "Engine", rb_cObject);
   rb_define_alloc_func(cEngine, engine_alloc);
-  mg_eClientGone = rb_define_class_under(mg_mMargay, "ClientGone", rb_eIOError);
-  mg_eInvalidResponse = rb_define_class_under(mg_mMargay, "InvalidResponse", rb_eStandardError);
+  /* Every error class is defined once, in Ruby (lib/margay/errors.rb). */
+  rb_require("margay/errors");
+  mg_eClientGone = rb_const_get(mg_mMargay, rb_intern("ClientGone"));
+  mg_eInvalidResponse = rb_const_get(mg_mMargay, rb_intern("InvalidResponse"));
+  rb_gc_register_mark_object(mg_eClientGone);
+  rb_gc_register_mark_object(mg_eInvalidResponse);
+#define MG_SETTING_NAME(name) ID2SYM(rb_intern(#name)),
+  VALUE names[] = {MG_ENGINE_SETTINGS(MG_SETTING_NAME)};
+#undef MG_SETTING_NAME
+  rb_define_const(cEngine, "SETTINGS", rb_obj_freeze(rb_ary_new_from_values(MG_SETTINGS_COUNT, names)));
   id_timeout = rb_intern("timeout");
   rb_define_method(cEngine, "initialize", engine_initialize, 2);
   rb_define_method(cEngine, "add_listener", engine_add_listener, 4);

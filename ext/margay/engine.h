@@ -110,6 +110,17 @@ typedef struct {
 
 #define MG_MAX_LISTENERS 16
 
+/* The engine's settings, in the order Ruby passes their values to
+ * Engine.new (Margay::Native::Engine::SETTINGS lists the names). Their
+ * defaults and validation live in one place only: Margay::Configuration. */
+#define MG_ENGINE_SETTINGS(X)                                                                     \
+  X(max_request_target) X(max_header_size) X(max_headers) X(max_body_size) X(body_buffer_size)  \
+  X(max_chunk_extensions) X(header_timeout) X(body_timeout) X(keepalive_timeout) X(write_timeout) \
+  X(max_keepalive_requests) X(response_buffer_limit) X(max_connections) X(tmpdir) X(event_backend)
+#define MG_SETTING_INDEX(name) MG_SET_##name,
+enum mg_setting { MG_ENGINE_SETTINGS(MG_SETTING_INDEX) MG_SETTINGS_COUNT };
+#undef MG_SETTING_INDEX
+
 typedef struct {
   size_t max_target, max_head, max_headers;
   uint64_t max_body;          /* UINT64_MAX: unlimited */

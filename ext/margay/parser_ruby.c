@@ -23,21 +23,15 @@ static VALUE span_str(const char *b, mg_span s) { return rb_str_new(b + s.off, s
 static void set(VALUE h, ID key, VALUE v) { rb_hash_aset(h, ID2SYM(key), v); }
 
 /*
- * Margay::Native.parse_head(str, max_target = 8192, max_head = 65536, max_headers = 100)
+ * Margay::Native.parse_head(str, max_target, max_head, max_headers)
  * Returns 0 (incomplete), -status, or a Hash with the spans as Strings: :method, :target, :path,
  * :query, :authority, :form (:origin/:absolute/:authority/:asterisk), :minor, :headers
  * ([[name, value], ...]), :content_length (nil when absent), :chunked, :keep_alive,
  * :expect_continue, :host (nil when absent), :head_len.
  */
-static VALUE native_parse_head(int argc, VALUE *argv, VALUE self) {
-  VALUE str, vtarget, vhead, vheaders;
-  rb_scan_args(argc, argv, "13", &str, &vtarget, &vhead, &vheaders);
+static VALUE native_parse_head(VALUE self, VALUE str, VALUE vtarget, VALUE vhead, VALUE vheaders) {
   StringValue(str);
-  mg_limits lim = {
-      NIL_P(vtarget) ? 8192 : size_arg(vtarget, "max_target"),
-      NIL_P(vhead) ? 65536 : size_arg(vhead, "max_head"),
-      NIL_P(vheaders) ? 100 : size_arg(vheaders, "max_headers"),
-  };
+  mg_limits lim = {size_arg(vtarget, "max_target"), size_arg(vhead, "max_head"), size_arg(vheaders, "max_headers")};
   if (lim.max_headers > MG_MAX_HEADERS_HARD)
     rb_raise(rb_eArgError, "max_headers must be at most %d", MG_MAX_HEADERS_HARD);
 
@@ -137,7 +131,7 @@ void mg_parser_ruby_init(VALUE mNative) {
   I(origin); I(absolute); I(asterisk);
 #undef I
 
-  rb_define_module_function(mNative, "parse_head", native_parse_head, -1);
+  rb_define_module_function(mNative, "parse_head", native_parse_head, 4);
 
   cChunkedDecoder = rb_define_class_under(mNative, "ChunkedDecoder", rb_cObject);
   rb_define_alloc_func(cChunkedDecoder, decoder_alloc);

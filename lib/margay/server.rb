@@ -266,11 +266,10 @@ module Margay
       end
     end
 
+    # The engine names the settings it reads (Native::Engine::SETTINGS); their
+    # values come from the configuration, the one place that has defaults.
     def engine_settings
-      keys = %i[max_request_target max_header_size max_headers max_body_size body_buffer_size
-                max_chunk_extensions header_timeout body_timeout keepalive_timeout write_timeout
-                max_keepalive_requests response_buffer_limit max_connections tmpdir event_backend]
-      keys.to_h { |k| [k, @config.public_send(k)] }
+      Native::Engine::SETTINGS.map { |key| @config.public_send(key) }
     end
 
     def env_template

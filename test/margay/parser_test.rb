@@ -184,8 +184,11 @@ module Margay
       [req("GET / HTTP/1.0", "Expect: 200-ok"), :ok],
     ].freeze
 
+    # The limits default to the server's (Configuration::DEFAULTS); a test may pass its own.
+    DEFAULT_LIMITS = Configuration::DEFAULTS.values_at(:max_request_target, :max_header_size, :max_headers).freeze
+
     def parse(str, *limits)
-      Native.parse_head(str.b, *limits)
+      Native.parse_head(str.b, *limits, *DEFAULT_LIMITS.drop(limits.size))
     end
 
     def test_cases

@@ -29,7 +29,8 @@ if File.exist?(corpus)
     next if raw.empty?
 
     heads << raw
-    r = Margay::Native.parse_head(raw)
+    r = Margay::Native.parse_head(raw, *Margay::Configuration::DEFAULTS.values_at(:max_request_target, :max_header_size,
+                                                                                 :max_headers))
     bodies << raw.byteslice(r[:head_len]..) if r.is_a?(Hash) && r[:chunked]
   end
 end
