@@ -17,7 +17,8 @@ module Margay
   #   server.bind    # open listeners (port 0 resolved: see #addresses)
   #   server.run     # serve until #stop; returns after a graceful stop
   class Server
-    attr_reader :config, :app
+    # engine: the Native::Engine from #run on (nil before; closed once #run returns).
+    attr_reader :config, :app, :engine
 
     # @param app [#call] the Rack application
     # @param config [Configuration]
