@@ -2,7 +2,7 @@
 
 require "rbconfig"
 require "socket"
-require_relative "binder"
+require_relative "runner"
 require_relative "systemd"
 require_relative "worker_process"
 require "margay/margay_native"
@@ -21,7 +21,7 @@ module Margay
   # master is also a child subreaper: those workers (double-forked, so not the
   # mold's children) become its children, the cluster stays one process tree,
   # and it reaps them; elsewhere init does.
-  class Cluster
+  class Cluster < Runner
     include Spawning
 
     # Master-side record of one worker process (or of the mold). stop_at: when
@@ -34,16 +34,13 @@ module Margay
     MAX_BACKOFF = 30
     BOARD_SLOTS = 256 # worker indexes that can report idle threads (see Native::IdleBoard)
 
-    attr_reader :listeners
-
     # @param config [Configuration] with workers > 0
     # @param log [Log]
     # @param app_loader [#call] returns the Rack app (called in the master when
     #   preloading, else in each worker)
     # @param restart_argv [Array<String>] the command line re-executed on USR2
     def initialize(config, log:, app_loader:, restart_argv: nil)
-      @config = config
-      @log = log
+      super(config, log: log)
       @app_loader = app_loader
       @restart_argv = restart_argv
       @workers = {}
@@ -57,16 +54,6 @@ module Margay
       @app_traps = {}
       @board = Native::IdleBoard.new(BOARD_SLOTS) # shared with every worker forked from now on
       record_signals # from now on: a signal during bind or preload is not lost, nor fatal
-    end
-
-    # Bind (or inherit) the listeners. Returns self.
-    def bind
-      @listeners ||= Binder.open(@config.binds, backlog: @config.backlog)
-      self
-    end
-
-    def addresses
-      (@listeners || []).map(&:url)
     end
 
     # Run until TERM/INT/QUIT; returns after every worker has exited.

@@ -3,7 +3,7 @@
 require "stringio"
 require_relative "configuration"
 require_relative "log"
-require_relative "binder"
+require_relative "runner"
 require_relative "thread_pool"
 require_relative "request_handler"
 require_relative "deadline"
@@ -16,9 +16,9 @@ module Margay
   #   server = Margay::Server.new(app, config, log: Margay::Log.new)
   #   server.bind    # open listeners (port 0 resolved: see #addresses)
   #   server.run     # serve until #stop; returns after a graceful stop
-  class Server
+  class Server < Runner
     # engine: the Native::Engine from #run on (nil before; closed once #run returns).
-    attr_reader :config, :app, :engine
+    attr_reader :app, :engine
 
     # @param app [#call] the Rack application
     # @param config [Configuration]
@@ -34,11 +34,9 @@ module Margay
     #   it balances load only when another worker has a thread free
     def initialize(app, config, log: Log.new(quiet: config.quiet), listeners: nil, on_tick: nil, on_stuck: nil,
                    idle_board: nil)
+      super(config, log: log, listeners: listeners)
       @idle_board = idle_board
       @app = app
-      @config = config
-      @log = log
-      @listeners = listeners
       @owns_listeners = listeners.nil?
       @close_listeners_on_stop = @owns_listeners
       @on_tick = on_tick
@@ -50,17 +48,6 @@ module Margay
       @counters = { errors: 0 }
       @stop_r, @stop_w = IO.pipe
       @started_at = nil
-    end
-
-    # Open every listener in config.binds. Returns self.
-    def bind
-      @listeners ||= Binder.open(@config.binds, backlog: @config.backlog)
-      self
-    end
-
-    # The addresses actually bound, e.g. ["tcp://127.0.0.1:43121"].
-    def addresses
-      (@listeners || []).map(&:url)
     end
 
     # Serve until #stop is called. Returns after in-flight requests finished

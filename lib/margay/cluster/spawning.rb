@@ -1,7 +1,9 @@
 # frozen_string_literal: true
 
+require_relative "../runner"
+
 module Margay
-  class Cluster
+  class Cluster < Runner
     # Internal, part of Cluster (the master): making workers, by fork or from
     # the mold, the first code a forked worker runs, reforking, and passing
     # idle keep-alive connections between workers.
