@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# bench/run workload "big": a 1 MiB response body (one frozen string, built once).
+# bench/run.rb workload "big": a 1 MiB response body (one frozen string, built once).
 BIG = ("0123456789abcdef" * 65_536).freeze # 1 MiB
 
 run lambda { |_env|

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# bench/run workload "cpu": about 5 ms of pure Ruby per request (no I/O, holds the GVL).
+# bench/run.rb workload "cpu": about 5 ms of pure Ruby per request (no I/O, holds the GVL).
 # The work is a fixed amount (CPU_ITERATIONS), not a timed loop, so every server does
 # the same work; 72_000 iterations took ~5 ms on the reference machine (Ruby 3.1, no JIT).
 CPU_ITERATIONS = Integer(ENV.fetch("BENCH_CPU_ITERATIONS", "72000"))

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# bench/run workload "io": 10 ms of waiting (stands in for a database or an HTTP call)
+# bench/run.rb workload "io": 10 ms of waiting (stands in for a database or an HTTP call)
 # plus a little CPU (building a ~2 KB JSON body from 50 records).
 require "json"
 

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# The app of the slow-client scenario (bench/core, bench/slow_clients.rb):
+# The app of the slow-client scenario (bench/core.rb, bench/slow_clients.rb):
 #   GET /big  -> a 16 MiB text/plain body (one preallocated frozen string)
 #   anything else -> the 13-byte "Hello, World!" of hello.ru
 BIG_BODY = ("x" * (16 * 1024 * 1024)).freeze

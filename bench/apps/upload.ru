@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# bench/run workload "upload": the client POSTs 8 MiB; the app reads the whole body
+# bench/run.rb workload "upload": the client POSTs 8 MiB; the app reads the whole body
 # (in 64 KiB chunks) and answers with the byte count. GET answers 200 too (readiness check).
 run lambda { |env|
   input = env["rack.input"]

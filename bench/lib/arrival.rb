@@ -2,7 +2,7 @@
 # frozen_string_literal: true
 
 # bench/lib/arrival.rb: a constant-arrival-rate (open model) HTTP/1.1 load client, used by
-# bench/run for "capacity under an SLO".
+# bench/run.rb for "capacity under an SLO".
 #
 #   ruby bench/lib/arrival.rb --port 8080 --rate 500 --duration 5 [--path /] [--json]
 #
@@ -17,7 +17,7 @@
 # h2load's --rps paces each connection but measures latency from the actual send, so a
 # server that falls behind makes the client slow down instead of the latency grow. wrk2
 # (which corrects for this) is not packaged in Debian. This client is plain Ruby: it tops
-# out at a few thousand requests/s on one core, which bounds the rates bench/run asks for.
+# out at a few thousand requests/s on one core, which bounds the rates bench/run.rb asks for.
 require "json"
 require "optparse"
 require "socket"

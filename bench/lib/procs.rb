@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# Shared by bench/core and bench/run: process trees, RSS/PSS/CPU readings from /proc,
+# Shared by bench/core.rb and bench/run.rb: process trees, RSS/PSS/CPU readings from /proc,
 # bounded waits, stopping (TERM, then KILL), and a clean environment for child processes.
 require "socket"
 

@@ -7,7 +7,7 @@ require_relative "procs"
 module MargayBench
   ROOT = File.expand_path("../..", __dir__) unless const_defined?(:ROOT)
 
-  # The servers of bench/run and the one resource budget they all get.
+  # The servers of bench/run.rb and the one resource budget they all get.
   #
   # Budget rule (stated in docs/BENCHMARKS.md): W = number of CPUs, T = 5.
   # - servers with processes and threads (Margay, Puma, Iodine, Agoo): W workers x T threads;

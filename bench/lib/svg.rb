@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# Minimal SVG charts for bench/run's report, written by hand (no dependencies):
+# Minimal SVG charts for bench/run.rb's report, written by hand (no dependencies):
 # line charts (a log-scaled x axis for concurrency, linear or log y) and grouped
 # horizontal bar charts. Every chart has a title, axis labels and a legend.
 module MargayBench

@@ -1,4 +1,4 @@
--- wrk reporting hook for bench/core and bench/run. Defines only done() (and, when
+-- wrk reporting hook for bench/core.rb and bench/run.rb. Defines only done() (and, when
 -- BENCH_UPLOAD_BYTES is set, a static POST body set at load time), so wrk keeps its
 -- pre-built request: no per-request Lua. Prints one line:
 --   BENCH_JSON {...}

@@ -6,12 +6,12 @@ require "open3"
 require "rbconfig"
 require "tmpdir"
 
-# Smoke test of the benchmark harness: `bench/core --quick --servers margay` must run
+# Smoke test of the benchmark harness: `bench/core.rb --quick --servers margay` must run
 # end to end and write a JSON result with Margay rows. It never asserts a speed figure
 # (absolute numbers depend on the machine); it skips when wrk is not installed.
 class BenchSmokeTest < Minitest::Test
   ROOT = File.expand_path("../..", __dir__)
-  CORE = File.join(ROOT, "bench", "core")
+  CORE = File.join(ROOT, "bench", "core.rb")
 
   def test_quick_core_benchmark_produces_margay_rows
     skip "wrk is not installed (apt-get install wrk)" unless executable_in_path?("wrk")
@@ -20,12 +20,12 @@ class BenchSmokeTest < Minitest::Test
       out, status = Open3.capture2e(RbConfig.ruby, CORE, "--quick", "--servers", "margay",
                                     "--connections", "16,64", "--results-dir", dir, chdir: ROOT)
       latest = File.join(dir, "core-latest.json")
-      assert File.exist?(latest), "bench/core wrote no core-latest.json (exit #{status.exitstatus}):\n#{out}"
+      assert File.exist?(latest), "bench/core.rb wrote no core-latest.json (exit #{status.exitstatus}):\n#{out}"
 
       result = JSON.parse(File.read(latest))
       assert_equal "quick", result["mode"]
-      assert_empty result["failures"], "bench/core reported failures:\n#{out}"
-      assert status.success?, "bench/core exited #{status.exitstatus}:\n#{out}"
+      assert_empty result["failures"], "bench/core.rb reported failures:\n#{out}"
+      assert status.success?, "bench/core.rb exited #{status.exitstatus}:\n#{out}"
 
       hello = result.fetch("hello").fetch("summary").select { |r| r["server"] == "margay" }
       refute_empty hello, "no Margay row in the hello results:\n#{out}"

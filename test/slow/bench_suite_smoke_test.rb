@@ -6,13 +6,13 @@ require "open3"
 require "rbconfig"
 require "tmpdir"
 
-# Smoke test of the comparative suite: `bench/run --quick` restricted to Margay and one
+# Smoke test of the comparative suite: `bench/run.rb --quick` restricted to Margay and one
 # short workload must run end to end and write a JSON result with Margay rows that served
 # requests. It never asserts a speed figure; it skips when wrk or the bench bundle
 # (`bundle install --gemfile bench/Gemfile`) is missing.
 class BenchSuiteSmokeTest < Minitest::Test
   ROOT = File.expand_path("../..", __dir__)
-  RUN = File.join(ROOT, "bench", "run")
+  RUN = File.join(ROOT, "bench", "run.rb")
 
   def test_quick_suite_produces_margay_rows
     skip "wrk is not installed (apt-get install wrk)" unless executable_in_path?("wrk")
@@ -23,12 +23,12 @@ class BenchSuiteSmokeTest < Minitest::Test
                                     "--workloads", "hello", "--concurrency", "4,16", "--slo-workloads", "hello",
                                     "--results-dir", dir, "--no-charts", chdir: ROOT, unsetenv_others: true)
       latest = File.join(dir, "suite-latest.json")
-      assert File.exist?(latest), "bench/run wrote no suite-latest.json (exit #{status.exitstatus}):\n#{out}"
+      assert File.exist?(latest), "bench/run.rb wrote no suite-latest.json (exit #{status.exitstatus}):\n#{out}"
 
       result = JSON.parse(File.read(latest))
       assert_equal "quick", result["mode"]
-      assert_empty result["failures"], "bench/run reported failures:\n#{out}"
-      assert status.success?, "bench/run exited #{status.exitstatus}:\n#{out}"
+      assert_empty result["failures"], "bench/run.rb reported failures:\n#{out}"
+      assert status.success?, "bench/run.rb exited #{status.exitstatus}:\n#{out}"
 
       rows = result.fetch("summary").select { |r| r["server"] == "margay" && r["workload"] == "hello" }
       assert_equal [4, 16], rows.map { |r| r["concurrency"] }.sort, "missing Margay rows:\n#{out}"

@@ -1,11 +1,11 @@
 #!/usr/bin/env ruby
 # frozen_string_literal: true
 
-# bench/core: the core benchmark of Margay against Puma and nginx, on loopback.
+# bench/core.rb: the core benchmark of Margay against Puma and nginx, on loopback.
 #
-#   bench/core                 full run: 3 rounds x 10 s per server and connection count
-#   bench/core --quick         smoke run: 1 round x 3 s, short slow-client scenario (< 2 min)
-#   bench/core --help          all options
+#   bench/core.rb                 full run: 3 rounds x 10 s per server and connection count
+#   bench/core.rb --quick         smoke run: 1 round x 3 s, short slow-client scenario (< 2 min)
+#   bench/core.rb --help          all options
 #
 # Scenario "hello": bench/apps/hello.ru (nginx: `return 200 "Hello, World!"`), keep-alive,
 # wrk -t2 at 16/64/256 connections. Every measurement gets a freshly started server, a
@@ -78,7 +78,7 @@ module MargayBench
 
     def parser(overrides)
       OptionParser.new do |o|
-        o.banner = "usage: bench/core [--quick] [options]"
+        o.banner = "usage: bench/core.rb [--quick] [options]"
         o.on("--quick", "one short round of everything (smoke test, < 2 min)") { @mode = "quick" }
         o.on("--servers LIST", Array, "subset of #{ALL_SERVERS.join(',')} (default: all)") { |v| @servers = v }
         o.on("--scenarios LIST", Array, "subset of #{ALL_SCENARIOS.join(',')} (default: all)") { |v| @scenarios = v }
@@ -256,7 +256,7 @@ module MargayBench
     def run
       problems = Prereqs.check(@o)
       unless problems.empty?
-        warn "bench/core: cannot run, missing prerequisites:"
+        warn "bench/core.rb: cannot run, missing prerequisites:"
         problems.each { |p| warn "  - #{p}" }
         return 2
       end
@@ -285,7 +285,7 @@ module MargayBench
     ensure
       @live.each(&:stop)
       FileUtils.rm_rf(@tmp) if @tmp && @failures.empty?
-      warn "bench/core: server logs kept in #{@tmp}" if @tmp && !@failures.empty?
+      warn "bench/core.rb: server logs kept in #{@tmp}" if @tmp && !@failures.empty?
     end
 
     private
@@ -304,7 +304,7 @@ module MargayBench
             end
             @live.each(&:stop)
             FileUtils.rm_rf(@tmp) if @tmp
-            warn "bench/core: interrupted, load generator and servers stopped"
+            warn "bench/core.rb: interrupted, load generator and servers stopped"
             exit!(130)
           end
         end
@@ -721,7 +721,7 @@ if $PROGRAM_NAME == __FILE__
   begin
     opts = MargayBench::CoreOptions.new(ARGV)
   rescue OptionParser::ParseError => e
-    warn "bench/core: #{e.message}"
+    warn "bench/core.rb: #{e.message}"
     exit 64
   end
   exit MargayBench::Core.new(opts).run
