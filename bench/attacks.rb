@@ -35,11 +35,10 @@ require "optparse"
 require "rbconfig"
 require "socket"
 require "tmpdir"
-require_relative "lib/procs"
+require_relative "lib/machine"
+require_relative "lib/stats"
 
 module MargayBench
-  ROOT = File.expand_path("..", __dir__)
-
   # The app every attack runs against (written to a tmp dir as config.ru).
   ATTACK_APP = <<~'RUBY'
     # frozen_string_literal: true
@@ -184,16 +183,10 @@ module MargayBench
   # A normal client: sequential keep-alive GETs, each timed.
   class Probe
     Result = Struct.new(:latencies, :errors, keyword_init: true) do
-      def percentile(pct)
-        return nil if latencies.empty?
-
-        sorted = latencies.sort
-        sorted[[(pct / 100.0 * sorted.size).ceil - 1, 0].max]
-      end
-
       def summary
+        sorted = latencies.sort
         { requests: latencies.size, errors: errors,
-          p50_ms: ms(percentile(50)), p99_ms: ms(percentile(99)), max_ms: ms(latencies.max) }
+          p50_ms: ms(Stats.percentile(sorted, 50)), p99_ms: ms(Stats.percentile(sorted, 99)), max_ms: ms(latencies.max) }
       end
 
       def ms(seconds)
@@ -558,7 +551,8 @@ module MargayBench
     end
 
     def machine
-      { ruby: RUBY_DESCRIPTION, cpus: Etc.nprocessors, kernel: `uname -r`.strip }
+      m = Machine.describe
+      { ruby: RUBY_DESCRIPTION, cpus: m["nproc"], kernel: m["kernel"] }
     end
   end
 end

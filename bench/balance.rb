@@ -27,8 +27,9 @@ require "json"
 require "socket"
 require "tmpdir"
 require_relative "lib/procs"
+require_relative "lib/stats"
 
-ROOT = File.expand_path("..", __dir__)
+ROOT = MargayBench::ROOT
 SECONDS = ARGV.first == "--report" ? 0 : Float(ARGV[0] || 6)
 TRIALS = ARGV.first == "--report" ? 0 : Integer(ARGV[1] || 5)
 SCENARIOS = ENV.fetch("BALANCE_SCENARIOS", "1:1:1,2:2:2,2:3:1,4:3:4").split(",").map do |s|
@@ -113,10 +114,6 @@ def client(port, path, deadline)
   latencies
 end
 
-def percentile(sorted, p)
-  sorted[[(sorted.size * p).ceil - 1, 0].max]
-end
-
 def trial(server, scenario, tmp)
   pid, port = start(server, scenario[:threads], tmp)
   deadline = now + SECONDS
@@ -125,13 +122,11 @@ def trial(server, scenario, tmp)
   lat = fast.flat_map(&:value).sort
   slow_count = slow.sum { |t| t.value.size }
   ms = ->(s) { (s * 1000).round(1) }
-  { fast_requests: lat.size, slow_requests: slow_count, p50_ms: ms[percentile(lat, 0.5)],
-    p99_ms: ms[percentile(lat, 0.99)], max_ms: ms[lat.last] }
+  { fast_requests: lat.size, slow_requests: slow_count, p50_ms: ms[MargayBench::Stats.percentile(lat, 50)],
+    p99_ms: ms[MargayBench::Stats.percentile(lat, 99)], max_ms: ms[lat.last] }
 ensure
   stop(pid) if pid
 end
-
-def median(values) = values.sort[values.size / 2]
 
 # The Markdown table of +results+ (as written to the JSON file).
 def report(results, trials)
@@ -141,8 +136,9 @@ def report(results, trials)
   results.each do |r|
     p99s = r[:trials].map { |t| t[:p99_ms] }
     counts = r[:trials].map { |t| t[:fast_requests] }
+    median = ->(values) { MargayBench::Stats.median(values)&.round(2) }
     puts "| #{r[:threads]} | #{r[:slow]} | #{r[:fast]} | #{r[:server]} | #{p99s.join(', ')} ms | " \
-         "#{median(r[:trials].map { |t| t[:p50_ms] })} ms | #{median(p99s)} ms | #{p99s.max} ms | " \
+         "#{median[r[:trials].map { |t| t[:p50_ms] }]} ms | #{median[p99s]} ms | #{p99s.max} ms | " \
          "#{p99s.count { |v| v > 100 }}/#{trials} | #{r[:trials].map { |t| t[:max_ms] }.max} ms | " \
          "#{counts.min}–#{counts.max} |"
   end

@@ -25,6 +25,7 @@
 require "json"
 require "optparse"
 require "socket"
+require_relative "lib/stats"
 
 module MargayBench
   # The slow-client load generator and latency probe.
@@ -250,12 +251,6 @@ module MargayBench
       end
     end
 
-    def percentile(sorted, pct)
-      return nil if sorted.empty?
-
-      sorted[[(pct / 100.0 * sorted.size).ceil - 1, 0].max]
-    end
-
     def result(samples, elapsed)
       lat = samples.map { |s| s[:latency] }.sort
       errors = samples.filter_map { |s| s[:error] }.tally
@@ -271,9 +266,9 @@ module MargayBench
         "requests" => samples.size, "ok" => samples.count { |s| s[:error].nil? },
         "errors" => errors.values.sum, "errors_by_kind" => errors,
         "latency_ms" => {
-          "p50" => ms.call(percentile(lat, 50)), "p90" => ms.call(percentile(lat, 90)),
-          "p99" => ms.call(percentile(lat, 99)), "max" => ms.call(lat.last),
-          "mean" => lat.empty? ? nil : ms.call(lat.sum / lat.size)
+          "p50" => ms.call(Stats.percentile(lat, 50)), "p90" => ms.call(Stats.percentile(lat, 90)),
+          "p99" => ms.call(Stats.percentile(lat, 99)), "max" => ms.call(lat.last),
+          "mean" => ms.call(Stats.mean(lat))
         }
       }
     end

@@ -21,6 +21,7 @@
 require "json"
 require "optparse"
 require "socket"
+require_relative "stats"
 
 module MargayBench
   class ArrivalClient
@@ -129,12 +130,6 @@ module MargayBench
       false
     end
 
-    def pct(sorted, p)
-      return nil if sorted.empty?
-
-      sorted[[(p / 100.0 * sorted.size).ceil - 1, 0].max]
-    end
-
     def summarize(total, results, t0)
       ok = results.select(&:ok)
       lat = ok.map { |r| (r.done - r.due) * 1000.0 }.sort
@@ -149,9 +144,9 @@ module MargayBench
         "non2xx" => results.count { |r| r.status && !(200..399).cover?(r.status) },
         "dropped" => total - results.size,
         "achieved_rate" => (ok.size / [last_done - t0, @duration].max).round(1),
-        "latency_ms" => %w[50 90 95 99].to_h { |p| ["p#{p}", pct(lat, p.to_f)&.round(3)] }
+        "latency_ms" => %w[50 90 95 99].to_h { |p| ["p#{p}", Stats.percentile(lat, p.to_f)&.round(3)] }
                                        .merge("max" => lat.last&.round(3)),
-        "service_ms" => { "p50" => pct(service, 50.0)&.round(3), "p99" => pct(service, 99.0)&.round(3) }
+        "service_ms" => { "p50" => Stats.percentile(service, 50.0)&.round(3), "p99" => Stats.percentile(service, 99.0)&.round(3) }
       }
     end
   end

@@ -1,10 +1,16 @@
 # frozen_string_literal: true
 
-# Shared by bench/core.rb and bench/run.rb: process trees, RSS/PSS/CPU readings from /proc,
-# bounded waits, stopping (TERM, then KILL), and a clean environment for child processes.
+# Shared by the bench scripts: process trees, RSS/PSS/CPU readings from /proc, bounded
+# waits, stopping (TERM, then KILL), the CPU accounting of a measured run, and a clean
+# environment for child processes.
+require "etc"
 require "socket"
+require_relative "stats"
 
 module MargayBench
+  ROOT = File.expand_path("../..", __dir__) # the checkout these scripts belong to
+  BENCH = File.join(ROOT, "bench")
+
   # Process helpers: descendants, RSS, bounded waits, stopping.
   module Procs
     module_function
@@ -119,6 +125,30 @@ module MargayBench
     end
   end
 
+  # Where the CPU time went while a load generator ran against a server: the server's
+  # process tree, the load generators this process reaped meanwhile (wrk), and anything
+  # else on the machine (other load, which makes a measurement noisy).
+  class CpuWindow
+    attr_reader :loadavg_before
+
+    def initialize(pid)
+      @pid = pid
+      @loadavg_before = Procs.loadavg
+      @server = Procs.cpu_s(pid)
+      @system = Procs.system_busy_s
+      @reaped = Procs.reaped_children_cpu_s
+    end
+
+    # [server CPU s, load generator CPU s, other processes' share of all CPUs in %] over a
+    # run of +seconds+.
+    def finish(seconds)
+      server = (Procs.cpu_s(@pid) - @server).round(2)
+      reaped = (Procs.reaped_children_cpu_s - @reaped).round(2)
+      other = [Procs.system_busy_s - @system - server - reaped, 0].max
+      [server, reaped, (100.0 * other / (Etc.nprocessors * seconds)).round(1)]
+    end
+  end
+
   # Memory of a process tree from /proc/PID/smaps_rollup (RSS and PSS; PSS splits pages
   # shared between forked workers, so the sum over a tree is what it really costs).
   module Memory
@@ -161,8 +191,8 @@ module MargayBench
         {
           "samples" => n,
           "rss_kib_max" => @samples.map(&:first).max, "pss_kib_max" => @samples.map(&:last).max,
-          "rss_kib_mean" => n.positive? ? (@samples.sum(&:first) / n) : nil,
-          "pss_kib_mean" => n.positive? ? (@samples.sum(&:last) / n) : nil,
+          "rss_kib_mean" => Stats.mean(@samples.map(&:first))&.floor, # whole KiB
+          "pss_kib_mean" => Stats.mean(@samples.map(&:last))&.floor,
           "processes_at_peak" => @peak && @peak["processes"]
         }
       end

@@ -39,6 +39,26 @@ class BenchSmokeTest < Minitest::Test
     end
   end
 
+  # --baseline with this very checkout as the baseline: margay-base runs in the rotation and
+  # the report gets its ratio row (the plumbing only; the figures are noise).
+  def test_baseline_runs_margay_base_in_the_rotation
+    skip "wrk is not installed (apt-get install wrk)" unless executable_in_path?("wrk")
+
+    Dir.mktmpdir("margay-bench-smoke-") do |dir|
+      out, status = Open3.capture2e(RbConfig.ruby, CORE, "--quick", "--servers", "margay,margay-base",
+                                    "--scenarios", "hello", "--connections", "16", "--duration", "1", "--warmup", "0",
+                                    "--baseline", ROOT, "--results-dir", dir, chdir: ROOT)
+      assert status.success?, "bench/core.rb --baseline exited #{status.exitstatus}:\n#{out}"
+      result = JSON.parse(File.read(File.join(dir, "core-latest.json")))
+      assert_equal %w[margay margay-base], result.dig("hello", "summary").map { |r| r["server"] }
+      assert_equal ROOT, result.dig("baseline", "dir")
+      ratio = result.dig("baseline", "ratios").first
+      assert_equal "hello, 16 connections", ratio["scenario"]
+      assert_operator ratio["rps"], :>, 0
+      assert_includes File.read(File.join(dir, "core-latest.md")), "### Margay vs margay-base"
+    end
+  end
+
   private
 
   def executable_in_path?(cmd)

@@ -1,12 +1,9 @@
 # frozen_string_literal: true
 
-require "fileutils"
-require "net/http"
-require_relative "procs"
+require_relative "../machine"
+require_relative "../server_instance"
 
 module MargayBench
-  ROOT = File.expand_path("../..", __dir__) unless const_defined?(:ROOT)
-
   # The servers of bench/run.rb and the one resource budget they all get.
   #
   # Budget rule (stated in docs/BENCHMARKS.md): W = number of CPUs, T = 5.
@@ -82,75 +79,21 @@ module MargayBench
 
     # Resolved versions from bench/Gemfile.lock.
     def versions(lock_text)
-      ALL.to_h { |s| [s, lock_text[/^    #{GEM[s]} \(([^)]+)\)/, 1]] }
+      ALL.to_h { |s| [s, Machine.locked(lock_text, GEM[s])] }
     end
 
-    # A running server: started with a clean environment in its own process group.
-    class Instance
-      attr_reader :name, :pid, :port, :command, :log_path, :startup_s
-
+    # A running peer of the suite, started with its command and the shared budget.
+    class Instance < ServerInstance
       def initialize(name, app:, path:, tmp:, budget:, env:, start_timeout: 60)
-        @name = name
+        super(name, tmp: tmp, path: path, start_timeout: start_timeout)
         @app = app
-        @path = path
-        @tmp = tmp
         @budget = budget
         @env = env
-        @start_timeout = start_timeout
-        @port = Env.free_port
-        @log_path = File.join(tmp, "#{name}-#{@port}.log")
       end
 
       def start
         argv, extra = SuiteServers.command(@name, port: @port, app: @app, tmp: @tmp, w: @budget["w"], t: @budget["t"])
-        @command = argv.join(" ")
-        t0 = Procs.now
-        @pid = Process.spawn(@env.merge(extra), *argv, chdir: ROOT, unsetenv_others: true, pgroup: true,
-                                                       in: File::NULL, %i[out err] => [@log_path, "w"])
-        wait_ready(t0)
-        self
-      end
-
-      def stop
-        return unless @pid
-
-        pid = @pid
-        @pid = nil
-        how = Procs.stop(pid)
-        # Whatever is left in the process group (workers that outlived their master).
-        begin
-          Process.kill(:KILL, -pid)
-        rescue Errno::ESRCH, Errno::EPERM
-          nil
-        end
-        how
-      end
-
-      def log_tail(lines = 15)
-        File.exist?(@log_path) ? File.readlines(@log_path).last(lines).join : ""
-      end
-
-      private
-
-      def wait_ready(t0)
-        deadline = t0 + @start_timeout
-        last = nil
-        until Procs.now > deadline
-          raise "#{@name} exited during start-up" unless Procs.alive?(@pid)
-
-          begin
-            res = Net::HTTP.start("127.0.0.1", @port, open_timeout: 1, read_timeout: 5) { |h| h.get(@path) }
-            if res.code == "200"
-              @startup_s = (Procs.now - t0).round(2)
-              return
-            end
-            last = "HTTP #{res.code}"
-          rescue SystemCallError, IOError, Net::OpenTimeout, Net::ReadTimeout, EOFError => e
-            last = e.class.name
-          end
-          sleep 0.1
-        end
-        raise "#{@name} did not answer GET #{@path} with 200 within #{@start_timeout}s (last: #{last})"
+        launch(@env.merge(extra), argv, chdir: ROOT)
       end
     end
   end

@@ -1,0 +1,95 @@
+# frozen_string_literal: true
+
+require "optparse"
+require_relative "../procs"
+
+module MargayBench
+  # bench/core.rb's command-line options with the defaults of the full and the quick mode.
+  class CoreOptions
+    ALL_SERVERS = %w[margay puma nginx].freeze
+    # Every server bench/core.rb knows, in report order; margay-base only with --baseline.
+    ORDER = %w[margay margay-base puma nginx].freeze
+    ALL_SCENARIOS = %w[hello slow].freeze
+    FULL = { rounds: 3, duration: 10, warmup: 2, slow_duration: 20, slow_settle: 2, slow_rounds: 1 }.freeze
+    QUICK = { rounds: 1, duration: 3, warmup: 1, slow_duration: 5, slow_settle: 1, slow_rounds: 1 }.freeze
+
+    attr_accessor :mode, :servers, :scenarios, :connections, :rounds, :duration, :warmup,
+                  :wrk_threads, :wrk_timeout, :margay_threads, :slow_duration, :slow_settle,
+                  :slow_rounds, :slow_trickle, :slow_non_readers, :slow_request_timeout,
+                  :results_dir, :start_timeout, :margay_exe, :baseline
+
+    def initialize(argv)
+      @mode = "full"
+      @servers = nil
+      @scenarios = ALL_SCENARIOS.dup
+      @connections = [16, 64, 256]
+      @wrk_threads = 2
+      @wrk_timeout = 2
+      @margay_threads = nil
+      @slow_trickle = 200
+      @slow_non_readers = 20
+      @slow_request_timeout = 5.0
+      @results_dir = File.join(BENCH, "results")
+      @start_timeout = 30
+      @margay_exe = "exe/margay"
+      @baseline = nil
+      overrides = {}
+      parser(overrides).parse!(argv)
+      raise OptionParser::InvalidArgument, "unexpected argument(s): #{argv.join(' ')}" unless argv.empty?
+
+      (@mode == "quick" ? QUICK : FULL).merge(overrides).each { |k, v| public_send(:"#{k}=", v) }
+      @servers ||= @baseline ? ORDER.dup : ALL_SERVERS.dup
+      bad = @servers - (@baseline ? ORDER : ALL_SERVERS)
+      unless bad.empty?
+        hint = bad.include?("margay-base") ? " (margay-base needs --baseline DIR)" : ""
+        raise OptionParser::InvalidArgument, "unknown server(s) #{bad.join(', ')}#{hint}"
+      end
+      bad = @scenarios - ALL_SCENARIOS
+      raise OptionParser::InvalidArgument, "unknown scenario(s) #{bad.join(', ')}" unless bad.empty?
+    end
+
+    # The Ruby servers: Margay (and its baseline) and Puma get the slow-client scenario.
+    def ruby_servers
+      @servers & %w[margay margay-base puma]
+    end
+
+    private
+
+    def parser(overrides)
+      OptionParser.new do |o|
+        o.banner = "usage: bench/core.rb [--quick] [options]"
+        o.on("--quick", "one short round of everything (smoke test, < 2 min)") { @mode = "quick" }
+        o.on("--servers LIST", Array, "subset of #{ORDER.join(',')} (default: all; margay-base with --baseline)") do |v|
+          @servers = v
+        end
+        o.on("--scenarios LIST", Array, "subset of #{ALL_SCENARIOS.join(',')} (default: all)") { |v| @scenarios = v }
+        o.on("--connections LIST", Array, "wrk connection counts (default 16,64,256)") do |v|
+          @connections = v.map { |c| Integer(c) }
+        end
+        o.on("--rounds N", Integer, "hello rounds per server (full 3, quick 1)") { |v| overrides[:rounds] = v }
+        o.on("--duration S", Integer, "seconds per measured wrk run (full 10, quick 3)") { |v| overrides[:duration] = v }
+        o.on("--warmup S", Integer, "seconds of discarded wrk warm-up (full 2, quick 1; 0: none)") do |v|
+          overrides[:warmup] = v
+        end
+        o.on("--wrk-threads N", Integer, "wrk -t (default 2)") { |v| @wrk_threads = v }
+        o.on("--margay-threads MIN:MAX", "Margay -t for hello (default: Margay's own default)") { |v| @margay_threads = v }
+        o.on("--slow-duration S", Integer, "seconds of measured requests in the slow scenario (full 20, quick 5)") do |v|
+          overrides[:slow_duration] = v
+        end
+        o.on("--slow-rounds N", Integer, "slow-scenario rounds per server (default 1)") { |v| overrides[:slow_rounds] = v }
+        o.on("--slow-trickle N", Integer, "trickling connections (default 200)") { |v| @slow_trickle = v }
+        o.on("--slow-non-readers N", Integer, "non-reading 16 MiB downloads (default 20)") { |v| @slow_non_readers = v }
+        o.on("--margay-exe PATH", "Margay executable, run with `bundle exec` (default exe/margay)") do |v|
+          @margay_exe = v
+        end
+        o.on("--baseline DIR", "another Margay checkout (e.g. a git worktree) with its extension compiled, run as " \
+                               "server margay-base in the same rotation; the report gives margay / margay-base") do |v|
+          @baseline = File.expand_path(v)
+        end
+        o.on("--results-dir DIR", "where the JSON and Markdown go (default bench/results)") do |v|
+          @results_dir = File.expand_path(v)
+        end
+      end
+    end
+  end
+end

@@ -1,0 +1,134 @@
+# frozen_string_literal: true
+
+require "fileutils"
+require "json"
+require "time"
+require "tmpdir"
+require_relative "procs"
+require_relative "machine"
+
+module MargayBench
+  ARGV_COPY = ARGV.dup.freeze # the command line as given (required before the options parse it)
+
+  # What bench/core.rb and bench/run.rb share around their measurements: the prerequisites
+  # check, a tmp dir for logs, progress lines, stopping every server and load generator on
+  # INT/TERM, the head of a result, and writing <prefix>-<time>.json, <prefix>-latest.json
+  # and <prefix>-latest.md. A subclass measures; it keeps the servers it started in @live
+  # and the pids of running load generators in @load_pid (and @slow_pid).
+  class Harness
+    # +script+: how messages name it; +tag+: the progress prefix; +width+: of its seconds.
+    def initialize(opts, script:, tag:, width:)
+      @o = opts
+      @script = script
+      @progress_format = "[#{tag} %#{width}.1fs] %s"
+      @t0 = Procs.now
+      @failures = []
+      @live = []
+    end
+
+    private
+
+    # Says what is missing and returns false, or makes the results and tmp dirs and traps
+    # INT/TERM.
+    def prepare(problems, tmp_prefix)
+      unless problems.empty?
+        warn "#{@script}: cannot run, missing prerequisites:"
+        problems.each { |p| warn "  - #{p}" }
+        return false
+      end
+      FileUtils.mkdir_p(@o.results_dir)
+      @tmp = Dir.mktmpdir(tmp_prefix)
+      trap_signals
+      true
+    end
+
+    # In an ensure: stop what is left; keep the logs when something failed.
+    def clean_up
+      @live.each(&:stop)
+      return unless @tmp
+
+      @failures.empty? ? FileUtils.rm_rf(@tmp) : warn("#{@script}: server logs kept in #{@tmp}")
+    end
+
+    # Stops +server+ (one of @live); says so when it needed SIGKILL.
+    def stop_server(server, label)
+      how = server.stop
+      @live.delete(server)
+      progress "#{label} needed SIGKILL to stop" if how == :kill
+    end
+
+    def progress(msg)
+      $stdout.puts format(@progress_format, Procs.now - @t0, msg)
+      $stdout.flush
+    end
+
+    def trap_signals
+      %w[INT TERM].each do |sig|
+        trap(sig) do
+          Thread.new do
+            [@load_pid, @slow_pid].compact.each { |pid| Procs.stop(pid, grace: 2) }
+            @live.each(&:stop)
+            FileUtils.rm_rf(@tmp) if @tmp
+            warn "#{@script}: interrupted, load generators and servers stopped"
+            exit!(130)
+          end
+        end
+      end
+    end
+
+    # The first keys of every result; the subclass says #versions and #config.
+    def result_head(benchmark)
+      { "schema" => 1, "benchmark" => benchmark, "mode" => @o.mode, "started_at" => Time.now.utc.iso8601,
+        "argv" => ARGV_COPY, "machine" => Machine.describe, "versions" => versions, "config" => config }
+    end
+
+    # The last keys, then the files; the exit status (1: something failed).
+    def finish(result, prefix)
+      result["failures"] = @failures
+      result["finished_at"] = Time.now.utc.iso8601
+      result["elapsed_s"] = (Procs.now - @t0).round(1)
+      write(result, prefix)
+      @failures.empty? ? 0 : 1
+    end
+
+    def write(result, prefix)
+      stamp = Time.now.utc.strftime("%Y%m%dT%H%M%SZ")
+      json = JSON.pretty_generate(result)
+      md = markdown(result)
+      File.write(File.join(@o.results_dir, "#{prefix}-#{stamp}.json"), json)
+      File.write(File.join(@o.results_dir, "#{prefix}-latest.json"), json)
+      File.write(File.join(@o.results_dir, "#{prefix}-latest.md"), md)
+      puts
+      puts md
+      progress "results: #{File.join(@o.results_dir, "#{prefix}-#{stamp}.json")} (+ #{prefix}-latest.json, #{prefix}-latest.md)"
+    end
+
+    def warn_if_loaded(noisy_pct)
+      load1 = Procs.loadavg&.first
+      return unless load1 && load1 > 0.5
+
+      progress "WARNING: load average #{load1} before starting; other processes will skew the figures " \
+               "(runs are flagged NOISY when others use > #{noisy_pct}% of the CPUs)"
+    end
+  end
+
+  # Prerequisites both runners check, without installing anything.
+  module Prereqs
+    module_function
+
+    # What keeps the Margay checkout at +root+ from running +exe+ (+what+ prefixes each).
+    def margay(root, exe, what = "")
+      problems = []
+      problems << "#{what}#{exe} is missing: Margay's executable is not in this tree yet" unless File.exist?(File.expand_path(exe, root))
+      if Dir.glob(File.join(root, "lib", "margay", "margay_native.*")).empty?
+        problems << "#{what}Margay's native extension is not built: `bundle install && bundle exec rake compile`"
+      end
+      problems
+    end
+
+    def bundled?(gemfile)
+      system(Env.clean.merge("BUNDLE_GEMFILE" => gemfile), "bundle", "check", unsetenv_others: true, chdir: ROOT,
+                                                                               %i[out err] => File::NULL)
+    end
+  end
+end
