@@ -28,7 +28,6 @@
 #
 # Puma (`--servers puma`) runs `puma -t 0:5` from bench/Gemfile (bundle install --gemfile bench/Gemfile).
 
-require "etc"
 require "fileutils"
 require "json"
 require "optparse"
@@ -37,149 +36,9 @@ require "socket"
 require "tmpdir"
 require_relative "lib/machine"
 require_relative "lib/stats"
+require_relative "lib/target_server"
 
 module MargayBench
-  # The app every attack runs against (written to a tmp dir as config.ru).
-  ATTACK_APP = <<~'RUBY'
-    # frozen_string_literal: true
-    BIG = ("x" * (16 << 20)).freeze
-    CHUNK = ("y" * 65_536).freeze
-    HELLO = "Hello, World!"
-    # A streamed body of unknown length: the server writes it chunk by chunk.
-    class Streamed
-      def each
-        256.times { yield CHUNK }
-      end
-    end
-    run lambda { |env|
-      case env["PATH_INFO"]
-      when "/big" then [200, { "content-type" => "text/plain", "content-length" => BIG.bytesize.to_s }, [BIG]]
-      when "/stream" then [200, { "content-type" => "text/plain" }, Streamed.new]
-      when "/echo"
-        size = env["rack.input"] ? env["rack.input"].read.bytesize : 0
-        [200, { "content-type" => "text/plain" }, [size.to_s]]
-      else [200, { "content-type" => "text/plain", "content-length" => "13" }, [HELLO]]
-      end
-    }
-  RUBY
-
-  def self.now
-    Process.clock_gettime(Process::CLOCK_MONOTONIC)
-  end
-
-  # A server under test, started from its real executable in a fresh process.
-  class ServerProcess
-    attr_reader :pid, :port, :name, :log_path
-
-    # @param name [String] "margay" or "puma"
-    # @param dir [String] holds config.ru and the server's log
-    # @param nofile [Integer, nil] RLIMIT_NOFILE for the server process
-    def initialize(name, dir, nofile: nil, app: ATTACK_APP)
-      @name = name
-      @dir = dir
-      @nofile = nofile
-      File.write(File.join(dir, "config.ru"), app)
-      @log_path = File.join(dir, "#{name}.log")
-    end
-
-    def start
-      @port = MargayBench::Env.free_port
-      bind = "tcp://127.0.0.1:#{@port}"
-      cmd, env = case @name
-                 when "margay"
-                   [["bundle", "exec", File.join(ROOT, "exe", "margay"), "-b", bind, "-e", "production", "config.ru"],
-                    { "BUNDLE_GEMFILE" => File.join(ROOT, "Gemfile") }]
-                 when "puma"
-                   [["bundle", "exec", "puma", "-b", bind, "-t", "0:5", "-e", "production", "config.ru"],
-                    { "BUNDLE_GEMFILE" => File.join(ROOT, "bench", "Gemfile") }]
-                 else raise ArgumentError, "unknown server #{@name}"
-                 end
-      opts = { chdir: @dir, out: @log_path, err: @log_path, pgroup: true }
-      opts[:rlimit_nofile] = @nofile if @nofile
-      @pid = Process.spawn(env, *cmd, **opts)
-      wait_listening
-      self
-    end
-
-    def alive?
-      Process.waitpid(@pid, Process::WNOHANG).nil?
-    rescue Errno::ECHILD
-      false
-    end
-
-    # User + system CPU seconds used so far.
-    def cpu
-      fields = File.read("/proc/#{@pid}/stat").split(") ", 2).last.split
-      (fields[11].to_i + fields[12].to_i) / Etc.sysconf(Etc::SC_CLK_TCK).to_f
-    rescue Errno::ENOENT
-      0.0
-    end
-
-    def rss_kb
-      File.read("/proc/#{@pid}/status")[/^VmRSS:\s+(\d+)/, 1].to_i
-    rescue Errno::ENOENT
-      0
-    end
-
-    def threads
-      File.read("/proc/#{@pid}/status")[/^Threads:\s+(\d+)/, 1].to_i
-    rescue Errno::ENOENT
-      0
-    end
-
-    def fds
-      Dir.children("/proc/#{@pid}/fd").size
-    rescue Errno::ENOENT
-      0
-    end
-
-    # Descriptors pointing at unlinked files (request bodies in tempfiles).
-    def tempfiles
-      Dir.children("/proc/#{@pid}/fd").count do |fd|
-        File.readlink("/proc/#{@pid}/fd/#{fd}").include?("(deleted)")
-      rescue Errno::ENOENT
-        false
-      end
-    rescue Errno::ENOENT
-      0
-    end
-
-    def stop
-      return unless @pid
-
-      signal("TERM")
-      deadline = MargayBench.now + 5
-      sleep 0.05 while alive? && MargayBench.now < deadline
-      signal("KILL") if alive?
-      Process.wait(@pid)
-    rescue Errno::ECHILD
-      nil
-    ensure
-      @pid = nil
-    end
-
-    private
-
-    def signal(sig)
-      Process.kill(sig, -@pid) # the whole group: bundler's ruby and anything it started
-    rescue Errno::ESRCH
-      nil
-    end
-
-    def wait_listening
-      deadline = MargayBench.now + 30
-      loop do
-        raise "#{@name} exited at start: #{File.read(@log_path)}" unless alive?
-        raise "#{@name} did not listen within 30 s: #{File.read(@log_path)}" if MargayBench.now > deadline
-
-        TCPSocket.new("127.0.0.1", @port).close
-        return
-      rescue Errno::ECONNREFUSED
-        sleep 0.1
-      end
-    end
-  end
-
   # A normal client: sequential keep-alive GETs, each timed.
   class Probe
     Result = Struct.new(:latencies, :errors, keyword_init: true) do
@@ -211,11 +70,11 @@ module MargayBench
     def run(duration)
       latencies = []
       errors = 0
-      deadline = MargayBench.now + duration
-      while MargayBench.now < deadline
-        started = MargayBench.now
+      deadline = Procs.now + duration
+      while Procs.now < deadline
+        started = Procs.now
         if get
-          latencies << MargayBench.now - started
+          latencies << Procs.now - started
         else
           errors += 1
           reset
@@ -239,7 +98,7 @@ module MargayBench
       connect_within
       @sock.write(REQUEST)
       buf = +""
-      deadline = MargayBench.now + @timeout
+      deadline = Procs.now + @timeout
       until (head_end = buf.index("\r\n\r\n"))
         return false unless read_more(buf, deadline)
       end
@@ -265,7 +124,7 @@ module MargayBench
     end
 
     def read_more(buf, deadline)
-      left = deadline - MargayBench.now
+      left = deadline - Procs.now
       raise EOFError if left <= 0 || !@sock.wait_readable(left)
 
       chunk = @sock.read_nonblock(65_536, exception: false)
@@ -290,7 +149,7 @@ module MargayBench
     # writes more every +interval+. Closed connections are replaced.
     def hold(port, count, deadline, interval: 1.0, opening:, tick: nil)
       socks = Array.new(count) { connect(port)&.tap { |s| s.write_nonblock(opening, exception: false) } }
-      until MargayBench.now > deadline
+      until Procs.now > deadline
         socks.map! do |s|
           s ||= connect(port)&.tap { |n| n.write_nonblock(opening, exception: false) }
           next nil unless s
@@ -323,7 +182,7 @@ module MargayBench
 
     def non_readers(port, deadline, count, path)
       socks = []
-      until MargayBench.now > deadline
+      until Procs.now > deadline
         socks.reject! do |s|
           gone = s.closed? || (s.wait_readable(0) && s.read_nonblock(1, exception: false).nil?)
           s.close if gone && !s.closed?
@@ -356,7 +215,7 @@ module MargayBench
         s.wait_readable(5) && s.read_nonblock(4096, exception: false)
         s
       end
-      sleep 0.5 until MargayBench.now > deadline
+      sleep 0.5 until Procs.now > deadline
       socks.compact.each(&:close)
     end
 
@@ -367,7 +226,7 @@ module MargayBench
         s.connect_nonblock(addr, exception: false)
         s
       end
-      sleep 0.5 until MargayBench.now > deadline
+      sleep 0.5 until Procs.now > deadline
       socks.each(&:close)
     end
 
@@ -376,7 +235,7 @@ module MargayBench
 
     def disconnects(port, deadline)
       i = 0
-      until MargayBench.now > deadline
+      until Procs.now > deadline
         i += 1
         sleep 0.003
         next unless (s = connect(port))
@@ -465,7 +324,7 @@ module MargayBench
     def run_one(server_name, attack)
       spec = ATTACKS.fetch(attack)
       dir = Dir.mktmpdir("margay-attack-")
-      server = ServerProcess.new(server_name, dir, nofile: spec[:nofile]).start
+      server = TargetServer.new(server_name, dir, nofile: spec[:nofile]).start
       probe = Probe.new(server.port)
       probe.connect if spec[:connect_first]
       attacker = start_attack(spec, server.port, dir)
@@ -488,7 +347,7 @@ module MargayBench
       deadline_in = @o.settle + @o.duration + 2
       if spec[:method]
         pid = fork do
-          Attacks.public_send(spec[:method], port, MargayBench.now + deadline_in)
+          Attacks.public_send(spec[:method], port, Procs.now + deadline_in)
         ensure
           exit!(0) # no at_exit handlers of the parent in the child
         end
@@ -506,8 +365,8 @@ module MargayBench
       return attacker[:verdict] if attacker.key?(:verdict)
 
       pid = attacker[:pid]
-      deadline = MargayBench.now + 5
-      sleep 0.1 while Process.waitpid(pid, Process::WNOHANG).nil? && MargayBench.now < deadline
+      deadline = Procs.now + 5
+      sleep 0.1 while Process.waitpid(pid, Process::WNOHANG).nil? && Procs.now < deadline
       begin
         Process.kill("KILL", pid)
         Process.wait(pid)

@@ -59,13 +59,13 @@ module MargayBench
 
     def run
       dir = Dir.mktmpdir("margay-soak-")
-      @server = ServerProcess.new("margay", dir).start
-      started = MargayBench.now
+      @server = TargetServer.new("margay", dir).start
+      started = Procs.now
       load_for(@o.warmup, "warm-up")
       before = quiet_point(nil)
       load_for(@o.duration, "load")
       after = quiet_point(before)
-      result = verdict(before, after, MargayBench.now - started)
+      result = verdict(before, after, Procs.now - started)
       report(result)
       result[:pass]
     ensure
@@ -86,10 +86,10 @@ module MargayBench
         exit!(0)
       end
       stats_w.close
-      deadline = MargayBench.now + seconds
-      while MargayBench.now < deadline
+      deadline = Procs.now + seconds
+      while Procs.now < deadline
         sample(phase)
-        sleep [@o.interval, deadline - MargayBench.now].min.clamp(0, @o.interval)
+        sleep [@o.interval, deadline - Procs.now].min.clamp(0, @o.interval)
       end
       Process.wait(pid)
       stats = JSON.parse(stats_r.read.then { |s| s.empty? ? "{}" : s })
@@ -100,7 +100,7 @@ module MargayBench
     end
 
     def sample(phase)
-      @samples << { t: (MargayBench.now - (@t0 ||= MargayBench.now)).round(1), phase: phase, rss_kb: @server.rss_kb,
+      @samples << { t: (Procs.now - (@t0 ||= Procs.now)).round(1), phase: phase, rss_kb: @server.rss_kb,
                     fds: @server.fds, threads: @server.threads, tempfiles: @server.tempfiles,
                     cpu_s: @server.cpu.round(2) }
     end
@@ -109,15 +109,15 @@ module MargayBench
     # extra threads retired after thread_idle_timeout), then take the quiet
     # sample. The second quiet point stops waiting once it matches the first.
     def quiet_point(reference)
-      started = MargayBench.now
+      started = Procs.now
       last = nil
       stable = 0
-      while MargayBench.now - started < QUIET_WAIT
+      while Procs.now - started < QUIET_WAIT
         now = [@server.fds, @server.threads]
         stable = now == last ? stable + 1 : 0
         last = now
         break if reference && now[0] <= reference[:fds] && now[1] <= reference[:threads]
-        break if !reference && stable >= 3 && MargayBench.now - started > QUIET_MIN
+        break if !reference && stable >= 3 && Procs.now - started > QUIET_MIN
 
         sleep 1
       end
@@ -189,7 +189,7 @@ module MargayBench
     end
 
     def run(seconds)
-      deadline = MargayBench.now + seconds
+      deadline = Procs.now + seconds
       workers = Array.new(THREADS) { |i| Thread.new { worker(i, deadline) } }
       slow = Thread.new { slow_clients(deadline) }
       readers = Thread.new { slow_readers(deadline) }
@@ -210,11 +210,11 @@ module MargayBench
     # Constant rate: each thread owns 1/THREADS of it and never catches up in bursts.
     def worker(index, deadline)
       interval = THREADS / @rate
-      next_at = MargayBench.now + (interval * index / THREADS)
+      next_at = Procs.now + (interval * index / THREADS)
       rng = Random.new(index)
       keep = nil
       while next_at < deadline
-        delay = next_at - MargayBench.now
+        delay = next_at - Procs.now
         delay.positive? ? sleep(delay) : count(:late)
         next_at += interval
         op = MIX[rng.rand(MIX.size)]
@@ -301,7 +301,7 @@ module MargayBench
     # HEAD included, whose response has a content-length but no body).
     def status_line?(sock)
       buf = +""
-      deadline = MargayBench.now + 2
+      deadline = Procs.now + 2
       nil while !buf.include?("\r\n") && fill(sock, buf, deadline)
       buf.start_with?("HTTP/1.")
     end
@@ -309,7 +309,7 @@ module MargayBench
     # Read one response head and its content-length body: [status, closing?].
     def response(sock, timeout: 5)
       buf = +""
-      deadline = MargayBench.now + timeout
+      deadline = Procs.now + timeout
       until (head_end = buf.index("\r\n\r\n"))
         return [nil, true] unless fill(sock, buf, deadline)
       end
@@ -322,7 +322,7 @@ module MargayBench
     end
 
     def fill(sock, buf, deadline)
-      left = deadline - MargayBench.now
+      left = deadline - Procs.now
       return false if left <= 0 || !sock.wait_readable(left)
 
       chunk = sock.read_nonblock(65_536, exception: false)
@@ -336,7 +336,7 @@ module MargayBench
     def slow_clients(deadline)
       head = "GET /slow HTTP/1.1\r\n#{HOST}X-Slow: #{'s' * 20}\r\nConnection: close\r\n\r\n"
       clients = [] # [socket, bytes sent]
-      while MargayBench.now < deadline
+      while Procs.now < deadline
         clients << [connect, 0] while clients.size < SLOW_CLIENTS
         clients.reject! do |pair|
           sock, sent = pair
@@ -362,15 +362,15 @@ module MargayBench
     # SLOW_READERS downloads of /big read at about 1 MiB/s, abandoned after 2 s.
     def slow_readers(deadline)
       readers = [] # [socket, started]
-      while MargayBench.now < deadline
+      while Procs.now < deadline
         while readers.size < SLOW_READERS
           sock = connect
           sock.write("GET /big HTTP/1.1\r\n#{HOST}\r\n")
-          readers << [sock, MargayBench.now]
+          readers << [sock, Procs.now]
         end
         readers.reject! do |sock, started|
           sock.read_nonblock(102_400, exception: false)
-          next false if MargayBench.now - started < 2
+          next false if Procs.now - started < 2
 
           count(:slow_readers)
           sock.close
