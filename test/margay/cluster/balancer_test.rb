@@ -84,9 +84,7 @@ class BalancerTest < Minitest::Test
   end
 
   def test_waiting_requests_go_where_threads_wait
-    engine, balancer, master = worker_side
-    engine.saturated_ms = 1
-    engine.others_waiting = 2
+    engine, balancer, master = worker_side(saturated_ms: 1, others_waiting: 2)
     engine.hold(connection(true), connection(false), connection(true))
     balancer.balance(1.0)
     assert_equal [[2, true]], engine.detach_calls, "as many as the threads waiting elsewhere, pending ones only"
@@ -94,9 +92,7 @@ class BalancerTest < Minitest::Test
   end
 
   def test_saturated_workers_even_out_at_most_every_10_ms
-    engine, balancer, master = worker_side
-    engine.saturated_ms = 5
-    engine.handoff_quota = 1
+    engine, balancer, master = worker_side(saturated_ms: 5, handoff_quota: 1)
     engine.hold(connection(true), connection(true), connection(false))
     balancer.balance(1.0)
     balancer.balance(1.005)
@@ -110,9 +106,7 @@ class BalancerTest < Minitest::Test
   end
 
   def test_a_connection_the_master_cannot_take_is_served_here
-    engine, balancer, master = worker_side
-    engine.saturated_ms = 1
-    engine.others_waiting = 1
+    engine, balancer, master = worker_side(saturated_ms: 1, others_waiting: 1)
     fd, = engine.hold(connection(true)).first
     master.close
     balancer.balance(1.0)
@@ -129,10 +123,7 @@ class BalancerTest < Minitest::Test
   end
 
   def test_a_failure_is_logged_not_raised
-    engine, balancer, = worker_side
-    engine.saturated_ms = 1
-    engine.others_waiting = 1
-    engine.failure = true
+    engine, balancer, = worker_side(saturated_ms: 1, others_waiting: 1, failure: true)
     balancer.balance(1.0)
     assert_match(/WARN: worker 3: keep-alive hand-over failed: closed engine/, @log_io.string)
   end
@@ -209,11 +200,13 @@ class BalancerTest < Minitest::Test
 
   private
 
-  # A worker's balancer on a scripted engine: [engine, balancer, the master's side of its channel].
-  def worker_side
+  # A worker's balancer on a scripted engine (+answers+: what it says, e.g.
+  # saturated_ms: 1): [engine, balancer, the master's side of its channel].
+  def worker_side(**answers)
     master, worker = Cluster::Channel.pair
     @closables.concat(master.ios + worker.ios)
     engine = FakeEngine.new
+    answers.each { |name, value| engine.public_send(:"#{name}=", value) }
     @engines << engine
     balancer = Cluster::Balancer.new(server: FakeServer.new(engine), channel: worker, log: @log, index: 3)
     [engine, balancer, master]
@@ -240,10 +233,10 @@ class BalancerTest < Minitest::Test
   end
 
   # A worker hands a connection to the master.
-  def hand_over(worker_side, kept_alive:)
+  def hand_over(side, kept_alive:)
     client, server = UNIXSocket.pair
     @closables << client << server
-    assert worker_side.send_connection_nonblock(server, kept_alive)
+    assert side.send_connection_nonblock(server, kept_alive)
   end
 
   # The kinds of the connections waiting on +side+ (received and closed).
