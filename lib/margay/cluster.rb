@@ -62,7 +62,7 @@ module Margay
       app = preloaded_app || (@app_loader.call if @config.preload_app?)
       @spawner = Spawner.new(config: @config, log: @log, listeners: @listeners, roster: @workers, signals: @signals,
                              board: @board, app: app, app_loader: @app_loader)
-      @signals.trap_all
+      @signals.trap_all # again: a handler the app set while loading (HUP, say) is kept for the workers
       supervise until @stopping && @workers.empty?
       close_listeners
     end

@@ -123,7 +123,7 @@ class BalancerTest < Minitest::Test
   end
 
   def test_a_failure_is_logged_not_raised
-    engine, balancer, = worker_side(saturated_ms: 1, others_waiting: 1, failure: true)
+    _engine, balancer, = worker_side(saturated_ms: 1, others_waiting: 1, failure: true)
     balancer.balance(1.0)
     assert_match(/WARN: worker 3: keep-alive hand-over failed: closed engine/, @log_io.string)
   end
