@@ -1,12 +1,15 @@
 # frozen_string_literal: true
 
 require "rbconfig"
-require "socket"
-require_relative "runner"
-require_relative "systemd"
-require_relative "worker_process"
 require "margay/margay_native"
-require_relative "cluster/spawning"
+require_relative "runner"
+require_relative "binder"
+require_relative "clock"
+require_relative "systemd"
+require_relative "cluster/balancer"
+require_relative "cluster/roster"
+require_relative "cluster/signals"
+require_relative "cluster/spawner"
 
 module Margay
   # The master process of cluster mode. It binds the listeners (or inherits
@@ -21,16 +24,12 @@ module Margay
   # master is also a child subreaper: those workers (double-forked, so not the
   # mold's children) become its children, the cluster stays one process tree,
   # and it reaps them; elsewhere init does.
+  #
+  # The rooms of cluster mode, under cluster/: Signals (the master's signal
+  # inbox), Roster and WorkerRecord (its workers), Spawner (making workers),
+  # Channel (the master<->worker protocol), Worker and Mold (the child side),
+  # Balancer (keep-alive balancing, both sides).
   class Cluster < Runner
-    include Spawning
-
-    # Master-side record of one worker process (or of the mold). stop_at: when
-    # it was told to stop (it gets shutdown_timeout + 5 s from then).
-    WorkerRecord = Struct.new(:index, :pid, :beat, :ctl, :handoff, :last_beat, :booted, :retiring, :stopping,
-                              :mold, :stop_at, keyword_init: true)
-
-    MASTER_SIGNALS = %w[TERM INT QUIT TTIN TTOU USR1 USR2 HUP URG].freeze
-    STOP_SIGNALS = %w[TERM INT QUIT].freeze
     MAX_BACKOFF = 30
     BOARD_SLOTS = 256 # worker indexes that can report idle threads (see Native::IdleBoard)
 
@@ -43,17 +42,16 @@ module Margay
       super(config, log: log)
       @app_loader = app_loader
       @restart_argv = restart_argv
-      @workers = {}
+      @workers = Roster.new
       @target = config.workers
-      @signals = []
-      @wake_r, @wake_w = IO.pipe
+      @signals = Signals.new
       @stopping = false
-      @app = nil
       @failures = 0
       @next_spawn_at = 0
-      @app_traps = {}
       @board = Native::IdleBoard.new(BOARD_SLOTS) # shared with every worker forked from now on
-      record_signals # from now on: a signal during bind or preload is not lost, nor fatal
+      @forwarder = Balancer::Forwarder.new(roster: @workers, board: @board, log: log)
+      @spawner = nil
+      @signals.trap_all # from now on: a signal during bind or preload is not lost, nor fatal
     end
 
     # Run until TERM/INT/QUIT; returns after every worker has exited.
@@ -61,15 +59,17 @@ module Margay
     def run(preloaded_app: nil)
       bind
       Native.child_subreaper
-      @app = preloaded_app || (@app_loader.call if @config.preload_app?)
-      record_signals
+      app = preloaded_app || (@app_loader.call if @config.preload_app?)
+      @spawner = Spawner.new(config: @config, log: @log, listeners: @listeners, roster: @workers, signals: @signals,
+                             board: @board, app: app, app_loader: @app_loader)
+      @signals.trap_all # again: a handler the app set while loading (HUP, say) is kept for the workers
       supervise until @stopping && @workers.empty?
       close_listeners
     end
 
     # Graceful stop of the whole cluster (trap-safe).
     def stop
-      request("TERM")
+      @signals.request("TERM")
     end
 
     private
@@ -77,43 +77,27 @@ module Margay
     def supervise
       maintain unless @stopping
       wait_for_events
-      handle_signal(@signals.shift) until @signals.empty? # one at a time: a restart may look at what follows
+      while (sig = @signals.shift) # one at a time: a restart may look at what follows
+        handle_signal(sig)
+      end
       reap
       check_heartbeats
       check_memory
       watchdog_ping
-      force_stop if @stopping && now > @stop_deadline
+      force_stop if @stopping && Clock.now > @stop_deadline
     end
 
     # ---- signals ----
 
-    # Record the master's signals for the supervision loop. Called when the
-    # master starts and again once the app is loaded: a handler the app set
-    # meanwhile (say, HUP to reopen its logs) is kept for the workers.
-    def record_signals
-      @own_traps ||= {}
-      MASTER_SIGNALS.each do |sig|
-        previous = trap(sig, @own_traps[sig] ||= proc { request(sig) })
-        @app_traps[sig] = previous if previous.is_a?(Proc) && !previous.equal?(@own_traps[sig])
-      end
-    end
-
-    def request(sig)
-      @signals << sig
-      @wake_w.write_nonblock(".", exception: false)
-    rescue IOError
-      nil
-    end
-
     def handle_signal(sig)
       case sig
-      when *STOP_SIGNALS then begin_stop
+      when *Signals::STOP then begin_stop
       when "TTIN" then @target += 1
       when "TTOU" then shrink
       when "USR1" then phased_restart
       when "USR2" then hot_restart
       when "HUP" then signal_workers(:HUP)
-      when "URG" then promote(serving.select { |w| w.booted && !w.retiring }.min_by(&:index))
+      when "URG" then promote(@workers.serving.select { |w| w.booted? && !w.retiring? }.min_by(&:index))
       end
     end
 
@@ -123,7 +107,7 @@ module Margay
       Systemd.notify("STOPPING=1")
       @log.info("master: graceful stop (#{@workers.size} workers)")
       @stopping = true
-      @stop_deadline = now + @config.shutdown_timeout + 5
+      @stop_deadline = Clock.now + @config.shutdown_timeout + 5
       signal_workers(:TERM)
       close_listeners # the workers close theirs as they stop: then new clients are refused
     end
@@ -133,14 +117,14 @@ module Margay
     end
 
     def force_stop
-      @workers.each_value { |w| kill(w, :KILL) }
+      @workers.each { |w| w.kill(:KILL) }
     end
 
     def shrink
       return if @target <= 1
 
       @target -= 1
-      victim = serving.max_by(&:index)
+      victim = @workers.serving.max_by(&:index)
       retire(victim) if victim
     end
 
@@ -149,11 +133,11 @@ module Margay
     def phased_restart
       return if @stopping
 
-      @log.info("master: phased restart of #{serving.size} workers")
+      @log.info("master: phased restart of #{@workers.serving.size} workers")
       Systemd.notify("RELOADING=1")
       @ready = false
       hook(:on_restart)
-      @workers.each_value { |w| w.mold ? retire(w) : (w.retiring = true) }
+      @workers.each { |w| w.mold? ? retire(w) : w.retire_later! }
     end
 
     # USR2: stop the workers gracefully, then re-execute the master with the
@@ -167,13 +151,13 @@ module Margay
       Systemd.notify("RELOADING=1")
       hook(:on_restart)
       signal_workers(:TERM)
-      deadline = now + @config.shutdown_timeout + 5
+      deadline = Clock.now + @config.shutdown_timeout + 5
       until @workers.empty?
-        force_stop if now > deadline
+        force_stop if Clock.now > deadline
         wait_for_events
         reap
         watchdog_ping
-        return abandon_hot_restart if @signals.intersect?(STOP_SIGNALS)
+        return abandon_hot_restart if @signals.stop_queued?
       end
       reexec
     end
@@ -201,50 +185,52 @@ module Margay
 
     # ---- workers ----
 
-    def serving
-      @workers.values.reject { |w| w.mold || w.stopping }
-    end
-
-    def mold
-      @workers.values.find { |w| w.mold && !w.stopping }
-    end
-
     def maintain
-      return if mold&.mold == :pending # wait until the mold can fork
+      return if @workers.mold&.pending_mold? # wait until the mold can fork
 
       step_phased_restart
-      return if serving.size >= @target || now < @next_spawn_at
+      return if @workers.serving.size >= @target || Clock.now < @next_spawn_at
 
       spawn_worker
     end
 
     # One retiring worker at a time, and only while every other worker is up.
     def step_phased_restart
-      return if serving.any? { |w| !w.booted }
-      return if @workers.values.any? { |w| w.retiring && w.stopping }
+      return if @workers.serving.any? { |w| !w.booted? }
+      return if @workers.any? { |w| w.retiring? && w.stopping? }
 
-      old = serving.find(&:retiring)
+      old = @workers.serving.find(&:retiring?)
       retire(old) if old
     end
 
-    def retire(worker)
-      told_to_stop(worker)
-      kill(worker, :TERM)
+    def spawn_worker
+      index = @workers.free_index(@target)
+      mold = @workers.mold
+      if mold&.ready_mold?
+        retire(mold) unless @spawner.order_from_mold(mold, index) # the mold runs before_fork itself
+      else
+        hook(:before_fork, index)
+        @spawner.fork_child(index)
+      end
+    rescue SystemCallError => e # fork: EAGAIN (process limit), ENOMEM; pipes: EMFILE
+      @log.error("master: cannot start worker #{index}: #{e.message}")
+      back_off
     end
 
-    def told_to_stop(worker)
-      worker.stopping = true
-      worker.stop_at ||= now
+    def retire(worker)
+      worker.stopping!(Clock.now)
+      worker.kill(:TERM)
     end
 
     def wait_for_events
-      handoffs = @workers.values.to_h { |w| [w.handoff, w] } # also a pending mold's: what it sent before it knew
-      ready, = IO.select([@wake_r, *@workers.values.map(&:beat), *handoffs.keys], nil, nil, 0.5)
+      handoffs = @workers.to_h { |w| [w.channel.handoff, w] } # also a pending mold's: what it sent before it knew
+      beats = @workers.map { |w| w.channel.beat }
+      ready, = IO.select([@signals.wake, *beats, *handoffs.keys], nil, nil, 0.5)
       (ready || []).each do |io|
-        if io == @wake_r
-          io.read_nonblock(1024, exception: false)
+        if io == @signals.wake
+          @signals.drain_wake
         elsif handoffs[io]
-          forward_connection(handoffs[io])
+          @forwarder.forward(handoffs[io])
         else
           record_beat(io)
         end
@@ -252,79 +238,99 @@ module Margay
     end
 
     def record_beat(io)
-      worker = @workers.values.find { |w| w.beat == io }
+      worker = @workers.by_beat(io)
       return unless worker
 
-      data = io.read_nonblock(1024, exception: false)
-      return forget(worker, nil) if data.nil? # EOF: the process is gone
-      return unless data.is_a?(String)
+      reports = worker.channel.read_reports
+      return forget(worker, nil) if reports.nil? # EOF: the process is gone
+      return unless reports
 
-      worker.last_beat = now
-      booted(worker) if data.include?("r") && !worker.booted
-      promote(worker) if data.include?("R") && @config.refork_after
-      mold_ready(worker) if data.include?("M")
+      worker.last_beat = Clock.now
+      booted(worker) if reports.include?(:booted) && !worker.booted?
+      promote(worker) if reports.include?(:refork_due) && @config.refork_after
+      mold_ready(worker) if reports.include?(:mold_ready)
     end
 
     def booted(worker)
-      worker.booted = true
+      worker.booted!
       @failures = 0
-      @log.info("master: worker #{worker.index} (pid #{worker.pid}) booted")
-      return if @ready || serving.count(&:booted) < @target
+      @log.info("master: #{worker} booted")
+      return if @ready || @workers.serving.count(&:booted?) < @target
 
       @ready = Systemd.notify("READY=1") || true # once every worker of a generation serves
     end
 
+    # ---- reforking ----
+
+    # The warm worker stops serving and becomes the mold; once it is ready,
+    # the other workers are replaced by its children one at a time. A worker
+    # on its way out (a phased restart replacing old code) never becomes it.
+    def promote(worker)
+      return if worker.nil? || worker.retiring? || worker.stopping? || @workers.mold || @stopping
+
+      @log.info("master: #{worker} becomes the mold")
+      worker.mold_pending!
+      worker.channel.ask_to_become_mold
+    rescue IOError, SystemCallError
+      nil
+    end
+
+    def mold_ready(worker)
+      return worker.kill(:TERM) if worker.stopping? # told to stop while it was draining
+
+      worker.mold_ready!
+      @log.info("master: mold ready (pid #{worker.pid}); re-forking the workers from it")
+      @workers.serving.each(&:retire_later!)
+    end
+
+    # ---- health ----
+
     def watchdog_ping
       interval = Systemd.watchdog_interval
-      return unless interval && now >= (@next_watchdog ||= 0)
+      return unless interval && Clock.now >= (@next_watchdog ||= 0)
 
       Systemd.notify("WATCHDOG=1")
-      @next_watchdog = now + interval
+      @next_watchdog = Clock.now + interval
     end
 
     # A worker that stopped reporting is killed, unless it was told to stop:
     # while it finishes its requests it does not report, and it has
     # shutdown_timeout + 5 s for that, however short worker_timeout is.
     def check_heartbeats
-      @workers.each_value do |w|
+      @workers.each do |w|
         if w.stop_at
-          next if now - w.stop_at < @config.shutdown_timeout + 5
+          next if Clock.now - w.stop_at < @config.shutdown_timeout + 5
 
-          @log.error("master: worker #{w.index} (pid #{w.pid}) still stopping after #{@config.shutdown_timeout + 5}s: killing it")
-          w.stop_at = now # one kill per grace period
+          @log.error("master: #{w} still stopping after #{@config.shutdown_timeout + 5}s: killing it")
+          w.stop_at = Clock.now # one kill per grace period
         else
-          limit = w.booted || w.mold ? @config.worker_timeout : @config.worker_boot_timeout
-          next if now - w.last_beat < limit
+          limit = w.heartbeat_timeout(@config)
+          next if Clock.now - w.last_beat < limit
 
-          @log.error("master: worker #{w.index} (pid #{w.pid}) silent for #{limit}s: killing it")
-          w.last_beat = now # one kill per timeout
+          @log.error("master: #{w} silent for #{limit}s: killing it")
+          w.last_beat = Clock.now # one kill per timeout
         end
-        kill(w, :KILL)
+        w.kill(:KILL)
       end
     end
 
     # worker_memory_limit: a worker over it finishes its requests and is replaced.
     def check_memory
       limit = @config.worker_memory_limit
-      return unless limit && now >= (@next_memory_check ||= 0)
+      return unless limit && Clock.now >= (@next_memory_check ||= 0)
 
-      @next_memory_check = now + 1
-      serving.select(&:booted).each do |w|
-        rss = rss_bytes(w.pid)
+      @next_memory_check = Clock.now + 1
+      @workers.serving.select(&:booted?).each do |w|
+        rss = w.rss_bytes
         next unless rss && rss > limit
 
-        @log.warn("master: worker #{w.index} (pid #{w.pid}) RSS #{rss / 1024 / 1024} MiB over the limit of " \
+        @log.warn("master: #{w} RSS #{rss / 1024 / 1024} MiB over the limit of " \
                   "#{limit / 1024 / 1024} MiB: replacing it")
         retire(w)
       end
     end
 
-    def rss_bytes(pid)
-      File.read("/proc/#{pid}/status")[/^VmRSS:\s+(\d+) kB/, 1].to_i * 1024
-    rescue SystemCallError
-      kb = `ps -o rss= -p #{Integer(pid)}`.strip
-      kb.empty? ? nil : kb.to_i * 1024
-    end
+    # ---- exits ----
 
     # Collect exit statuses of children (workers, the mold, and as subreaper
     # the workers the mold forked); the heartbeat pipe's EOF usually told us already.
@@ -341,15 +347,15 @@ module Margay
     end
 
     def forget(worker, status)
-      return unless @workers.delete(worker.pid)
+      return unless @workers.delete(worker)
 
-      [worker.beat, worker.ctl, worker.handoff].each { |io| io.close unless io.closed? }
-      @board.clear(worker.index) if !worker.mold && worker.index < @board.size # a killed worker cannot count itself out
-      return if worker.stopping && (status.nil? || status.success?)
+      worker.channel.close
+      @board.clear(worker.index) if !worker.mold? && worker.index < @board.size # a killed worker cannot count itself out
+      return if worker.stopping? && (status.nil? || status.success?)
 
-      what = worker.mold ? "the mold" : "worker #{worker.index}"
+      what = worker.mold? ? "the mold" : "worker #{worker.index}"
       @log.warn("master: #{what} (pid #{worker.pid}) exited#{status ? ": #{status.inspect}" : ''}") unless @stopping
-      return if worker.booted || worker.mold
+      return if worker.booted? || worker.mold?
 
       back_off # it never got to serve
     end
@@ -358,26 +364,15 @@ module Margay
     def back_off
       @failures += 1
       delay = [2**(@failures - 1), MAX_BACKOFF].min
-      @next_spawn_at = now + delay
+      @next_spawn_at = Clock.now + delay
       @log.warn("master: worker boot failed #{@failures} time(s); next attempt in #{delay}s")
     end
 
     def signal_workers(sig)
-      @workers.each_value do |w|
-        told_to_stop(w) if sig == :TERM
-        kill(w, sig)
+      @workers.each do |w|
+        w.stopping!(Clock.now) if sig == :TERM
+        w.kill(sig)
       end
-    end
-
-    def kill(worker, sig)
-      kill_pid(worker.pid, sig)
-    end
-
-    # EPERM: the pid now belongs to someone else's process (a worker gone unseen).
-    def kill_pid(pid, sig)
-      Process.kill(sig, pid)
-    rescue Errno::ESRCH, Errno::EPERM
-      nil
     end
 
     # A user hook run in the master: its failure is logged, never fatal to the master.
@@ -385,10 +380,6 @@ module Margay
       @config.run_hook(name, *args)
     rescue StandardError => e
       @log.exception(e, "#{name} hook failed")
-    end
-
-    def now
-      Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
   end
 end

@@ -2,12 +2,14 @@
 
 require "test_helper"
 
-# Keep-alive balancing moves idle connections between cluster workers: the
-# engine detaches them (fds left open) and another engine adopts them. Both
-# halves run here on one server: which connections may leave, and that an
-# adopted connection keeps the timeout its kind had (a new connection's header
-# timeout, not the keep-alive timeout) and is served like any other.
-class HandoverTest < Minitest::Test
+# The Engine's cluster API (ext/margay/ruby/cluster.c): keep-alive balancing
+# moves idle connections between cluster workers: the engine detaches them
+# (Engine#detach_idle, fds left open) and another engine adopts them
+# (Engine#adopt). Both halves run here on one server's engine: which
+# connections may leave, and that an adopted connection keeps the timeout its
+# kind had (a new connection's header timeout, not the keep-alive timeout) and
+# is served like any other.
+class EngineClusterTest < Minitest::Test
   include Margay::TestHelper
 
   APP = ->(_env) { [200, { "content-type" => "text/plain" }, ["ok"]] }
@@ -24,13 +26,13 @@ class HandoverTest < Minitest::Test
       eventually { server.stats[:connections] == 4 }
       sleep 0.1 # the half head has been read
 
-      detached = server.detach_idle(10)
+      detached = server.engine.detach_idle(10, false)
       by_port = detached.to_h { |fd, kept_alive| [peer_port(fd), kept_alive] }
       assert_equal({ kept.local_address.ip_port => true, fresh.local_address.ip_port => false,
                      fresh_served.local_address.ip_port => false }, by_port,
                    "idle connections leave, each saying whether it served a request; a partial head stays")
       assert_equal 1, server.stats[:connections]
-      detached.each { |fd, kept_alive| assert server.adopt(fd, kept_alive) }
+      detached.each { |fd, kept_alive| assert server.engine.adopt(fd, kept_alive) }
       assert_equal 4, server.stats[:connections]
 
       fresh_served.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
@@ -50,10 +52,10 @@ class HandoverTest < Minitest::Test
     with_one_busy_thread(2) do |server, (waiting, idle), _port, release|
       waiting.write(GET)
       sleep 0.05
-      detached = server.detach_idle(10, pending_only: true)
+      detached = server.engine.detach_idle(10, true)
       assert_equal [[waiting.local_address.ip_port, true]], detached.map { |fd, kept| [peer_port(fd), kept] }
-      assert_equal [], server.detach_idle(10, pending_only: true), "the idle one stayed, and is still served"
-      detached.each { |fd, kept_alive| server.adopt(fd, kept_alive) }
+      assert_equal [], server.engine.detach_idle(10, true), "the idle one stayed, and is still served"
+      detached.each { |fd, kept_alive| server.engine.adopt(fd, kept_alive) }
       release.call
       assert_equal 200, read_response(waiting)[0], "the request that waited in the kernel is answered"
       idle.write(GET)
@@ -67,11 +69,11 @@ class HandoverTest < Minitest::Test
       last = idle.max_by { |sock| server_fd(port, sock) } # the one the engine looks at last
       last.write(GET)
       sleep 0.05
-      calls = Array.new(3) { server.detach_idle(1, pending_only: true) }
+      calls = Array.new(3) { server.engine.detach_idle(1, true) }
       assert_equal [], calls[0], "one call looks at 64 idle connections, not all 100"
       found = calls.flatten(1)
       assert_equal [last.local_address.ip_port], found.map { |fd, _| peer_port(fd) }, "found in a later turn"
-      found.each { |fd, kept_alive| server.adopt(fd, kept_alive) }
+      found.each { |fd, kept_alive| server.engine.adopt(fd, kept_alive) }
       release.call
       assert_equal 200, read_response(last)[0]
     end

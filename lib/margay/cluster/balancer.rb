@@ -1,0 +1,134 @@
+# frozen_string_literal: true
+
+require_relative "../runner"
+require_relative "channel"
+
+module Margay
+  class Cluster < Runner
+    # Internal: keep-alive balancing, the worker's side. Native::IdleBoard
+    # counts every worker's waiting threads and connections; the engine reads
+    # it (Engine#others_waiting, #handoff_quota). While all of this worker's
+    # threads are busy:
+    # - a request already waiting on one of its idle connections, unread in
+    #   the kernel, goes to another worker when one has a thread waiting (at
+    #   most as many connections as those threads);
+    # - when no worker has one, a worker serving far more connections than
+    #   another hands over half the gap of its idle connections (evening out).
+    # Hand-overs go through the master (Balancer::Forwarder); connections
+    # handed to this worker are adopted. Nothing is lost: a request already
+    # sent waits in the socket's kernel buffer.
+    class Balancer
+      # How long every thread must have been busy before a request waiting on
+      # one of our connections is handed to a worker with a free thread
+      # (looked at on every tick, about 5 ms); and how long, and how often,
+      # before saturated workers even out their connection counts.
+      PENDING_AFTER_MS = 1
+      EVEN_OUT_AFTER_MS = 5
+      EVEN_OUT_INTERVAL = 0.01
+
+      # @param server [Server] the worker's server (its engine does the work)
+      # @param channel [Channel] the worker's side of its links to the master
+      # @param log [Log]
+      # @param index [Integer] the worker's slot (for the log)
+      def initialize(server:, channel:, log:, index:)
+        @server = server
+        @channel = channel
+        @log = log
+        @index = index
+        @last_handoff = 0
+      end
+
+      # One look, from the worker's tick (+now+: Clock.now): hand idle
+      # connections over if this worker is saturated, adopt those handed to it.
+      def balance(now)
+        engine = @server.engine
+        return unless engine # the server has not started: nothing to balance
+
+        saturated = engine.saturated_ms
+        free = engine.others_waiting if saturated >= PENDING_AFTER_MS
+        if free&.positive?
+          engine.detach_idle(free, true).each { |fd, kept_alive| pass_on(engine, fd, kept_alive) }
+        elsif saturated >= EVEN_OUT_AFTER_MS && now - @last_handoff >= EVEN_OUT_INTERVAL
+          quota = engine.handoff_quota
+          if quota.positive?
+            @last_handoff = now
+            engine.detach_idle(quota, false).each { |fd, kept_alive| pass_on(engine, fd, kept_alive) }
+          end
+        end
+        while @channel.connection_waiting?
+          io, kept_alive = @channel.recv_connection
+          io.autoclose = false # the engine owns the descriptor now
+          engine.adopt(io.fileno, kept_alive)
+        end
+      rescue IOError, SystemCallError, SocketError => e # IOError: the engine closed meanwhile
+        @log.warn("worker #{@index}: keep-alive hand-over failed: #{e.message}")
+      end
+
+      # Once the server stopped: connections the master handed to this worker
+      # after it stopped taking them go back to the master, which passes them
+      # to a worker still serving.
+      def return_handed_over
+        while @channel.connection_waiting?
+          io, kept_alive = @channel.recv_connection
+          @channel.send_connection_nonblock(io, kept_alive)
+          io.close
+        end
+      rescue IOError, SystemCallError, SocketError
+        nil
+      end
+
+      private
+
+      # Hand an idle connection to the master; if the master's queue is full,
+      # keep serving it here (never block the thread that writes heartbeats).
+      def pass_on(engine, fd, kept_alive)
+        io = IO.for_fd(fd, autoclose: true)
+        return if @channel.send_connection_nonblock(io, kept_alive)
+
+        io.autoclose = false
+        engine.adopt(fd, kept_alive)
+      ensure
+        io&.close if io&.autoclose?
+      end
+
+      # Internal: keep-alive balancing, the master's side. A saturated worker
+      # handed over an idle connection: pass it to the serving worker with the
+      # fewest connections (round robin among equals), or back to it if there
+      # is no other. Never blocks: a worker that does not take its hand-overs
+      # (stuck) must not stall the master, so the connection then goes to the
+      # next one, or is closed when none takes it.
+      class Forwarder
+        # @param roster [Roster] the master's workers
+        # @param board [Native::IdleBoard] the cluster's idle board (connection counts)
+        # @param log [Log]
+        def initialize(roster:, board:, log:)
+          @roster = roster
+          @board = board
+          @log = log
+          @turn = 0
+        end
+
+        # Receive one connection +from+ a worker (its WorkerRecord) and pass it on.
+        def forward(from)
+          io, kept_alive = from.channel.recv_connection
+          others = @roster.serving.select(&:booted?) - [from]
+          others << from if others.empty? && !from.stopping? && !from.mold?
+          others.rotate!((@turn += 1) % others.size) unless others.empty?
+          others = others.each_with_index.sort_by { |w, i| [connections_of(w), i] }.map(&:first) # fewest first
+          taker = others.find { |w| w.channel.send_connection_nonblock(io, kept_alive) }
+          @log.warn("master: no worker took a handed-over connection: closed") unless taker
+        rescue StandardError => e # SocketError: a datagram without its descriptor (EMFILE)
+          @log.warn("master: keep-alive hand-over failed: #{e.message}")
+        ensure
+          io&.close
+        end
+
+        private
+
+        def connections_of(worker)
+          worker.index < @board.size ? @board.connections(worker.index) : 0
+        end
+      end
+    end
+  end
+end

@@ -1,0 +1,202 @@
+# frozen_string_literal: true
+
+require "socket"
+require_relative "../runner"
+
+module Margay
+  class Cluster < Runner
+    # Internal: the master<->worker protocol, every message of it. A Channel is
+    # one side's ends of the three links between the master and one worker
+    # (or the mold):
+    #
+    # - beat, a pipe, worker to master: one byte per report (REPORTS). EOF
+    #   tells the master the worker is gone; a broken pipe tells the worker
+    #   the master is gone.
+    # - ctl, a stream socket, master to worker: one line per command
+    #   (become the mold; to the mold: fork worker N). The mold answers a
+    #   fork order on it with one message: the new worker's pid, with the
+    #   master's ends of that worker's three links attached (SCM_RIGHTS).
+    # - handoff, a datagram socket, both ways: idle keep-alive connections
+    #   moving between workers through the master, one per datagram (its
+    #   descriptor and one byte: kept alive or new).
+    #
+    # Nothing outside this file spells the bytes of a message.
+    class Channel
+      # Heartbeat reports, worker to master. booted: the first beat of a
+      # serving worker; alive: every beat after it (and the mold's);
+      # refork_due: it served refork_after requests and may become the mold;
+      # mold_ready: it is the mold, ready to fork workers.
+      REPORTS = { booted: "r", alive: ".", refork_due: "R", mold_ready: "M" }.freeze
+      BECOME_MOLD = "mold"
+      FORK = "fork "
+      FORK_LINE = /\A#{FORK}(\d+)/
+      # How long the master waits for the mold's answer to a fork order.
+      ANSWER_TIMEOUT = 5
+      # Whether a handed-over connection served a request before (kept alive)
+      # or is new: its new worker runs the header timeout on a new one, not
+      # the keep-alive timeout.
+      KEPT_ALIVE = { true => "k", false => "n" }.freeze
+
+      # The mold's answer to a fork order was missing or malformed. pid: the
+      # worker it named, if it got that far (nobody would supervise it).
+      class BadAnswer < IOError
+        attr_reader :pid
+
+        def initialize(message, pid)
+          super(message)
+          @pid = pid
+        end
+      end
+
+      # Three new links for one worker: [the master's side, the worker's side].
+      def self.pair
+        ios = []
+        ios.concat(IO.pipe)
+        ios.concat(UNIXSocket.pair)
+        ios.concat(UNIXSocket.pair(:DGRAM))
+        beat_r, beat_w, ctl, child_ctl, handoff, child_handoff = ios
+        [new(beat_r, ctl, handoff), new(beat_w, child_ctl, child_handoff)]
+      rescue SystemCallError # EMFILE: close the links already made
+        ios.each(&:close)
+        raise
+      end
+
+      attr_reader :beat, :ctl, :handoff
+
+      # @param beat [IO] the heartbeat pipe's end (read: master; write: worker)
+      # @param ctl [UNIXSocket] this side of the control socket
+      # @param handoff [UNIXSocket] this side of the hand-over datagram socket
+      def initialize(beat, ctl, handoff)
+        @beat = beat
+        @ctl = ctl
+        @handoff = handoff
+      end
+
+      # The three descriptors, in the order the mold sends them.
+      def ios
+        [@beat, @ctl, @handoff]
+      end
+
+      # Close this side's ends (those still open).
+      def close
+        ios.each { |io| io.close unless io.closed? }
+      end
+
+      # ---- heartbeat: worker to master ----
+
+      # Worker: send +report+ (a key of REPORTS) without blocking; a full pipe
+      # drops it (the next beat follows). Raises Errno::EPIPE once the master is gone.
+      def report(report)
+        @beat.write_nonblock(REPORTS.fetch(report), exception: false)
+      end
+
+      # Mold: send +report+, waiting while the pipe is full (it must arrive).
+      def report!(report)
+        @beat.write(REPORTS.fetch(report))
+      end
+
+      # Master: the reports waiting in the pipe, as names (never blocks).
+      # nil at EOF (the worker is gone); false when nothing was there.
+      def read_reports
+        data = @beat.read_nonblock(1024, exception: false)
+        return nil if data.nil?
+        return false unless data.is_a?(String)
+
+        REPORTS.filter_map { |name, byte| name if data.include?(byte) }
+      end
+
+      # ---- control: master to worker and mold ----
+
+      # Master: ask the worker to stop serving and become the mold.
+      def ask_to_become_mold
+        @ctl.write("#{BECOME_MOLD}\n")
+      end
+
+      # Worker: whether the master asked it to become the mold (never blocks).
+      def asked_to_become_mold?
+        command = @ctl.read_nonblock(64, exception: false)
+        command.is_a?(String) && command.include?(BECOME_MOLD)
+      end
+
+      # Master: order the mold to fork worker +index+.
+      def order_fork(index)
+        @ctl.write("#{FORK}#{index}\n")
+      end
+
+      # Mold: whether an order arrived within +timeout+ seconds.
+      def order_waiting?(timeout)
+        ready, = IO.select([@ctl], nil, nil, timeout)
+        !ready.nil?
+      end
+
+      # Mold: read the next order (blocks): the index of the worker to fork,
+      # or nil for a line that is no fork order. Raises EOFError once the
+      # master is gone.
+      def next_order
+        line = @ctl.gets
+        raise EOFError, "the master is gone" if line.nil?
+
+        Integer(line[FORK_LINE, 1]) if line.start_with?(FORK)
+      end
+
+      # Mold: answer a fork order in one message, the new worker's +pid+ with
+      # the master's ends of its links (+master_side+, a Channel) attached, so
+      # the master gets all of it or nothing, never half.
+      def answer_order(pid, master_side)
+        @ctl.sendmsg("#{pid}\n", 0, nil, Socket::AncillaryData.unix_rights(*master_side.ios))
+      end
+
+      # Master: wait for the mold's answer to a fork order: [pid, Channel].
+      # Raises BadAnswer (and closes what arrived) when it does not come within
+      # ANSWER_TIMEOUT or is not a pid with three descriptors.
+      def receive_answer
+        raise IOError, "the mold did not answer" unless @ctl.wait_readable(ANSWER_TIMEOUT)
+
+        data, _, _, rights = @ctl.recvmsg(64, 0, 64, scm_rights: true)
+        ios = rights&.unix_rights || []
+        pid = Integer(data.to_s.chomp, 10)
+        raise IOError, "the mold sent #{ios.size} descriptors" unless ios.size == 3
+
+        beat, ctl, handoff = ios
+        [pid, Channel.new(beat, socket(ctl), socket(handoff))]
+      rescue StandardError => e # the mold died (EOF), or answered nonsense
+        ios&.each { |io| io.close unless io.closed? }
+        raise BadAnswer.new(e.message, pid)
+      end
+
+      # ---- hand-over: idle connections, both ways ----
+
+      # Send connection +io+ (it stays open here: close it) without blocking;
+      # false when the peer's queue is full or it is gone.
+      def send_connection_nonblock(io, kept_alive)
+        rights = Socket::AncillaryData.unix_rights(io)
+        @handoff.sendmsg_nonblock(KEPT_ALIVE.fetch(kept_alive), 0, nil, rights, exception: false) != :wait_writable
+      rescue SystemCallError, IOError
+        false
+      end
+
+      # Whether a handed-over connection waits to be received (never blocks).
+      def connection_waiting?
+        !@handoff.wait_readable(0).nil?
+      end
+
+      # Receive one connection sent by send_connection_nonblock: [io, kept_alive].
+      # Raises SocketError for a datagram that lost its descriptor (EMFILE).
+      def recv_connection
+        data, _addr, _flags, *controls = @handoff.recvmsg(1, 0, nil, scm_rights: true)
+        ios = controls.select { |c| c.cmsg_is?(:SOCKET, :RIGHTS) }.flat_map(&:unix_rights)
+        ios.drop(1).each(&:close)
+        raise SocketError, "a hand-over datagram without its descriptor" if ios.empty?
+
+        [ios.first, data != KEPT_ALIVE[false]]
+      end
+
+      private
+
+      # A UNIXSocket for a descriptor received as a plain IO.
+      def socket(io)
+        UNIXSocket.for_fd(io.fileno).tap { io.autoclose = false }
+      end
+    end
+  end
+end

@@ -1,0 +1,74 @@
+# frozen_string_literal: true
+
+require_relative "../runner"
+require_relative "channel"
+
+module Margay
+  class Cluster < Runner
+    # Internal: the mold. A warm worker stopped serving (Worker#become_mold)
+    # and from then on only forks new workers when the master orders them;
+    # they share its warmed-up heap copy-on-write. Each is double-forked so
+    # that it is not the mold's child (on Linux the master, a child
+    # subreaper, adopts it); the master gets its pid and the master's ends
+    # of its links in the mold's answer and watches it like any worker.
+    class Mold
+      # @param index [Integer] the slot of the worker it was
+      # @param config [Configuration]
+      # @param log [Log]
+      # @param channel [Channel] the worker's side of its links to the master
+      # @param beat_interval [Float] seconds between heartbeats
+      def initialize(index:, config:, log:, channel:, beat_interval:)
+        @index = index
+        @config = config
+        @log = log
+        @channel = channel
+        @beat_interval = beat_interval
+      end
+
+      # Report ready, then fork the workers the master orders until the
+      # master is gone; never returns. The block runs in each new worker,
+      # with its index and its Channel, and must not return (Worker#run).
+      def run(&start_worker)
+        GC.start # settle the heap once, so children share it instead of copying it on their first GC
+        @channel.report!(:mold_ready)
+        loop do
+          ordered = @channel.order_waiting?(@beat_interval)
+          @channel.report(:alive)
+          next unless ordered
+
+          index = @channel.next_order
+          double_fork(index, &start_worker) if index
+        end
+      rescue Errno::EPIPE, IOError # EOFError too: the master is gone, and a mold has nothing to finish
+        exit!(0)
+      end
+
+      private
+
+      # Fork worker +index+ twice over: the new worker is re-parented away
+      # from the mold; the middle process answers the master and exits at
+      # once. before_fork runs here, in the process that forks (the master
+      # runs it only for its own forks).
+      def double_fork(index)
+        @config.run_hook(:before_fork, index)
+        master_side, worker_side = Channel.pair
+        middle = fork do
+          pid = fork do
+            [master_side, @channel].each(&:close)
+            yield index, worker_side
+          ensure
+            exit!(1) # the worker never returns; whatever raised before it ran must not run the mold's code
+          end
+          @channel.answer_order(pid, master_side)
+        ensure
+          exit!(0)
+        end
+        Process.wait(middle)
+      rescue StandardError => e # a fork or hook failure: the master's wait for the answer times out
+        @log.exception(e, "mold: cannot fork worker #{index}")
+      ensure
+        [master_side, worker_side].each { |side| side&.close }
+      end
+    end
+  end
+end

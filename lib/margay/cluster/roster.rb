@@ -1,0 +1,78 @@
+# frozen_string_literal: true
+
+require_relative "../runner"
+require_relative "worker_record"
+
+module Margay
+  class Cluster < Runner
+    # Internal: the master's set of workers (WorkerRecords by pid, the mold
+    # among them), and the questions the supervision loop asks of it.
+    class Roster
+      include Enumerable
+
+      def initialize
+        @by_pid = {}
+      end
+
+      # Each record, in the order the workers were added.
+      def each(&block)
+        return enum_for(:each) unless block
+
+        @by_pid.each_value(&block)
+        self
+      end
+
+      # Add +record+ (a WorkerRecord); returns it.
+      def add(record)
+        @by_pid[record.pid] = record
+      end
+
+      # Remove +record+; returns it, or nil when it was not there (any more).
+      def delete(record)
+        @by_pid.delete(record.pid)
+      end
+
+      # The record of the process +pid+, or nil.
+      def [](pid)
+        @by_pid[pid]
+      end
+
+      # How many processes: workers and the mold.
+      def size
+        @by_pid.size
+      end
+
+      # No process is left.
+      def empty?
+        @by_pid.empty?
+      end
+
+      # The workers that serve, or will (booting ones too): not the mold, not stopping.
+      def serving
+        select(&:serving?)
+      end
+
+      # The mold (pending or ready) unless it was told to stop; nil when there is none.
+      def mold
+        find { |w| w.mold? && !w.stopping? }
+      end
+
+      # The record whose heartbeat pipe is +io+, or nil.
+      def by_beat(io)
+        find { |w| w.channel.beat == io }
+      end
+
+      # The lowest worker index no worker holds, for one more worker when
+      # +target+ should serve (a stopping worker still holds its index; the
+      # mold holds none).
+      def free_index(target)
+        ((0..size + target).to_a - reject(&:mold?).map(&:index)).first
+      end
+
+      # In a newly forked worker: close the master's side of every other worker's links.
+      def close_channels
+        each { |w| w.channel.close }
+      end
+    end
+  end
+end

@@ -1,0 +1,134 @@
+# frozen_string_literal: true
+
+require_relative "../runner"
+require_relative "../server"
+require_relative "../clock"
+require_relative "balancer"
+require_relative "channel"
+require_relative "mold"
+require_relative "signals"
+
+module Margay
+  class Cluster < Runner
+    # Internal: the child side of cluster mode. A worker runs a Server on the
+    # listeners inherited from the master and reports to it through its
+    # Channel: "booted" once serving, "alive" every second, "refork due" once
+    # it has served refork_after requests. When the master asks, it stops
+    # serving and becomes the mold (Mold). With balance_keepalive its
+    # Balancer moves idle connections to and from the other workers.
+    class Worker
+      # At most; a quarter of worker_timeout when that is shorter, so that a
+      # short timeout never kills a worker whose beat is merely due.
+      HEARTBEAT_INTERVAL = 1.0
+
+      # @param index [Integer] the worker's slot
+      # @param app [#call] the Rack app
+      # @param config [Configuration]
+      # @param log [Log]
+      # @param listeners [Array<Binder::Listener>] the master's, inherited
+      # @param channel [Channel] the worker's side of its links to the master
+      # @param board [Native::IdleBoard, nil] the cluster's count of waiting
+      #   threads and connections per worker
+      def initialize(index:, app:, config:, log:, listeners:, channel:, board: nil)
+        @index = index
+        @app = app
+        @config = config
+        @log = log
+        @listeners = listeners
+        @channel = channel
+        @board = board
+        @server = nil
+        @balancer = nil
+        @mold_requested = false
+        @refork_reported = false
+        @last_beat = nil
+        @orphaned = false
+        @terminating = false
+        @beat_interval = [HEARTBEAT_INTERVAL, config.worker_timeout / 4.0].min
+      end
+
+      # Serve until told to stop (or to become the mold); never returns.
+      def run
+        $PROGRAM_NAME = "margay: worker #{@index}"
+        @config.run_hook(:on_worker_boot, @index)
+        idle_board = [@board, @index] if @board && @index < @board.size
+        @server = Server.new(@app, @config, log: @log, listeners: @listeners, on_tick: method(:tick),
+                                            on_stuck: -> { @server.stop }, idle_board: idle_board)
+        @balancer = Balancer.new(server: @server, channel: @channel, log: @log, index: @index)
+        Signals::STOP.each { |sig| trap(sig) { terminate } }
+        (Signals::MASTER - Signals::STOP - %w[HUP]).each { |sig| trap(sig, "IGNORE") }
+        app_hup = trap("HUP", "IGNORE") # HUP never kills a worker ...
+        trap("HUP", app_hup) if app_hup.is_a?(Proc) # ... and an app's own handler (reopening logs) stays
+        @server.run
+        @balancer.return_handed_over
+        become_mold if @mold_requested && !@terminating
+        @config.run_hook(:before_worker_shutdown, @index) # connections are drained; the app is still loaded
+        @config.run_hook(:on_worker_shutdown, @index)
+        exit!(0)
+      rescue Exception => e # rubocop:disable Lint/RescueException -- a child must never return into the master's code
+        @log.exception(e, "worker #{@index} failed")
+        exit!(1)
+      end
+
+      private
+
+      # TERM/INT/QUIT: stop serving, and do not become the mold either, if that
+      # was asked for (the master is stopping or replacing this worker).
+      def terminate
+        @terminating = true
+        @server.close_listeners_on_stop!
+        @server.stop
+      end
+
+      # From the server's supervisor, about every 5 ms.
+      def tick
+        now = Clock.now
+        if @last_beat.nil? || now - @last_beat >= @beat_interval
+          report(@last_beat ? :alive : :booted)
+          @last_beat = now
+          report_refork_due
+        end
+        if @channel.asked_to_become_mold?
+          @mold_requested = true # before balancing: a mold-to-be takes no more hand-overs
+          return @server.stop
+        end
+        @balancer.balance(now) if @config.balance_keepalive && !@mold_requested
+      end
+
+      def report_refork_due
+        limit = @config.refork_after
+        return if @refork_reported || limit.nil? || @server.stats[:requests] < limit
+
+        @refork_reported = true
+        report(:refork_due)
+      end
+
+      # A broken heartbeat pipe means the master is gone (killed, or
+      # crashed): nobody supervises this worker any more, so it finishes its
+      # requests in flight and exits instead of serving on alone.
+      def report(report)
+        @channel.report(report)
+      rescue Errno::EPIPE, IOError
+        return if @orphaned
+
+        @orphaned = true
+        @log.warn("worker #{@index}: the master is gone: finishing requests in flight, then exiting")
+        terminate
+      end
+
+      # The master asked for a mold: this warm process stops being a worker
+      # (its engine and pool threads are gone: nothing forks while they run)
+      # and forks the new workers from now on; never returns.
+      def become_mold
+        $PROGRAM_NAME = "margay: mold (from worker #{@index})"
+        Signals::STOP.each { |sig| trap(sig) { exit!(0) } }
+        exit!(0) if @terminating # told to stop while it was draining
+        mold = Mold.new(index: @index, config: @config, log: @log, channel: @channel, beat_interval: @beat_interval)
+        mold.run do |index, channel|
+          Worker.new(index: index, app: @app, config: @config, log: @log, listeners: @listeners, channel: channel,
+                     board: @board).run
+        end
+      end
+    end
+  end
+end

@@ -1,0 +1,123 @@
+# frozen_string_literal: true
+
+require_relative "../runner"
+
+module Margay
+  class Cluster < Runner
+    # Internal: the master's record of one worker process, or of the mold (a
+    # worker that stopped serving to fork the others). A worker moves through
+    # booting -> booted, may be marked retiring (to be replaced, one at a
+    # time), and ends stopping (told to stop: it gets shutdown_timeout + 5 s
+    # from stop_at). A mold is pending (draining its connections) until it
+    # reports ready; from then on it forks the new workers.
+    class WorkerRecord
+      # index: the worker's slot (0...workers); pid; channel: the master's
+      # side of its links (Channel).
+      attr_reader :index, :pid, :channel
+      # last_beat: when it last reported; stop_at: when it was told to stop
+      # (nil until then). Monotonic seconds (Clock.now).
+      attr_accessor :last_beat, :stop_at
+
+      # @param now [Float] Clock.now: a new worker has its boot timeout from now
+      def initialize(index:, pid:, channel:, now:)
+        @index = index
+        @pid = pid
+        @channel = channel
+        @last_beat = now
+        @stop_at = nil
+        @booted = false
+        @retiring = false
+        @stopping = false
+        @mold = nil
+      end
+
+      # It reported that it serves.
+      def booted?
+        @booted
+      end
+
+      # Record its first report.
+      def booted!
+        @booted = true
+      end
+
+      # Marked to be replaced (phased restart, or reforking from the mold).
+      def retiring?
+        @retiring
+      end
+
+      # Mark it to be replaced once the others are up.
+      def retire_later!
+        @retiring = true
+      end
+
+      # It was told to stop.
+      def stopping?
+        @stopping
+      end
+
+      # Record that it was told to stop at +now+ (the first time counts).
+      def stopping!(now)
+        @stopping = true
+        @stop_at ||= now
+      end
+
+      # It is the mold, pending or ready.
+      def mold?
+        !@mold.nil?
+      end
+
+      # It was asked to become the mold and is draining its connections.
+      def pending_mold?
+        @mold == :pending
+      end
+
+      # It is the mold and forks workers.
+      def ready_mold?
+        @mold == :ready
+      end
+
+      # Record that it was asked to become the mold.
+      def mold_pending!
+        @mold = :pending
+      end
+
+      # Record that it is the mold, ready to fork.
+      def mold_ready!
+        @mold = :ready
+      end
+
+      # A worker that serves, or will: neither the mold nor told to stop.
+      def serving?
+        !mold? && !stopping?
+      end
+
+      # How long it may stay silent: a booted worker and the mold
+      # worker_timeout, one still booting worker_boot_timeout.
+      def heartbeat_timeout(config)
+        booted? || mold? ? config.worker_timeout : config.worker_boot_timeout
+      end
+
+      # Send signal +sig+ to the process; nil when it is gone (ESRCH) or the
+      # pid now belongs to someone else's process (EPERM: a worker gone unseen).
+      def kill(sig)
+        Process.kill(sig, @pid)
+      rescue Errno::ESRCH, Errno::EPERM
+        nil
+      end
+
+      # Its resident memory in bytes (nil when unknown).
+      def rss_bytes
+        File.read("/proc/#{@pid}/status")[/^VmRSS:\s+(\d+) kB/, 1].to_i * 1024
+      rescue SystemCallError
+        kb = `ps -o rss= -p #{Integer(@pid)}`.strip
+        kb.empty? ? nil : kb.to_i * 1024
+      end
+
+      # How the master's log names it: "worker 2 (pid 4711)".
+      def to_s
+        "worker #{@index} (pid #{@pid})"
+      end
+    end
+  end
+end

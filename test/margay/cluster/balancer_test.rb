@@ -1,0 +1,252 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "margay/cluster/balancer"
+require "margay/cluster/roster"
+
+# Keep-alive balancing (Margay::Cluster::Balancer), both sides, over real
+# sockets but with a scripted engine and board, so every decision is
+# deterministic: when a worker hands connections over, which worker the
+# master gives them to, and what happens when nobody takes them.
+class BalancerTest < Minitest::Test
+  Cluster = Margay::Cluster
+
+  # An engine that answers as told and records what it was asked.
+  class FakeEngine
+    attr_accessor :saturated_ms, :others_waiting, :handoff_quota, :failure
+    attr_reader :detach_calls, :adopted
+
+    def initialize
+      @saturated_ms = 0
+      @others_waiting = 0
+      @handoff_quota = 0
+      @idle = []
+      @detach_calls = []
+      @adopted = []
+    end
+
+    # Idle connections it holds: [[fd, kept_alive], ...] (fds it owns).
+    def hold(*connections)
+      @idle.concat(connections)
+    end
+
+    def detach_idle(max, pending_only)
+      raise IOError, "closed engine" if @failure
+
+      @detach_calls << [max, pending_only]
+      @idle.shift(max)
+    end
+
+    # The connections it still holds are closed with it.
+    def close
+      @idle.each { |fd, _| IO.for_fd(fd).close }
+    end
+
+    def adopt(fd, kept_alive)
+      @adopted << [fd, kept_alive]
+      IO.for_fd(fd).close # served, and closed, by the engine
+      true
+    end
+  end
+
+  FakeServer = Struct.new(:engine)
+  # A board with fixed connection counts per worker index.
+  FakeBoard = Struct.new(:counts) do
+    def size
+      counts.size
+    end
+
+    def connections(index)
+      counts.fetch(index)
+    end
+  end
+
+  def setup
+    @log_io = StringIO.new
+    @log = Margay::Log.new(out: @log_io, err: @log_io)
+    @closables = []
+    @engines = []
+  end
+
+  def teardown
+    @engines.each(&:close)
+    @closables.each { |io| io.close unless io.closed? }
+  end
+
+  # ---- the worker's side ----
+
+  def test_nothing_moves_while_a_thread_is_free
+    engine, balancer, master = worker_side
+    engine.hold(connection(true))
+    balancer.balance(1.0)
+    assert_empty engine.detach_calls
+    refute master.connection_waiting?
+  end
+
+  def test_waiting_requests_go_where_threads_wait
+    engine, balancer, master = worker_side(saturated_ms: 1, others_waiting: 2)
+    engine.hold(connection(true), connection(false), connection(true))
+    balancer.balance(1.0)
+    assert_equal [[2, true]], engine.detach_calls, "as many as the threads waiting elsewhere, pending ones only"
+    assert_equal [true, false], received_kinds(master)
+  end
+
+  def test_saturated_workers_even_out_at_most_every_10_ms
+    engine, balancer, master = worker_side(saturated_ms: 5, handoff_quota: 1)
+    engine.hold(connection(true), connection(true), connection(false))
+    balancer.balance(1.0)
+    balancer.balance(1.005)
+    assert_equal [[1, false]], engine.detach_calls, "once within 10 ms"
+    balancer.balance(1.011)
+    assert_equal [[1, false], [1, false]], engine.detach_calls
+    assert_equal [true, true], received_kinds(master)
+    engine.saturated_ms = 4
+    balancer.balance(1.1)
+    assert_equal 2, engine.detach_calls.size, "not before 5 ms saturated"
+  end
+
+  def test_a_connection_the_master_cannot_take_is_served_here
+    engine, balancer, master = worker_side(saturated_ms: 1, others_waiting: 1)
+    fd, = engine.hold(connection(true)).first
+    master.close
+    balancer.balance(1.0)
+    assert_equal [[fd, true]], engine.adopted
+  end
+
+  def test_connections_handed_to_the_worker_are_adopted
+    engine, balancer, master = worker_side
+    client, server = UNIXSocket.pair
+    @closables << client << server
+    assert master.send_connection_nonblock(server, false)
+    balancer.balance(1.0)
+    assert_equal [false], engine.adopted.map(&:last)
+  end
+
+  def test_a_failure_is_logged_not_raised
+    _engine, balancer, = worker_side(saturated_ms: 1, others_waiting: 1, failure: true)
+    balancer.balance(1.0)
+    assert_match(/WARN: worker 3: keep-alive hand-over failed: closed engine/, @log_io.string)
+  end
+
+  def test_no_engine_no_balancing
+    master, worker = Cluster::Channel.pair
+    @closables.concat(master.ios + worker.ios)
+    balancer = Cluster::Balancer.new(server: FakeServer.new(nil), channel: worker, log: @log, index: 0)
+    balancer.balance(1.0)
+    assert_empty @log_io.string
+  end
+
+  def test_a_stopped_worker_returns_what_it_was_handed
+    _engine, balancer, master = worker_side
+    client, server = UNIXSocket.pair
+    @closables << client << server
+    master.send_connection_nonblock(server, true)
+    balancer.return_handed_over
+    assert_equal [true], received_kinds(master)
+  end
+
+  # ---- the master's side ----
+
+  def test_the_master_forwards_to_the_worker_with_fewest_connections
+    roster, ends = workers(3)
+    forwarder = Cluster::Balancer::Forwarder.new(roster: roster, board: FakeBoard.new([9, 5, 2]), log: @log)
+    hand_over(ends[0], kept_alive: true)
+    forwarder.forward(roster.to_a[0])
+    assert_equal [[], [], [true]], ends.map { |e| received_kinds(e) }
+  end
+
+  def test_round_robin_among_equals
+    roster, ends = workers(3)
+    forwarder = Cluster::Balancer::Forwarder.new(roster: roster, board: FakeBoard.new([4, 4, 4]), log: @log)
+    takers = Array.new(4) do
+      hand_over(ends[0], kept_alive: false)
+      forwarder.forward(roster.to_a[0])
+      ends.index { |e| !received_kinds(e).empty? }
+    end
+    assert_equal [2, 1, 2, 1], takers, "never back to the sender while another serves; turns among equals"
+  end
+
+  def test_back_to_the_sender_when_no_other_serves
+    roster, ends = workers(2)
+    roster.to_a[1].stopping!(1.0)
+    forwarder = Cluster::Balancer::Forwarder.new(roster: roster, board: FakeBoard.new([1, 1]), log: @log)
+    hand_over(ends[0], kept_alive: true)
+    forwarder.forward(roster.to_a[0])
+    assert_equal [[true], []], ends.map { |e| received_kinds(e) }
+  end
+
+  def test_a_worker_that_cannot_take_it_is_skipped_and_with_no_taker_it_is_closed
+    roster, ends = workers(3)
+    forwarder = Cluster::Balancer::Forwarder.new(roster: roster, board: FakeBoard.new([0, 0, 9]), log: @log)
+    ends[1].close # gone: the next one takes it
+    hand_over(ends[0], kept_alive: true)
+    forwarder.forward(roster.to_a[0])
+    assert_equal [true], received_kinds(ends[2])
+    roster.to_a[0].stopping!(1.0)
+    ends[2].close
+    hand_over(ends[0], kept_alive: true)
+    forwarder.forward(roster.to_a[0])
+    assert_match(/WARN: master: no worker took a handed-over connection: closed/, @log_io.string)
+  end
+
+  def test_a_datagram_without_its_descriptor_is_logged
+    roster, ends = workers(2)
+    forwarder = Cluster::Balancer::Forwarder.new(roster: roster, board: FakeBoard.new([0, 0]), log: @log)
+    ends[0].handoff.send("k", 0)
+    forwarder.forward(roster.to_a[0])
+    assert_match(/WARN: master: keep-alive hand-over failed: a hand-over datagram without its descriptor/,
+                 @log_io.string)
+  end
+
+  private
+
+  # A worker's balancer on a scripted engine (+answers+: what it says, e.g.
+  # saturated_ms: 1): [engine, balancer, the master's side of its channel].
+  def worker_side(**answers)
+    master, worker = Cluster::Channel.pair
+    @closables.concat(master.ios + worker.ios)
+    engine = FakeEngine.new
+    answers.each { |name, value| engine.public_send(:"#{name}=", value) }
+    @engines << engine
+    balancer = Cluster::Balancer.new(server: FakeServer.new(engine), channel: worker, log: @log, index: 3)
+    [engine, balancer, master]
+  end
+
+  # +count+ booted workers in a roster: [roster, each worker's side of its channel].
+  def workers(count)
+    roster = Cluster::Roster.new
+    ends = Array.new(count) do |index|
+      master, worker = Cluster::Channel.pair
+      @closables.concat(master.ios + worker.ios)
+      roster.add(Cluster::WorkerRecord.new(index: index, pid: 100 + index, channel: master, now: 0.0)).booted!
+      worker
+    end
+    [roster, ends]
+  end
+
+  # An idle connection the engine owns: [fd, kept_alive].
+  def connection(kept_alive)
+    client, server = UNIXSocket.pair
+    @closables << client
+    server.autoclose = false
+    [server.fileno, kept_alive]
+  end
+
+  # A worker hands a connection to the master.
+  def hand_over(side, kept_alive:)
+    client, server = UNIXSocket.pair
+    @closables << client << server
+    assert side.send_connection_nonblock(server, kept_alive)
+  end
+
+  # The kinds of the connections waiting on +side+ (received and closed).
+  def received_kinds(side)
+    kinds = []
+    while side.connection_waiting?
+      io, kept_alive = side.recv_connection
+      io.close
+      kinds << kept_alive
+    end
+    kinds
+  end
+end

@@ -1,0 +1,155 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "margay/cluster/channel"
+
+# The master<->worker protocol (Margay::Cluster::Channel): every message
+# arrives as it was sent, over the real pipe and sockets.
+class ChannelTest < Minitest::Test
+  Channel = Margay::Cluster::Channel
+
+  def setup
+    @master, @worker = Channel.pair
+  end
+
+  def teardown
+    [@master, @worker].each(&:close)
+  end
+
+  def test_each_report_arrives_by_name
+    Channel::REPORTS.each_key do |report|
+      @worker.report(report)
+      assert_equal [report], @master.read_reports
+    end
+  end
+
+  def test_reports_read_together_and_the_end_of_the_pipe
+    assert_equal false, @master.read_reports, "nothing sent yet"
+    @worker.report(:alive)
+    @worker.report(:refork_due)
+    @worker.report!(:mold_ready)
+    assert_equal %i[alive refork_due mold_ready], @master.read_reports
+    @worker.close
+    assert_nil @master.read_reports, "EOF: the worker is gone"
+  end
+
+  def test_a_report_to_a_master_that_is_gone_raises_epipe
+    @master.close
+    assert_raises(Errno::EPIPE) { @worker.report(:alive) }
+  end
+
+  def test_become_the_mold
+    refute @worker.asked_to_become_mold?
+    @master.ask_to_become_mold
+    assert @worker.asked_to_become_mold?
+    refute @worker.asked_to_become_mold?, "asked once"
+  end
+
+  def test_fork_orders
+    refute @worker.order_waiting?(0)
+    @master.order_fork(7)
+    assert @worker.order_waiting?(1)
+    assert_equal 7, @worker.next_order
+    @master.ctl.write("something else\n")
+    assert_nil @worker.next_order, "a line that is no fork order"
+    @master.close
+    assert_raises(EOFError) { @worker.next_order }
+  end
+
+  # The mold's answer carries the new worker's pid and the master's ends of
+  # its links: the master then talks to the new worker through them.
+  def test_the_molds_answer_round_trips
+    new_master, new_worker = Channel.pair
+    @worker.answer_order(4711, new_master)
+    new_master.close # the mold's copies
+    pid, received = @master.receive_answer
+    assert_equal 4711, pid
+    assert_kind_of UNIXSocket, received.ctl
+    new_worker.report(:booted)
+    assert_equal [:booted], received.read_reports
+    received.order_fork(3)
+    assert_equal 3, new_worker.next_order
+    send_and_receive(new_worker, received, true)
+  ensure
+    [new_master, new_worker, received].each { |side| side&.close }
+  end
+
+  def test_an_answer_without_its_descriptors_names_the_worker_to_kill
+    r, w = IO.pipe
+    @worker.ctl.sendmsg("4711\n", 0, nil, Socket::AncillaryData.unix_rights(r))
+    error = assert_raises(Channel::BadAnswer) { @master.receive_answer }
+    assert_equal 4711, error.pid
+    assert_equal "the mold sent 1 descriptors", error.message
+  ensure
+    [r, w].each { |io| io&.close }
+  end
+
+  def test_no_answer_from_a_mold_that_is_gone
+    @worker.close
+    error = assert_raises(Channel::BadAnswer) { @master.receive_answer }
+    assert_nil error.pid
+  end
+
+  def test_a_connection_arrives_with_its_kind
+    [true, false].each { |kept_alive| send_and_receive(@worker, @master, kept_alive) }
+  end
+
+  def test_connections_over_a_plain_datagram_pair
+    a, b = UNIXSocket.pair(:DGRAM)
+    from = Channel.new(nil, nil, a)
+    to = Channel.new(nil, nil, b)
+    refute to.connection_waiting?
+    send_and_receive(from, to, false)
+    send_and_receive(to, from, true)
+  ensure
+    [a, b].each { |s| s&.close }
+  end
+
+  def test_a_datagram_without_a_descriptor_raises
+    @worker.handoff.send("k", 0)
+    assert @master.connection_waiting?
+    assert_raises(SocketError) { @master.recv_connection }
+  end
+
+  def test_sending_to_a_peer_that_is_gone_fails_without_raising
+    client, server = UNIXSocket.pair
+    @master.close
+    refute @worker.send_connection_nonblock(server, true)
+  ensure
+    [client, server].each { |s| s&.close }
+  end
+
+  def test_pair_closes_what_it_made_when_descriptors_run_out
+    skip "needs /proc/self/fd" unless File.directory?("/proc/self/fd")
+    limit = Process.getrlimit(Process::RLIMIT_NOFILE)
+    GC.start # Ruby collects garbage when descriptors run out: let it close stray IOs now, not during the test
+    before = open_fds
+    free = (0..).lazy.reject { |fd| before.include?(fd) }.first(5)
+    Process.setrlimit(Process::RLIMIT_NOFILE, free[4], limit[1]) # the pipe and one socket pair fit, not the third
+    assert_raises(Errno::EMFILE) { Channel.pair }
+    Process.setrlimit(Process::RLIMIT_NOFILE, *limit)
+    assert_empty open_fds - before, "the pipe and the socket pair made before the failure are closed"
+  ensure
+    Process.setrlimit(Process::RLIMIT_NOFILE, *limit) if limit
+  end
+
+  private
+
+  # A connection sent from one side arrives at the other: same socket, same kind.
+  def send_and_receive(from, to, kept_alive)
+    client, server = UNIXSocket.pair
+    assert from.send_connection_nonblock(server, kept_alive)
+    server.close # the sender's copy
+    assert to.connection_waiting?
+    io, kind = to.recv_connection
+    assert_equal kept_alive, kind
+    client.write("x")
+    assert_equal "x", io.read(1)
+  ensure
+    [client, server, io].each { |s| s&.close }
+  end
+
+  def open_fds
+    Dir.open("/proc/self/fd") { |dir| dir.children.map(&:to_i) - [dir.fileno] }.sort
+  end
+end

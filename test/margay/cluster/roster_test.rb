@@ -1,0 +1,77 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "margay/cluster/roster"
+require "margay/cluster/channel"
+
+# The master's set of workers (Margay::Cluster::Roster) and its questions:
+# which serve, which is the mold, which index a new worker gets.
+class RosterTest < Minitest::Test
+  Cluster = Margay::Cluster
+
+  def setup
+    @roster = Cluster::Roster.new
+    @channels = []
+  end
+
+  def teardown
+    @channels.each(&:close)
+  end
+
+  def add(index, pid)
+    master, worker = Cluster::Channel.pair
+    @channels << master << worker
+    @roster.add(Cluster::WorkerRecord.new(index: index, pid: pid, channel: master, now: 0.0))
+  end
+
+  def test_records_by_pid_in_the_order_added
+    a = add(0, 10)
+    b = add(1, 11)
+    assert_equal 2, @roster.size
+    assert_same b, @roster[11]
+    assert_equal [a, b], @roster.to_a
+    assert_same a, @roster.delete(a)
+    assert_nil @roster.delete(a), "gone already"
+    assert_nil @roster[10]
+    @roster.delete(b)
+    assert_empty @roster
+  end
+
+  def test_serving_excludes_the_mold_and_the_stopping
+    a = add(0, 10)
+    b = add(1, 11)
+    c = add(2, 12)
+    b.mold_pending!
+    c.stopping!(1.0)
+    assert_equal [a], @roster.serving
+    assert_same b, @roster.mold
+    b.stopping!(2.0)
+    assert_nil @roster.mold, "a mold told to stop is no mold to ask"
+  end
+
+  def test_free_index_fills_the_lowest_gap_and_ignores_the_mold
+    add(0, 10)
+    mold = add(1, 11)
+    add(2, 12)
+    assert_equal 3, @roster.free_index(3)
+    mold.mold_pending!
+    assert_equal 1, @roster.free_index(3), "the mold left its slot"
+    stopping = @roster[10]
+    stopping.stopping!(1.0)
+    assert_equal 1, @roster.free_index(3), "a stopping worker keeps its slot until it is gone"
+  end
+
+  def test_by_beat_finds_the_worker_of_a_pipe
+    a = add(0, 10)
+    b = add(1, 11)
+    assert_same b, @roster.by_beat(b.channel.beat)
+    assert_same a, @roster.by_beat(a.channel.beat)
+    assert_nil @roster.by_beat($stdin)
+  end
+
+  def test_close_channels
+    a = add(0, 10)
+    @roster.close_channels
+    assert a.channel.ios.all?(&:closed?)
+  end
+end

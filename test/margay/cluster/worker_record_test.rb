@@ -1,0 +1,75 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "margay/cluster/worker_record"
+
+# The master's record of one worker (Margay::Cluster::WorkerRecord): the
+# states a worker goes through and what the master asks of them.
+class WorkerRecordTest < Minitest::Test
+  WorkerRecord = Margay::Cluster::WorkerRecord
+
+  def record(index: 1, pid: 4711)
+    WorkerRecord.new(index: index, pid: pid, channel: nil, now: 100.0)
+  end
+
+  def test_a_new_worker_boots_and_serves
+    w = record
+    assert_equal 100.0, w.last_beat, "its boot timeout runs from its start"
+    assert w.serving?, "a booting worker counts as serving (it will)"
+    refute w.booted?
+    w.booted!
+    assert w.booted?
+    assert w.serving?
+    assert_equal "worker 1 (pid 4711)", w.to_s
+  end
+
+  def test_retiring_is_a_mark_and_stopping_ends_serving
+    w = record
+    w.retire_later!
+    assert w.retiring?
+    assert w.serving?, "marked, it serves until its turn comes"
+    assert_nil w.stop_at
+    w.stopping!(200.0)
+    assert w.stopping?
+    refute w.serving?
+    w.stopping!(300.0)
+    assert_equal 200.0, w.stop_at, "its grace period runs from the first time it was told"
+  end
+
+  def test_the_mold_is_pending_then_ready_and_never_serves
+    w = record
+    refute w.mold?
+    w.mold_pending!
+    assert w.mold?
+    assert w.pending_mold?
+    refute w.ready_mold?
+    refute w.serving?
+    w.mold_ready!
+    assert w.mold?
+    assert w.ready_mold?
+    refute w.pending_mold?
+  end
+
+  def test_heartbeat_timeout_is_the_boot_timeout_until_it_booted
+    config = Margay::Configuration.new(worker_timeout: 7, worker_boot_timeout: 30)
+    w = record
+    assert_equal 30, w.heartbeat_timeout(config)
+    w.booted!
+    assert_equal 7, w.heartbeat_timeout(config)
+    mold = record
+    mold.mold_pending!
+    assert_equal 7, mold.heartbeat_timeout(config), "a mold beats from its first second"
+  end
+
+  def test_memory_of_a_process
+    assert_operator record(pid: Process.pid).rss_bytes, :>, 1024 * 1024
+  end
+
+  def test_kill_a_process
+    pid = Process.spawn("sleep", "30")
+    w = record(pid: pid)
+    w.kill(:KILL)
+    Process.wait(pid)
+    assert_nil w.kill(:TERM), "a process that is gone is no error"
+  end
+end

@@ -1,0 +1,88 @@
+# frozen_string_literal: true
+
+require_relative "../support/cluster_process"
+
+# Keep-alive balancing end to end (lib/margay/cluster/balancer.rb): an idle
+# connection pinned to a saturated worker is handed to a worker with a free
+# thread.
+class ClusterBalancerTest < Minitest::Test
+  include ClusterProcess
+
+  def test_idle_connection_of_a_saturated_worker_is_served_elsewhere
+    start_cluster(2, min_threads: 1, max_threads: 1)
+    pinned = TCPSocket.new("127.0.0.1", @port)
+    pinned.write("GET /pid HTTP/1.1\r\nHost: t\r\n\r\n")
+    pinned_pid = read_response(pinned)[2].to_i
+    busy = occupy(pinned_pid)
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    pinned.write("GET /pid HTTP/1.1\r\nHost: t\r\n\r\n")
+    status, _, body = read_response(pinned, timeout: 10)
+    elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+    assert_equal 200, status
+    refute_equal pinned_pid, body.to_i, "answered by the other worker"
+    assert_operator elapsed, :<, 2.5, "waited for the busy worker (its request takes 5 s)"
+  ensure
+    pinned&.close
+    busy&.close
+  end
+
+  # A connection accepted just before its worker got busy, that has not sent
+  # its first request yet, moves too (it is idle like a kept-alive one).
+  def test_new_connection_of_a_saturated_worker_is_served_elsewhere
+    start_cluster(2, min_threads: 1, max_threads: 1)
+    pids = Array.new(40) { get_pid }.uniq
+    assert_equal 2, pids.size, "both workers answer"
+    fresh = []
+    until fresh.map { |sock| owner(sock, pids) }.uniq.size == 2 # one at least on each worker; silent so far
+      flunk "new connections all went to one worker" if fresh.size == 20
+      fresh << TCPSocket.new("127.0.0.1", @port)
+      sleep 0.05 # accepted
+    end
+    target = owner(fresh.first, pids)
+    other = (pids - [target]).first
+    busy = occupy(target)
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    fresh.each { |sock| sock.write("GET /pid HTTP/1.1\r\nHost: t\r\n\r\n") }
+    answers = fresh.map { |sock| read_response(sock, timeout: 10) }
+    elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+    assert_equal [[200, other]] * fresh.size, answers.map { |status, _, body| [status, body.to_i] }
+    assert_operator elapsed, :<, 2.5, "a first request waited for the busy worker (its request takes 5 s)"
+  ensure
+    fresh&.each(&:close)
+    busy&.close
+  end
+
+  private
+
+  def get_pid
+    sock = TCPSocket.new("127.0.0.1", @port)
+    sock.write("GET /pid HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    read_response(sock)[2].to_i
+  ensure
+    sock&.close
+  end
+
+  # Which of the processes +pids+ holds the server side of client socket
+  # +sock+ (Linux: the socket's inode in /proc/net/tcp, then each fd table).
+  def owner(sock, pids)
+    port = format("%04X", sock.local_address.ip_port)
+    line = File.readlines("/proc/net/tcp").find { |l| l.split[2]&.end_with?(":#{port}") }
+    inode = line&.split&.fetch(9)
+    pids.find do |pid|
+      Dir.glob("/proc/#{pid}/fd/*").any? { |fd| File.readlink(fd) == "socket:[#{inode}]" rescue false } # rubocop:disable Style/RescueModifier
+    end
+  end
+
+  # Occupy the only thread of the worker +pid+ with a 5 s request; returns its
+  # socket. Requests that land on the other worker answer at once and are retried.
+  def occupy(pid)
+    20.times do
+      sock = TCPSocket.new("127.0.0.1", @port)
+      sock.write("GET /slow_in?#{pid} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+      return sock unless sock.wait_readable(0.3)
+
+      sock.close
+    end
+    flunk "could not occupy worker #{pid}"
+  end
+end

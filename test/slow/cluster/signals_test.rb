@@ -1,0 +1,74 @@
+# frozen_string_literal: true
+
+require_relative "../support/cluster_process"
+
+# The master's signals end to end (docs/SIGNALS.md; the inbox is
+# lib/margay/cluster/signals.rb, what each does lib/margay/cluster.rb):
+# graceful stops, TTIN/TTOU, HUP, and signals that arrive while the app loads.
+# USR1/USR2: restarts_test.rb; URG: mold_test.rb.
+class ClusterSignalsTest < Minitest::Test
+  include ClusterProcess
+
+  %i[INT QUIT].each do |sig|
+    define_method(:"test_#{sig.downcase}_stops_gracefully") do
+      start_cluster(2)
+      slow = slow_request
+      wait_for_log(/slow request in/)
+      Process.kill(sig, @master)
+      assert_match(/\r\n\r\n0\z/, slow.value, "the request in flight completes")
+      assert @thread.join(20), "master did not exit after #{sig}"
+      assert_predicate @thread.value, :success?
+    end
+  end
+
+  # TERM: the master and every worker close their copies of the listening
+  # socket at once, so new clients are refused while requests finish.
+  def test_term_refuses_new_clients_while_requests_finish
+    start_cluster(2)
+    slow = slow_request
+    wait_for_log(/slow request in/)
+    Process.kill(:TERM, @master)
+    refused = Timeout.timeout(4) do # the slow request takes 5 s
+      loop do
+        TCPSocket.new("127.0.0.1", @port).close
+        sleep 0.02
+      rescue Errno::ECONNREFUSED
+        break true
+      end
+    end
+    assert refused
+    assert_match(/\r\n\r\n0\z/, slow.value, "the request in flight completes")
+    assert @thread.join(20), "master did not exit after TERM"
+    assert_predicate @thread.value, :success?
+  end
+
+  def test_ttin_and_ttou
+    start_cluster(1)
+    Process.kill(:TTIN, @master)
+    wait_for_log(/booted/, count: 2)
+    assert_equal 2, worker_pids.size
+    Process.kill(:TTOU, @master)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+    sleep 0.05 until worker_pids.size == 1 || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    assert_equal 1, worker_pids.size
+  end
+
+  def test_hup_reaches_the_workers_and_they_keep_serving
+    start_cluster(2)
+    Process.kill(:HUP, @master)
+    wait_for_log(/HUP in/, count: 2)
+    assert_equal 200, post("h")[0]
+  end
+
+  def test_signals_during_preload_are_not_fatal
+    @dir = Dir.mktmpdir("margay-bootsig-")
+    File.write(File.join(@dir, "config.ru"), "puts 'loading'; $stdout.flush; sleep 2\nrun ->(e) { [200, {}, ['up']] }\n")
+    spawn_master("-w", "1", "-b", "tcp://127.0.0.1:0", "config.ru")
+    wait_for_log(/loading/)
+    %i[HUP TTIN TTOU URG].each { |sig| Process.kill(sig, @master) }
+    wait_for_listening
+    wait_for_log(/booted/)
+    assert_predicate @thread, :alive?
+    assert_match(/up\z/, raw_exchange(@port, "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"))
+  end
+end

@@ -1,0 +1,117 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "open3"
+require "tmpdir"
+require "fileutils"
+
+# Test support (internal): a real cluster, `exe/margay -w N` in a temporary
+# directory, its output collected as the log the tests wait on. Every process
+# of it is gone at teardown, also when a graceful stop failed.
+module ClusterProcess
+  include Margay::TestHelper
+
+  ROOT = File.expand_path("../../..", __dir__)
+  APP = File.expand_path("cluster_app.ru", __dir__)
+
+  # Start `exe/margay -w WORKERS` serving support/cluster_app.ru with
+  # +settings+ written to a config file; returns once every worker booted.
+  def start_cluster(workers, **settings)
+    @dir = Dir.mktmpdir("margay-cluster-")
+    config = File.join(@dir, "margay.rb")
+    File.write(config, settings.map { |k, v| "#{k} #{v.inspect}\n" }.join)
+    spawn_master("-w", workers.to_s, "-b", "tcp://127.0.0.1:0", "-C", config, APP)
+    wait_for_listening
+    wait_for_log(/booted/, count: workers)
+  end
+
+  # Start exe/margay with +args+ in @dir (made by the caller), without waiting.
+  def spawn_master(*args, env: {})
+    @stdin, @out, @thread = Open3.popen2e(env, RbConfig.ruby, File.join(ROOT, "exe/margay"), *args, chdir: @dir)
+    @master = @thread.pid
+    @log = +""
+    @log_lock = Mutex.new
+    @reader = Thread.new do
+      @out.each_line { |line| @log_lock.synchronize { @log << line } }
+    rescue IOError
+      nil
+    end
+  end
+
+  # Wait for the banner; @port is the port it names.
+  def wait_for_listening
+    wait_for_log(%r{Listening on tcp://127\.0\.0\.1:(\d+)})
+    @port = log_text[%r{Listening on tcp://127\.0\.0\.1:(\d+)}, 1].to_i
+  end
+
+  def stop_cluster
+    return unless @thread
+
+    Process.kill(:TERM, @master) if @thread.alive?
+    assert @thread.join(20), -> { "master did not exit after TERM; processes:\n#{Margay::TestWatchdog.process_report(@master)}" }
+    @reader.join(5)
+  ensure
+    @stdin&.close
+  end
+
+  # A master that would not stop is killed with its workers, also when the
+  # graceful stop's assertion failed (no process outlives its test).
+  def teardown
+    stop_cluster if @thread&.alive?
+  ensure
+    kill_cluster
+    FileUtils.rm_rf(@dir) if @dir
+    super
+  end
+
+  def kill_cluster
+    return unless @thread&.alive?
+
+    pids = [@thread.pid, *Margay::TestWatchdog.descendants(@thread.pid)]
+    pids.each do |pid|
+      Process.kill(:KILL, pid)
+    rescue Errno::ESRCH
+      nil
+    end
+    @thread.join(5)
+  end
+
+  def log_text
+    @log_lock.synchronize { @log.dup }
+  end
+
+  def wait_for_log(pattern, count: 1, timeout: 20)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+    until log_text.scan(pattern).size >= count
+      if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        flunk "timed out waiting for #{pattern.inspect} x#{count}; log:\n#{log_text}\n" \
+              "processes:\n#{Margay::TestWatchdog.process_report(@master || @thread.pid)}"
+      end
+      sleep 0.02
+    end
+  end
+
+  # Workers that booted and are still running (an exited orphan may linger as
+  # a zombie until init reaps it: that counts as gone).
+  def worker_pids
+    log_text.scan(/worker \d+ \(pid (\d+)\) booted/).flatten.map(&:to_i).select do |pid|
+      File.read("/proc/#{pid}/stat")[/\) (\S)/, 1] != "Z"
+    rescue Errno::ENOENT, Errno::ESRCH
+      false
+    end
+  end
+
+  def post(body)
+    sock = TCPSocket.new("127.0.0.1", @port)
+    sock.write("POST / HTTP/1.1\r\nHost: t\r\nContent-Length: #{body.bytesize}\r\nConnection: close\r\n\r\n#{body}")
+    read_response(sock, timeout: 30)
+  ensure
+    sock&.close
+  end
+
+  # A request to support/cluster_app.ru's /slow (5 s), in a thread: its value
+  # is everything the client read.
+  def slow_request
+    Thread.new { raw_exchange(@port, "GET /slow HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", timeout: 15) }
+  end
+end
