@@ -12,7 +12,8 @@ Gem::Specification.new do |spec|
   spec.license = "MIT"
   spec.required_ruby_version = ">= 3.1"
   # the extension: every source under ext/margay/ as extconf.rb builds it (not the fuzz harnesses)
-  spec.files = Dir["lib/**/*.rb", "ext/margay/**/*.{c,h,rb}", "exe/*", "README.md", "docs/*.md"] - Dir["ext/margay/fuzz/**/*"]
+  spec.files = Dir["lib/**/*.rb", "ext/margay/**/*.{c,h,rb}", "exe/*", "README.md", "docs/*.md"] -
+               Dir["ext/margay/fuzz/**/*"]
   spec.bindir = "exe"
   spec.executables = ["margay"]
   spec.extensions = ["ext/margay/extconf.rb"]

@@ -7,6 +7,11 @@
  * it and the response call (#respond, #respond_file, #stream_finish, #abort,
  * #hijack) that gives it back. Tokens name that hold: fd, generation and
  * request number, so a stale token raises instead of touching another request.
+ *
+ * This file: the Engine's lifecycle (new, listeners, start, stop, close),
+ * tokens and #next_request, the one method that waits without the GVL. The
+ * response methods are ruby/respond.c, the cluster API ruby/cluster.c; the
+ * work itself is core/.
  */
 #include "ruby/engine.h"
 #include "core/input.h"
