@@ -73,7 +73,7 @@ typedef struct mg_engine {
   _Atomic int *board_slots;  /* the cluster's shared counters (core/board.h), or NULL */
   int board_n, board_index;
   int detach_cursor;         /* where mg_detach_idle(pending_only) looks next (the caller holds the GVL) */
-  int closed;
+  int closed;                /* until opened, and once closed (ruby/engine.c raises IOError then) */
 } mg_engine;
 
 /* Event data: the wake fd, a listener (its index in the low bits), or a connection

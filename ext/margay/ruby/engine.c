@@ -108,7 +108,6 @@ static VALUE engine_initialize(VALUE self, VALUE values, VALUE env_template) {
   VALUE tmp = setting(values, MG_SET_tmpdir);
   snprintf(s->tmpdir, sizeof s->tmpdir, "%s", StringValueCStr(tmp));
 
-  /* keep some descriptors for the app (files, databases, logs) */
   int dflt_conns = mg_engine_size(e);
   VALUE mc = setting(values, MG_SET_max_connections);
   s->max_connections = NIL_P(mc) || NUM2INT(mc) > dflt_conns ? dflt_conns : NUM2INT(mc);
