@@ -11,7 +11,9 @@ Gem::Specification.new do |spec|
   spec.authors = ["Margay developers"]
   spec.license = "MIT"
   spec.required_ruby_version = ">= 3.1"
-  spec.files = Dir["lib/**/*.rb", "ext/margay/*.{c,h,rb}", "exe/*", "README.md", "docs/*.md"]
+  # the extension: every source under ext/margay/ as extconf.rb builds it (not the fuzz harnesses)
+  spec.files = Dir["lib/**/*.rb", "ext/margay/**/*.{c,h,rb}", "exe/*", "README.md", "docs/*.md"] -
+               Dir["ext/margay/fuzz/**/*"]
   spec.bindir = "exe"
   spec.executables = ["margay"]
   spec.extensions = ["ext/margay/extconf.rb"]

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# libFuzzer runs of the pure-C parser and chunked decoder (ext/margay/fuzz/).
+# libFuzzer runs of the pure-C parser and chunked decoder (ext/margay/http/, harnesses in ext/margay/fuzz/).
 #   rake fuzz[seconds]   build into tmp/fuzz/ and fuzz each harness that long (default 60);
 #                        fails when a harness finds a crash (reproducer in tmp/fuzz/artifacts/)
 #   rake fuzz:seeds      rewrite ext/margay/fuzz/seeds/{head,chunked}/ from the test inputs
@@ -12,8 +12,10 @@ module MargayFuzz
   SRC = "ext/margay"
   OUT = "tmp/fuzz"
   HARNESSES = %w[head chunked].freeze
-  FLAGS = %w[-g -O1 -std=gnu11 -Wall -Wextra -Wno-unused-parameter
+  FLAGS = %w[-g -O1 -std=gnu11 -Wall -Wextra
              -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined].freeze
+  # What the harnesses link: the pure HTTP units only (no Ruby, no engine).
+  HTTP = %w[bytes parser chunked].freeze
 
   def self.clang
     ENV.fetch("CLANG") do
@@ -25,8 +27,8 @@ module MargayFuzz
 
   def self.build(name)
     exe = File.join(OUT, "fuzz_#{name}")
-    sources = ["#{SRC}/fuzz/fuzz_#{name}.c", "#{SRC}/parser.c", "#{SRC}/chunked.c"]
-    deps = sources + ["#{SRC}/parser.h"]
+    sources = ["#{SRC}/fuzz/fuzz_#{name}.c"] + HTTP.map { |unit| "#{SRC}/http/#{unit}.c" }
+    deps = sources + HTTP.map { |unit| "#{SRC}/http/#{unit}.h" }
     return exe if File.exist?(exe) && deps.all? { |d| File.mtime(d) <= File.mtime(exe) }
 
     FileUtils.mkdir_p(OUT)

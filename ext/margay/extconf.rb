@@ -1,23 +1,41 @@
 # frozen_string_literal: true
 
 # Feature detection for the native hot path, plus opt-in debug and sanitizer builds:
-#   MARGAY_DEBUG=1     -O0 -g3, assertions on
-#   MARGAY_SANITIZE=1  AddressSanitizer + UndefinedBehaviorSanitizer (run Ruby with
-#                      LD_PRELOAD=$(gcc -print-file-name=libasan.so) so the runtime loads first)
+#   MARGAY_DEBUG=1     -O0 -g3, and assert() on: the ownership invariants of core/ (a
+#                      connection is armed, completed or forgotten only by its owner, and a
+#                      slot is reused only once it is free) abort the process when broken
+#   MARGAY_SANITIZE=1  the same, plus AddressSanitizer + UndefinedBehaviorSanitizer (run Ruby
+#                      with LD_PRELOAD=$(gcc -print-file-name=libasan.so) so the runtime loads first)
 require "mkmf"
+
+# The sources live in folders by layer (http/, ev/, core/, ruby/; see margay.c). Every C file
+# under them is built; fuzz/ holds the libFuzzer harnesses (rakelib/fuzz.rake), not the extension.
+# Objects mirror the folders (core/engine.o, ruby/engine.o): make finds each source through the
+# $(srcdir) entry of VPATH, and includes name the folder ("core/conn.h") from -I$(srcdir).
+sources = Dir.glob("**/*.c", base: __dir__).reject { |f| f.start_with?("fuzz/") }.sort
+folders = sources.map { |f| File.dirname(f) }.uniq - ["."]
+$srcs = sources.map { |f| File.join($srcdir, f) } # rubocop:disable Style/GlobalVars
+$objs = sources.map { |f| f.sub(/\.c\z/, ".o") } # rubocop:disable Style/GlobalVars
+FileUtils.mkdir_p(folders) # in the build directory, where make writes the objects
+$cleanfiles.concat(folders.map { |dir| "#{dir}/*.o" }) # rubocop:disable Style/GlobalVars
+
+# Ruby's own headers are system headers to us: -Wextra judges our code, not theirs (they have
+# unused parameters, which would also make mkmf reject -Wextra altogether).
+$INCFLAGS = $INCFLAGS.gsub(/-I(\$\((?:arch_)?hdrdir\)\S*)/, '-isystem \\1') # rubocop:disable Style/GlobalVars
 
 append_cflags("-std=gnu11")
 append_cflags("-fvisibility=hidden")
 append_cflags("-Wall")
 append_cflags("-Wextra")
-append_cflags("-Wno-unused-parameter")
 append_cflags("-Wno-missing-field-initializers")
+# ruby.h turns on the GNU extensions (accept4, O_TMPFILE, ...); core/ and http/ do not include
+# it, so the build does, for every unit alike.
+$defs << "-D_GNU_SOURCE=1" # rubocop:disable Style/GlobalVars
 
 if ENV["MARGAY_DEBUG"] == "1" || ENV["MARGAY_SANITIZE"] == "1"
   $CFLAGS = $CFLAGS.gsub(/-O\d/, "") # rubocop:disable Style/GlobalVars
   append_cflags("-O0")
   append_cflags("-g3")
-  $defs << "-DMG_DEBUG=1" # rubocop:disable Style/GlobalVars
 else
   append_cflags("-O2")
   $defs << "-DNDEBUG" # rubocop:disable Style/GlobalVars
@@ -38,10 +56,14 @@ have_header("sys/epoll.h") && have_func("epoll_create1", "sys/epoll.h")
 have_header("sys/eventfd.h") && have_func("eventfd", "sys/eventfd.h")
 have_func("accept4", %w[sys/types.h sys/socket.h])
 have_header("sys/sendfile.h") && have_func("sendfile", "sys/sendfile.h")
-have_func("pipe2", "unistd.h")
 have_header("sys/prctl.h") # PR_SET_CHILD_SUBREAPER for the cluster master
-have_func("memmem", "string.h")
 have_func("rb_thread_call_without_gvl", "ruby/thread.h") or abort("rb_thread_call_without_gvl is required")
-have_const("O_TMPFILE", "fcntl.h")
 
 create_makefile("margay/margay_native")
+
+# mkmf knows the headers of the top folder only: make every object depend on every header, so
+# that changing one rebuilds what includes it (the extension is small; precision is not needed).
+headers = Dir.glob("**/*.h", base: __dir__).reject { |f| f.start_with?("fuzz/") }.sort
+File.open("Makefile", "a") do |makefile|
+  makefile.puts "", "$(OBJS): #{headers.map { |h| "$(srcdir)/#{h}" }.join(" ")}"
+end

@@ -1,5 +1,10 @@
 /*
- * margay.c - Init_margay_native: defines Margay::Native and wires the parts.
+ * margay.c - Init_margay_native: defines Margay::Native and wires the units.
+ *
+ *   http/   pure HTTP (parser, chunked decoder, status lines): no Ruby, fuzzed
+ *   ev/     the event backends (epoll, poll)
+ *   core/   the engine without the GVL: no Ruby at all
+ *   ruby/   the Ruby classes around them (with the GVL)
  */
 #include <ruby.h>
 #include <stdlib.h>
@@ -10,14 +15,19 @@
 #include <sys/prctl.h>
 #endif
 #include "margay.h"
-
-VALUE mg_mMargay, mg_mNative;
+#include "ruby/idle_board.h"
+#include "ruby/cluster.h"
+#include "ruby/engine.h"
+#include "ruby/env.h"
+#include "ruby/respond.h"
+#include "ruby/testing.h"
 
 /* Native.child_subreaper -> true when this process now adopts its orphaned
  * descendants (Linux's PR_SET_CHILD_SUBREAPER), false where it cannot. A
  * cluster master sets it so that workers double-forked by the mold become its
  * children, and it reaps them. */
 static VALUE native_child_subreaper(VALUE self) {
+  (void)self;
 #if defined(HAVE_SYS_PRCTL_H) && defined(PR_SET_CHILD_SUBREAPER)
   return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 ? Qtrue : Qfalse;
 #else
@@ -25,9 +35,9 @@ static VALUE native_child_subreaper(VALUE self) {
 #endif
 }
 
-__attribute__((visibility("default"))) void Init_margay_native(void) {
-  mg_mMargay = rb_define_module("Margay");
-  mg_mNative = rb_define_module_under(mg_mMargay, "Native");
+void Init_margay_native(void) {
+  VALUE mMargay = rb_define_module("Margay");
+  VALUE mNative = rb_define_module_under(mMargay, "Native");
 #if defined(__GLIBC__) && defined(M_ARENA_MAX)
   /* glibc gives each thread that allocates under contention an arena of its
    * own and rarely returns their memory: a threaded server's RSS creeps up
@@ -35,7 +45,11 @@ __attribute__((visibility("default"))) void Init_margay_native(void) {
    * unless the user chose otherwise with MALLOC_ARENA_MAX. */
   if (!getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 2);
 #endif
-  rb_define_module_function(mg_mNative, "child_subreaper", native_child_subreaper, 0);
-  mg_parser_ruby_init(mg_mNative);
-  mg_engine_init(mg_mNative);
+  rb_define_module_function(mNative, "child_subreaper", native_child_subreaper, 0);
+  mg_testing_init(mNative);
+  VALUE cEngine = mg_engine_init(mMargay, mNative);
+  mg_board_init(mNative);
+  mg_respond_init(cEngine);
+  mg_cluster_init(cEngine);
+  mg_env_init();
 }

@@ -1,14 +1,11 @@
-/* margay.h - declarations shared by the Ruby-facing C files (not by parser.c). */
+/*
+ * margay.h - the extension's entry point. Ruby calls Init_margay_native when
+ * it loads margay/margay_native; it defines Margay::Native and hands the
+ * modules to each unit's init (the units never reach back up to this file).
+ */
 #ifndef MARGAY_H
 #define MARGAY_H
 
-#include <ruby.h>
-
-extern VALUE mg_mMargay, mg_mNative;
-
-/* parser_ruby.c: Margay::Native.parse_head and Margay::Native::ChunkedDecoder (test bindings) */
-void mg_parser_ruby_init(VALUE mNative);
-/* engine.c: Margay::Native::Engine */
-void mg_engine_init(VALUE mNative);
+__attribute__((visibility("default"))) void Init_margay_native(void);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * fuzz_chunked.c - libFuzzer harness for mg_chunked_decode (chunked.c), no Ruby needed.
+ * fuzz_chunked.c - libFuzzer harness for mg_chunked_decode (http/chunked.c), no Ruby needed.
  *
  * The input is a raw chunked body. It is decoded at once, split at points derived from the input,
  * and (when short) byte at a time, each under default and tight limits, checking (abort() on a
@@ -9,13 +9,14 @@
  *   - the result is MORE, DONE or a known -status, and after DONE/error it repeats with 0 consumed;
  *   - decoded output never exceeds max_body.
  * Each piece is fed from an exact-size heap copy so ASan catches reads or writes past it.
- * Build: clang -fsanitize=fuzzer,address,undefined -I ext/margay fuzz_chunked.c parser.c chunked.c
+ * Build (rake fuzz:build): clang -fsanitize=fuzzer,address,undefined -I ext/margay fuzz_chunked.c
+ *        http/bytes.c http/parser.c http/chunked.c
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "parser.h"
+#include "http/chunked.h"
 
 #define CHECK(cond)                                                                             \
   do {                                                                                          \

@@ -1,5 +1,5 @@
 /*
- * fuzz_head.c - libFuzzer harness for mg_parse_head (parser.c), no Ruby needed.
+ * fuzz_head.c - libFuzzer harness for mg_parse_head (http/parser.c), no Ruby needed.
  *
  * The input is a raw request head. Each input is parsed under default limits and under tight
  * limits derived from the input, and these invariants are checked (abort() on a violation):
@@ -9,13 +9,14 @@
  *   - a prefix of the input answers 0 or exactly what the whole input answers (incremental
  *     feeding agrees with feeding at once); prefixes are copied to exact-size heap buffers so
  *     ASan catches any read past the end.
- * Build: clang -fsanitize=fuzzer,address,undefined -I ext/margay fuzz_head.c parser.c chunked.c
+ * Build (rake fuzz:build): clang -fsanitize=fuzzer,address,undefined -I ext/margay fuzz_head.c
+ *        http/bytes.c http/parser.c http/chunked.c
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "parser.h"
+#include "http/parser.h"
 
 #define CHECK(cond)                                                                             \
   do {                                                                                          \

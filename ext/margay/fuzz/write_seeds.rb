@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # Writes the fuzz seed corpus (run by `rake fuzz:seeds`, with -Ilib -Itest): the request heads of
-# test/margay/parser_test.rb and the bodies of test/margay/chunked_test.rb, plus the requests of
+# test/ext/http/parser_test.rb and the bodies of test/ext/http/chunked_test.rb, plus the requests of
 # the conformance corpus test/corpus/cases.rb when it exists. Files are named by content digest,
 # so rewriting is idempotent and duplicates collapse. Inputs above MAX_SEED bytes are left out
 # (the fuzzers run with -max_len=4096, and big seeds would bloat the repository).
@@ -15,8 +15,8 @@ def Minitest.autorun; end
 MAX_SEED = 4096
 
 root = File.expand_path("../../..", __dir__)
-require File.join(root, "test/margay/parser_test")
-require File.join(root, "test/margay/chunked_test")
+require File.join(root, "test/ext/http/parser_test")
+require File.join(root, "test/ext/http/chunked_test")
 
 heads = Margay::ParserTest::CASES.map(&:first)
 bodies = Margay::ChunkedTest::CASES.map(&:first)

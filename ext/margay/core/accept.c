@@ -1,0 +1,95 @@
+/*
+ * core/accept.c - taking in client sockets, from the listeners or from
+ * another worker.
+ */
+#include "core/accept.h"
+#include "core/board.h"
+#include "core/conn.h"
+#include "core/listeners.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define ACCEPT_BATCH 64
+
+static void no_delay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/* Up to ACCEPT_BATCH. A cluster worker (it counts its waiting threads on the
+ * shared board) takes no more new clients at once than it has threads
+ * waiting, this one included, while another worker has a thread waiting: that
+ * worker gets the rest, instead of one worker taking a whole burst of
+ * connections (a load generator's, or a proxy's pool) and keeping them. When
+ * every worker is busy the full batch is taken: a saturated cluster would
+ * otherwise accept one client per pass over its ready connections and leave
+ * the others in the backlog for seconds. */
+static void accept_some(mg_engine *e, int li) {
+  mg_listener *l = &e->listeners[li];
+  int batch = ACCEPT_BATCH;
+  if (mg_board_others_idle(e)) {
+    batch = atomic_load(&e->idle_waiters);
+    if (batch < 1) batch = 1;
+    if (batch > ACCEPT_BATCH) batch = ACCEPT_BATCH;
+  }
+  for (int i = 0; i < batch; i++) {
+    if (atomic_load(&e->stopping)) return; /* what is still queued is left to the backlog */
+    if (atomic_load(&e->nconns) >= e->cfg.max_connections) {
+      atomic_store(&e->accept_paused, 1);
+      /* a connection may have closed meanwhile */
+      if (atomic_load(&e->nconns) < e->cfg.max_connections) mg_listeners_resume(e);
+      return;
+    }
+    struct sockaddr_storage peer;
+    socklen_t plen = sizeof peer;
+    int fd;
+#ifdef HAVE_ACCEPT4
+    fd = accept4(l->fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+#else
+    fd = accept(l->fd, (struct sockaddr *)&peer, &plen);
+    if (fd >= 0) {
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+      fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+#endif
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        /* out of descriptors: stop accepting briefly instead of spinning */
+        atomic_store(&e->resume_accept_ms, mg_now_ms() + 100);
+        atomic_store(&e->accept_paused, 2);
+        return;
+      }
+      break; /* EAGAIN or a listener error */
+    }
+    if (fd >= e->max_fds) { close(fd); continue; }
+    if (!l->is_unix) no_delay(fd);
+    mg_conn_start(e, fd, li, (struct sockaddr *)&peer, plen, 0);
+  }
+  if (!atomic_load(&e->accept_paused)) mg_listeners_arm(e, li);
+}
+
+void mg_accept_batch(mg_engine *e, int li) {
+  mg_listeners_enter(e);
+  accept_some(e, li);
+  mg_listeners_leave(e);
+}
+
+int mg_accept_adopted(mg_engine *e, int fd, int kept_alive) {
+  if (fd < 0 || fd >= e->max_fds || atomic_load(&e->stopping)) { close(fd); return -1; }
+  struct sockaddr_storage peer;
+  socklen_t plen = sizeof peer;
+  if (getpeername(fd, (struct sockaddr *)&peer, &plen) != 0) { close(fd); return -1; }
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) { close(fd); return -1; }
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  int is_unix = peer.ss_family == AF_UNIX;
+  int li = 0;
+  for (int i = 0; i < e->nlisteners; i++) if (e->listeners[i].is_unix == is_unix) { li = i; break; }
+  if (!is_unix) no_delay(fd);
+  return mg_conn_start(e, fd, li, (struct sockaddr *)&peer, plen, kept_alive);
+}

@@ -1,0 +1,16 @@
+/*
+ * core/accept.h - taking in client sockets: the batches a listener has queued (without the
+ * GVL), and idle connections another worker hands over (Engine#adopt).
+ */
+#ifndef MARGAY_CORE_ACCEPT_H
+#define MARGAY_CORE_ACCEPT_H
+
+#include "core/engine.h"
+
+/* Accept what listener +li+ has queued (its event came), then arm it again. */
+void mg_accept_batch(mg_engine *e, int li);
+/* Serve connected socket +fd+ handed over by another worker (the engine owns it from now on):
+ * one that served a request (+kept_alive+) or a new one. 0, or -1 (the fd is closed). */
+int mg_accept_adopted(mg_engine *e, int fd, int kept_alive);
+
+#endif

@@ -1,0 +1,30 @@
+/*
+ * core/board.h - the cluster's board of shared counters (Margay::Native::IdleBoard, made by the
+ * master in memory every worker shares) as the engine sees it: its layout, the engine counting
+ * its own waiting threads and connections into its slot, and what the others' counters say.
+ */
+#ifndef MARGAY_CORE_BOARD_H
+#define MARGAY_CORE_BOARD_H
+
+#include <stdatomic.h>
+#include "core/engine.h"
+
+/* The board's rows of counters, one counter per worker index in each. */
+enum { MG_BOARD_WAITING, MG_BOARD_CONNS, MG_BOARD_ROWS };
+
+/* The counter of worker +i+ in +row+ on a board of +n+ slots (the one place
+ * that knows the layout: row after row). */
+static inline _Atomic int *mg_board_cell(_Atomic int *slots, int n, int row, int i) { return &slots[row * n + i]; }
+
+/* Add +delta+ to this worker's counter in +row+ (nothing without a board). */
+static inline void mg_board_count(mg_engine *e, int row, int delta) {
+  if (e->board_slots) atomic_fetch_add(mg_board_cell(e->board_slots, e->board_n, row, e->board_index), delta);
+}
+
+/* How many waiting threads the other workers count (0 without a board). */
+int mg_board_others_waiting(const mg_engine *e);
+static inline int mg_board_others_idle(const mg_engine *e) { return mg_board_others_waiting(e) > 0; }
+/* How many idle connections this worker should hand to less loaded ones (0 without a board). */
+int mg_board_handoff_quota(const mg_engine *e);
+
+#endif

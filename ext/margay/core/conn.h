@@ -1,0 +1,106 @@
+/*
+ * core/conn.h - a client connection and its lifecycle: taken in, armed, answered, lingering,
+ * closed or handed over.
+ *
+ * Ownership: a connection is owned by exactly one thread at a time. The state
+ * word (generation << 8 | state) is changed with compare-and-swap: an event
+ * or the timeout sweeper claims an ARMED connection by swapping it to OWNED;
+ * whoever wins owns it until it arms it again or closes it. Connection structs
+ * are never freed while the engine lives (slots are reused by fd number), so a
+ * stale event for an old generation is harmless: its CAS fails.
+ */
+#ifndef MARGAY_CORE_CONN_H
+#define MARGAY_CORE_CONN_H
+
+#include <assert.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include "core/engine.h"
+#include "core/output.h"
+#include "http/chunked.h"
+#include "http/parser.h"
+
+/* ARMING: being handed back to the event loop (epoll_ctl in progress); an
+ * event may claim it, the sweeper and detach_idle leave it alone. */
+enum mg_state { MG_FREE = 0, MG_ARMED = 1, MG_OWNED = 2, MG_ARMING = 3 };
+
+enum mg_phase {
+  MG_PH_IDLE,    /* keep-alive, waiting for the first byte of a request */
+  MG_PH_HEAD,    /* part of a request head received */
+  MG_PH_BODY,    /* head parsed, receiving the body */
+  MG_PH_APP,     /* complete request handed to Ruby */
+  MG_PH_WRITE,   /* response queued, waiting for the socket to drain */
+  MG_PH_LINGER   /* write side shut, discarding input before close */
+};
+
+typedef struct mg_conn {
+  _Atomic uint64_t state; /* gen << 8 | mg_state */
+  int fd;
+  int listener;           /* index into engine->listeners */
+  int phase;
+  int64_t deadline_ms;    /* monotonic; 0 = none */
+  unsigned requests;      /* requests served on this connection */
+
+  /* input */
+  char *rbuf;
+  size_t rlen, rcap;
+  size_t scanned;         /* head bytes already known to contain no complete head */
+  mg_request req;         /* valid from HEAD complete until the env is built */
+  int head_done;
+
+  /* body */
+  int64_t body_left;      /* Content-Length bytes still to read; -1 chunked */
+  mg_chunked chunked;
+  char *bmem;
+  size_t blen, bcap;
+  int bfd;                /* tempfile once the body passes the memory threshold, else -1 */
+  uint64_t btotal;
+  int sent_continue;
+
+  /* output */
+  mg_out out;
+  int keep_alive;         /* decided when the response head is written */
+  int resp_chunked;       /* streaming response with chunked framing */
+  int resp_started;
+  int64_t stream_left;    /* streamed bytes still owed to an announced content-length; -1 unknown */
+  int head_request;       /* HEAD: no body bytes on the wire */
+  int minor;
+
+  struct sockaddr_storage peer;
+  socklen_t peer_len;
+} mg_conn;
+
+/* Event data of a connection: its fd and generation (see MG_DATA_* in core/engine.h). */
+#define MG_GEN_MASK 0x3fffffffu
+static inline uint64_t mg_conn_data(int fd, uint64_t gen) { return ((gen & MG_GEN_MASK) << 32) | (uint32_t)fd; }
+static inline uint64_t mg_state_gen(uint64_t s) { return s >> 8; }
+static inline int mg_state_st(uint64_t s) { return (int)(s & 0xff); }
+
+/* Whether the calling thread may touch +c+: it must own it (checked in debug builds). */
+static inline int mg_conn_owned(mg_conn *c) { return mg_state_st(atomic_load(&c->state)) == MG_OWNED; }
+
+/* Take charge of connected socket +fd+ (from listener +li+): a new connection
+ * (the header timeout runs) or one adopted from another worker (+kept_alive+:
+ * an idle keep-alive connection, the keep-alive timeout runs). Returns 0, or
+ * -1 if it was closed. */
+int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, socklen_t plen, int kept_alive);
+/* Hand the connection back to the event loop, waiting for +events+ (MG_EV_IN/OUT). */
+void mg_conn_arm(mg_engine *e, mg_conn *c, uint32_t events);
+/* Take the connection out of the engine and return its fd, still open. */
+int mg_conn_forget(mg_engine *e, mg_conn *c);
+void mg_conn_close(mg_engine *e, mg_conn *c);
+/* Close every connection and free its struct: the engine closes (no loop thread runs). */
+void mg_conn_close_all(mg_engine *e);
+/* Discard what a lingering connection's client still sends; close at EOF. */
+void mg_conn_linger(mg_engine *e, mg_conn *c);
+/* Forget the request just answered (buffers stay for the next one). */
+void mg_conn_reset_request(mg_conn *c);
+/* Queue the engine's own error page for +status+; the connection closes after it. */
+void mg_conn_simple_response(mg_conn *c, int status);
+/* Send the queued response; the event loop finishes what the socket does not
+ * take now. Returns 1 when a pipelined request is already buffered (the caller
+ * frames it), else 0 (the connection is with the event loop, or closed). */
+int mg_conn_complete(mg_engine *e, mg_conn *c);
+
+#endif

@@ -1,0 +1,110 @@
+/*
+ * core/engine.h - the engine: its settings, listeners, connection table and the counters its
+ * threads share, and opening and closing its resources. Everything under core/ works on this
+ * struct without the GVL and without Ruby; ruby/engine.c embeds it in the
+ * Margay::Native::Engine object.
+ *
+ * Ownership: a connection is owned by exactly one thread at a time (see core/conn.h). Connection
+ * structs are never freed while the engine lives (slots are reused by fd number).
+ */
+#ifndef MARGAY_CORE_ENGINE_H
+#define MARGAY_CORE_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+#include "core/output.h"
+#include "ev/ev.h"
+
+/* The engine's settings, in the order Ruby passes their values to
+ * Engine.new (Margay::Native::Engine::SETTINGS lists the names). Their
+ * defaults and validation live in one place only: Margay::Configuration. */
+#define MG_ENGINE_SETTINGS(X)                                                                     \
+  X(max_request_target) X(max_header_size) X(max_headers) X(max_body_size) X(body_buffer_size)  \
+  X(max_chunk_extensions) X(header_timeout) X(body_timeout) X(keepalive_timeout) X(write_timeout) \
+  X(max_keepalive_requests) X(response_buffer_limit) X(max_connections) X(tmpdir) X(event_backend)
+#define MG_SETTING_INDEX(name) MG_SET_##name,
+enum mg_setting { MG_ENGINE_SETTINGS(MG_SETTING_INDEX) MG_SETTINGS_COUNT };
+#undef MG_SETTING_INDEX
+
+typedef struct {
+  size_t max_target, max_head, max_headers;
+  uint64_t max_body;          /* UINT64_MAX: unlimited */
+  size_t body_buffer_size;
+  size_t max_chunk_ext;
+  int64_t header_timeout_ms, body_timeout_ms, keepalive_timeout_ms, write_timeout_ms;
+  unsigned max_keepalive_requests;
+  size_t response_buffer_limit;
+  int max_connections;
+  char tmpdir[4096];
+} mg_settings;
+
+typedef struct {
+  int fd;
+  int is_unix;
+} mg_listener;
+
+#define MG_MAX_LISTENERS 16
+
+struct mg_conn;
+
+typedef struct mg_engine {
+  mg_ev *ev;
+  mg_settings cfg;
+  struct mg_conn **conns;    /* indexed by fd, allocated lazily, freed with the engine */
+  int max_fds;
+  _Atomic int hiwater;       /* highest fd ever used + 1 */
+  _Atomic int nconns;
+  _Atomic int idle_waiters;  /* threads inside next_request */
+  _Atomic int64_t all_busy_since_ms; /* when idle_waiters last dropped to 0 */
+  _Atomic int stopping;      /* 1 graceful, 2 forced */
+  _Atomic int listener_users; /* loop threads accepting or arming a listener */
+  _Atomic uint64_t requests; /* completed request heads */
+  _Atomic int accept_paused; /* listeners not armed (limit or EMFILE) */
+  _Atomic int64_t resume_accept_ms;
+  _Atomic int64_t next_sweep_ms;
+  pthread_mutex_t sweep_lock;
+  mg_pins pins;              /* owners of the response bytes queued without a copy */
+  mg_listener listeners[MG_MAX_LISTENERS];
+  int nlisteners;
+  int wake_fd[2];            /* eventfd (both the same) or a pipe */
+  _Atomic int *board_slots;  /* the cluster's shared counters (core/board.h), or NULL */
+  int board_n, board_index;
+  int detach_cursor;         /* where mg_detach_idle(pending_only) looks next (the caller holds the GVL) */
+  int closed;                /* until opened, and once closed (ruby/engine.c raises IOError then) */
+} mg_engine;
+
+/* Event data: the wake fd, a listener (its index in the low bits), or a connection
+ * (core/conn.h: fd and generation). */
+#define MG_DATA_WAKE ((uint64_t)1 << 63)
+#define MG_DATA_LISTENER ((uint64_t)1 << 62)
+
+/* Set e->max_fds from the process's descriptor limit; returns the most connections the
+ * engine should hold, leaving descriptors for the application (files, databases, logs). */
+int mg_engine_size(mg_engine *e);
+
+enum mg_open_result { MG_OPEN_OK, MG_OPEN_BACKEND, MG_OPEN_TABLE, MG_OPEN_WAKE_FD, MG_OPEN_ARM_WAKE };
+/* Open the event backend of kind +backend+ (MG_EV_*), the connection table, the wake fd and
+ * the locks for e->max_fds descriptors. MG_OPEN_OK, or the step that failed (errno set;
+ * nothing is left open). */
+int mg_engine_open(mg_engine *e, int backend);
+/* Close what mg_engine_open opened; the connections are gone already (mg_conn_close_all). */
+void mg_engine_close(mg_engine *e);
+
+/* The engine's clock: monotonic milliseconds. */
+static inline int64_t mg_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wake a thread waiting in the event loop. */
+static inline void mg_engine_wake(mg_engine *e) {
+  uint64_t one = 1;
+  ssize_t w = write(e->wake_fd[1], &one, e->wake_fd[0] == e->wake_fd[1] ? sizeof one : 1);
+  (void)w;
+}
+
+#endif

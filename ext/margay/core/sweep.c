@@ -1,0 +1,56 @@
+/*
+ * core/sweep.c - timeouts (see core/sweep.h). Runs without the GVL.
+ */
+#include "core/sweep.h"
+#include "core/conn.h"
+#include "core/input.h"
+#include "core/listeners.h"
+#include <pthread.h>
+
+#define RECLAIM_PER_SWEEP 64
+
+static void expire(mg_engine *e, mg_conn *c) {
+  switch (c->phase) {
+  case MG_PH_HEAD:
+  case MG_PH_BODY:
+    mg_input_error(e, c, 408);
+    break;
+  default: /* idle keep-alive, stalled writer, lingering close */
+    mg_conn_close(e, c);
+  }
+}
+
+void mg_sweep(mg_engine *e, int64_t now) {
+  if (pthread_mutex_trylock(&e->sweep_lock) != 0) return;
+  atomic_store(&e->next_sweep_ms, now + MG_SWEEP_INTERVAL_MS);
+  int stopping = atomic_load(&e->stopping);
+  int hw = atomic_load(&e->hiwater);
+  /* At the connection limit, make room for new clients by closing idle
+   * connections (see below). */
+  int reclaim = atomic_load(&e->accept_paused) == 1 ? RECLAIM_PER_SWEEP : 0;
+  for (int fd = 0; fd < hw; fd++) {
+    mg_conn *c = e->conns[fd];
+    if (!c) continue;
+    uint64_t s = atomic_load(&c->state);
+    if (mg_state_st(s) != MG_ARMED) continue;
+    int kept_alive = c->phase == MG_PH_IDLE && c->requests > 0;
+    /* connections that have sent nothing for 2 s since they were accepted (a
+     * flood's, a browser's speculative preconnect) */
+    int silent = c->phase == MG_PH_IDLE && c->requests == 0 && c->rlen == 0 &&
+                 now - (c->deadline_ms - e->cfg.header_timeout_ms) >= 2000;
+    /* On stop, idle keep-alive connections close at once; a connection that was
+     * accepted but has not sent its first request yet is still answered if it
+     * sends one within 2 s (it need not hold up the stop until header_timeout). */
+    int idle_stop = stopping && (kept_alive || silent);
+    int forced = stopping == 2;
+    /* at the limit: keep-alive connections idle for 1 s, and silent ones */
+    int reclaimed = reclaim > 0 && ((kept_alive && now - (c->deadline_ms - e->cfg.keepalive_timeout_ms) >= 1000) || silent);
+    if (!idle_stop && !forced && !reclaimed && !(c->deadline_ms && now >= c->deadline_ms)) continue;
+    uint64_t owned = (mg_state_gen(s) << 8) | MG_OWNED;
+    if (!atomic_compare_exchange_strong(&c->state, &s, owned)) continue;
+    if (reclaimed) reclaim--;
+    if (forced || idle_stop || reclaimed) mg_conn_close(e, c); else expire(e, c);
+  }
+  if (atomic_load(&e->accept_paused) == 2 && now >= atomic_load(&e->resume_accept_ms)) mg_listeners_resume(e);
+  pthread_mutex_unlock(&e->sweep_lock);
+}

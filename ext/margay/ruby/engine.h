@@ -1,0 +1,34 @@
+/*
+ * ruby/engine.h - Margay::Native::Engine: the Ruby object around the core engine, and the
+ * tokens that name a request Ruby holds.
+ */
+#ifndef MARGAY_RUBY_ENGINE_H
+#define MARGAY_RUBY_ENGINE_H
+
+#include <ruby.h>
+#include "core/conn.h"
+#include "core/engine.h"
+#include "ruby/env.h"
+
+/* The Engine object: the core engine plus what only Ruby reads or the GC must see. */
+typedef struct {
+  mg_engine core;                      /* first: core code gets &rb->core */
+  VALUE env_template;                  /* Hash duplicated for each request */
+  VALUE board;                         /* IdleBoard of the cluster (core.board_slots), or nil */
+  mg_env_server servers[MG_MAX_LISTENERS]; /* per listener */
+} mg_rb_engine;
+
+extern VALUE mg_eClientGone, mg_eInvalidResponse;
+
+/* Define Margay::Native::Engine (and look up the error classes, defined in Ruby); returns it. */
+VALUE mg_engine_init(VALUE mMargay, VALUE mNative);
+/* The engine of +self+; raises IOError once it is closed. */
+mg_rb_engine *mg_rb_engine_get(VALUE self);
+static inline mg_engine *mg_engine_get(VALUE self) { return &mg_rb_engine_get(self)->core; }
+
+/* The token naming the request connection +c+ (owned by the caller) serves now. */
+VALUE mg_conn_token(mg_conn *c);
+/* The connection +token+ names; raises Margay::ClientGone unless its request still holds it. */
+mg_conn *mg_engine_conn_for_token(mg_engine *e, VALUE token);
+
+#endif

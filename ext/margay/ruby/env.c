@@ -1,0 +1,175 @@
+/*
+ * ruby/env.c - the Rack env for a parsed request head (runs with the GVL). Keys
+ * are interned frozen strings, so building an env allocates only its values.
+ */
+#include "ruby/env.h"
+#include <ruby/encoding.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/un.h>
+
+static VALUE k_REQUEST_METHOD, k_PATH_INFO, k_QUERY_STRING, k_REQUEST_URI, k_SERVER_PROTOCOL,
+    k_SERVER_NAME, k_SERVER_PORT, k_REMOTE_ADDR, k_CONTENT_LENGTH, k_CONTENT_TYPE, k_HTTP_HOST,
+    k_HTTP_COOKIE, k_rack_input;
+static VALUE v_HTTP_1_1, v_HTTP_1_0, v_port80, v_port443, v_localhost, v_star;
+static VALUE cStringIO;
+static ID id_for_fd;
+
+static VALUE interned(const char *s) {
+  VALUE v = rb_interned_str_cstr(s);
+  rb_gc_register_mark_object(v);
+  return v;
+}
+
+static VALUE method_string(const char *p, size_t n) {
+  static VALUE known[7];
+  static const char *names[7] = {"GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS"};
+  for (int i = 0; i < 7; i++) {
+    if (strlen(names[i]) == n && memcmp(names[i], p, n) == 0) {
+      if (!known[i]) known[i] = interned(names[i]);
+      return known[i];
+    }
+  }
+  return rb_str_new(p, (long)n);
+}
+
+static VALUE span_str(const char *buf, mg_span s) { return rb_str_new(buf + s.off, s.len); }
+
+/* SERVER_NAME and SERVER_PORT from a host[:port] authority. */
+static void set_server(VALUE env, const char *p, size_t n, int https) {
+  size_t name_end = n;
+  const char *port = NULL;
+  size_t port_len = 0;
+  if (n && p[0] == '[') {
+    const char *close = memchr(p, ']', n);
+    name_end = close ? (size_t)(close - p) + 1 : n;
+    if (name_end < n && p[name_end] == ':') { port = p + name_end + 1; port_len = n - name_end - 1; }
+  } else {
+    const char *colon = memchr(p, ':', n);
+    if (colon) { name_end = (size_t)(colon - p); port = colon + 1; port_len = n - name_end - 1; }
+  }
+  rb_hash_aset(env, k_SERVER_NAME, name_end ? rb_str_new(p, (long)name_end) : v_localhost);
+  rb_hash_aset(env, k_SERVER_PORT, port_len ? rb_str_new(port, (long)port_len) : https ? v_port443 : v_port80);
+}
+
+static VALUE remote_addr(mg_conn *c) {
+  char ip[INET6_ADDRSTRLEN];
+  if (c->peer.ss_family == AF_INET) {
+    struct sockaddr_in *a = (struct sockaddr_in *)&c->peer;
+    if (inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip)) return rb_str_new_cstr(ip);
+  } else if (c->peer.ss_family == AF_INET6) {
+    struct sockaddr_in6 *a = (struct sockaddr_in6 *)&c->peer;
+    if (inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip)) return rb_str_new_cstr(ip);
+  }
+  return rb_str_new_cstr("127.0.0.1"); /* Unix sockets, like Puma */
+}
+
+/* HTTP_<NAME> for a field name; NULL key (Qnil) when the name must be dropped. */
+static VALUE header_key(const char *name, size_t n) {
+  char buf[300];
+  if (n + 5 > sizeof buf) return Qnil;
+  memcpy(buf, "HTTP_", 5);
+  for (size_t i = 0; i < n; i++) {
+    char ch = name[i];
+    if (ch == '_') return Qnil; /* never alias X_Foo onto X-Foo (CVE-2024-45614, CVE-2015-7519) */
+    if (ch == '-') ch = '_';
+    else if (ch >= 'a' && ch <= 'z') ch = (char)(ch - 32);
+    buf[5 + i] = ch;
+  }
+  return rb_interned_str(buf, (long)(n + 5));
+}
+
+static VALUE make_input(mg_conn *c) {
+  if (c->bfd >= 0) {
+    VALUE io = rb_funcall(rb_cFile, id_for_fd, 2, INT2FIX(c->bfd), rb_str_new_cstr("rb"));
+    c->bfd = -1; /* Ruby owns it now and closes it after the request */
+    return io;
+  }
+  if (!cStringIO) {
+    cStringIO = rb_const_get(rb_cObject, rb_intern("StringIO"));
+    rb_gc_register_mark_object(cStringIO);
+  }
+  VALUE str = c->blen ? rb_str_new(c->bmem, (long)c->blen) : rb_str_buf_new(0);
+  rb_enc_associate(str, rb_ascii8bit_encoding());
+  return rb_class_new_instance(1, &str, cStringIO);
+}
+
+VALUE mg_env_build(VALUE env_template, const mg_env_server *server, mg_conn *c) {
+  const char *b = c->rbuf;
+  mg_request *r = &c->req;
+  VALUE env = rb_hash_dup(env_template);
+
+  rb_hash_aset(env, k_REQUEST_METHOD, method_string(b + r->method.off, r->method.len));
+  if (r->target_form == MG_ASTERISK_FORM) rb_hash_aset(env, k_PATH_INFO, v_star);
+  else if (r->path.len == 0) rb_hash_aset(env, k_PATH_INFO, rb_str_new_cstr("/"));
+  else rb_hash_aset(env, k_PATH_INFO, span_str(b, r->path));
+  rb_hash_aset(env, k_QUERY_STRING, r->query.len ? span_str(b, r->query) : rb_str_new(NULL, 0));
+  rb_hash_aset(env, k_REQUEST_URI, span_str(b, r->target));
+  rb_hash_aset(env, k_SERVER_PROTOCOL, r->minor ? v_HTTP_1_1 : v_HTTP_1_0);
+  rb_hash_aset(env, k_REMOTE_ADDR, remote_addr(c));
+
+  for (size_t i = 0; i < r->nheaders; i++) {
+    const char *name = b + r->headers[i].name.off;
+    size_t nlen = r->headers[i].name.len;
+    VALUE value = span_str(b, r->headers[i].value);
+    VALUE key;
+    if (mg_span_ieq(b, r->headers[i].name, "content-length")) {
+      continue; /* set below from the parsed, validated length */
+    } else if (mg_span_ieq(b, r->headers[i].name, "content-type")) {
+      key = k_CONTENT_TYPE;
+    } else if (mg_span_ieq(b, r->headers[i].name, "transfer-encoding")) {
+      continue; /* the body is de-chunked; CONTENT_LENGTH says its size */
+    } else {
+      key = header_key(name, nlen);
+      if (NIL_P(key)) continue;
+    }
+    VALUE prev = rb_hash_lookup2(env, key, Qundef);
+    if (prev != Qundef && key != k_CONTENT_TYPE) {
+      rb_str_cat(prev, key == k_HTTP_COOKIE ? "; " : ", ", 2);
+      rb_str_append(prev, value);
+    } else {
+      rb_hash_aset(env, key, value);
+    }
+  }
+  if (r->content_length >= 0 || r->chunked) {
+    char num[24];
+    int n = snprintf(num, sizeof num, "%llu", (unsigned long long)(r->chunked ? c->btotal : (uint64_t)r->content_length));
+    rb_hash_aset(env, k_CONTENT_LENGTH, rb_str_new(num, n));
+  }
+  if (r->authority.len) {
+    rb_hash_aset(env, k_HTTP_HOST, span_str(b, r->authority));
+    int https = r->target.len > 5 && (b[r->target.off + 4] == 's' || b[r->target.off + 4] == 'S');
+    set_server(env, b + r->authority.off, r->authority.len, https);
+  } else if (r->host.len) {
+    set_server(env, b + r->host.off, r->host.len, 0);
+  } else {
+    rb_hash_aset(env, k_SERVER_NAME, server->server_name);
+    rb_hash_aset(env, k_SERVER_PORT, server->server_port);
+  }
+  rb_hash_aset(env, k_rack_input, make_input(c));
+  return env;
+}
+
+void mg_env_init(void) {
+  k_REQUEST_METHOD = interned("REQUEST_METHOD");
+  k_PATH_INFO = interned("PATH_INFO");
+  k_QUERY_STRING = interned("QUERY_STRING");
+  k_REQUEST_URI = interned("REQUEST_URI");
+  k_SERVER_PROTOCOL = interned("SERVER_PROTOCOL");
+  k_SERVER_NAME = interned("SERVER_NAME");
+  k_SERVER_PORT = interned("SERVER_PORT");
+  k_REMOTE_ADDR = interned("REMOTE_ADDR");
+  k_CONTENT_LENGTH = interned("CONTENT_LENGTH");
+  k_CONTENT_TYPE = interned("CONTENT_TYPE");
+  k_HTTP_HOST = interned("HTTP_HOST");
+  k_HTTP_COOKIE = interned("HTTP_COOKIE");
+  k_rack_input = interned("rack.input");
+  v_HTTP_1_1 = interned("HTTP/1.1");
+  v_HTTP_1_0 = interned("HTTP/1.0");
+  v_port80 = interned("80");
+  v_port443 = interned("443");
+  v_localhost = interned("localhost");
+  v_star = interned("*");
+  id_for_fd = rb_intern("for_fd");
+}

@@ -1,0 +1,21 @@
+/*
+ * ruby/env.h - the Rack env of a request (with the GVL).
+ */
+#ifndef MARGAY_RUBY_ENV_H
+#define MARGAY_RUBY_ENV_H
+
+#include <ruby.h>
+#include "core/conn.h"
+
+/* SERVER_NAME and SERVER_PORT of a listener (frozen Strings), for requests that name no host. */
+typedef struct {
+  VALUE server_name;
+  VALUE server_port;
+} mg_env_server;
+
+void mg_env_init(void);
+/* The env of the request whose head +c+ holds: a copy of +env_template+ plus the request's
+ * keys, rack.input (the body) included. */
+VALUE mg_env_build(VALUE env_template, const mg_env_server *server, mg_conn *c);
+
+#endif

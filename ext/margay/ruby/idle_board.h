@@ -1,0 +1,14 @@
+/*
+ * ruby/idle_board.h - Margay::Native::IdleBoard, the cluster's shared counters (layout: core/board.h).
+ */
+#ifndef MARGAY_RUBY_IDLE_BOARD_H
+#define MARGAY_RUBY_IDLE_BOARD_H
+
+#include <ruby.h>
+
+void mg_board_init(VALUE mNative);
+/* The board's counters and their number of slots (*n), or NULL when it has none. Raises
+ * TypeError unless +board+ is an IdleBoard. */
+_Atomic int *mg_board_slots(VALUE board, int *n);
+
+#endif

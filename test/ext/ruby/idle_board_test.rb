@@ -1,0 +1,113 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "margay/server"
+
+# The cluster's board of waiting threads per worker (Native::IdleBoard,
+# ext/margay/ruby/idle_board.c; its arithmetic is core/board.c): a server counts
+# its waiting threads into its slot, every process forked after the board was
+# made sees the same counters, and a worker asks whether any other worker has
+# threads free (and how many) before it hands clients over.
+class IdleBoardTest < Minitest::Test
+  include Margay::TestHelper
+
+  def test_slots_are_shared_with_forked_processes
+    board = Margay::Native::IdleBoard.new(4)
+    assert_equal [0, 0, 0, 0], Array.new(4) { |i| board[i] }
+    start_server(board, 2, min_threads: 2, max_threads: 2)
+    eventually { board[2] == 2 }
+    child_sees = IO.popen("-") { |io| io ? io.read : (print(board[2]); $stdout.flush; exit!(0)) }
+    assert_equal "2", child_sees, "a forked process reads the live count"
+    IO.popen("-") { |io| io ? io.read : (board.clear(2); exit!(0)) }
+    assert_equal 0, board[2], "and the parent sees a child's write (the master clears a dead worker's slot)"
+  end
+
+  def test_others_waiting_counts_the_other_slots_only
+    board = Margay::Native::IdleBoard.new(3)
+    server = start_server(board, 0, min_threads: 1, max_threads: 1)
+    eventually { board[0] == 1 }
+    assert_equal 0, server.others_waiting, "its own waiting thread does not count"
+    start_server(board, 1, min_threads: 2, max_threads: 2)
+    start_server(board, 2, min_threads: 1, max_threads: 1)
+    eventually { board[1] == 2 && board[2] == 1 }
+    assert_equal 3, server.others_waiting
+    board.clear(1)
+    assert_equal 0, board[1]
+    assert_equal 1, server.others_waiting
+  end
+
+  def test_a_stopped_server_counts_itself_out
+    board = Margay::Native::IdleBoard.new(1)
+    server = start_server(board, 0, min_threads: 3, max_threads: 3)
+    eventually { board[0] == 3 }
+    stop_server(server)
+    assert_equal 0, board[0]
+  end
+
+  def test_handoff_quota_is_half_the_gap_to_the_least_loaded_serving_worker
+    board = Margay::Native::IdleBoard.new(3)
+    busy = start_server(board, 0, min_threads: 1, max_threads: 1)
+    calm = start_server(board, 1, min_threads: 1, max_threads: 1)
+    eventually { board[0] == 1 && board[1] == 1 }
+    clients = connect(busy, 10) + connect(calm, 2)
+    eventually { board.connections(0) == 10 && board.connections(1) == 2 }
+    assert_equal 4, busy.handoff_quota, "(10 - 2) / 2; slot 2 serves nothing and does not count"
+    assert_equal 0, calm.handoff_quota
+    clients.concat(connect(calm, 6))
+    eventually { board.connections(1) == 8 }
+    assert_equal 0, busy.handoff_quota, "a gap of 2 is not worth moving clients for"
+    clients.each(&:close)
+    eventually { board.connections(0).zero? && board.connections(1).zero? }
+  end
+
+  def test_a_gone_worker_is_not_a_target
+    board = Margay::Native::IdleBoard.new(2)
+    server = start_server(board, 0, min_threads: 1, max_threads: 1)
+    connect(server, 8)
+    eventually { board.connections(0) == 8 }
+    assert_equal 0, server.handoff_quota, "slot 1 has no waiting thread and no connection"
+    board.clear(0)
+    assert_equal [0, 0], [board[0], board.connections(0)], "clear resets both counters"
+  end
+
+  def test_out_of_range_slots_raise
+    board = Margay::Native::IdleBoard.new(2)
+    assert_raises(IndexError) { board[2] }
+    assert_raises(IndexError) { board.clear(-1) }
+    assert_raises(IndexError) { board.connections(2) }
+    assert_raises(ArgumentError) { Margay::Native::IdleBoard.new(0) }
+  end
+
+  # Servers a test started and did not stop, and its client sockets.
+  def teardown
+    (@clients || []).each { |c| c.close unless c.closed? }
+    (@threads || {}).keys.reverse_each { |server| stop_server(server) }
+  end
+
+  private
+
+  def start_server(board, index, **settings)
+    config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], quiet: true, event_backend: BACKEND, **settings)
+    log = Margay::Log.new(out: StringIO.new, err: StringIO.new)
+    server = Margay::Server.new(Rack::Lint.new(HELLO), config, log: log, idle_board: [board, index])
+    server.bind
+    @threads ||= {}
+    @threads[server] = Thread.new { server.run }
+    server
+  end
+
+  def eventually(&condition)
+    Timeout.timeout(5) { sleep 0.01 until condition.call }
+  end
+
+  # +count+ connections to +server+ (closed at teardown if the test did not).
+  def connect(server, count)
+    port = server.addresses.first[/\d+\z/].to_i
+    (@clients ||= []).concat(Array.new(count) { TCPSocket.new("127.0.0.1", port) }).last(count)
+  end
+
+  def stop_server(server)
+    server.stop
+    assert @threads.delete(server).join(10), "server did not stop"
+  end
+end
