@@ -175,13 +175,6 @@ class CLITest < Minitest::Test
     end
   end
 
-  def test_parse_threads
-    assert_equal [0, 16], Margay::CLI.parse_threads("0:16")
-    assert_equal [3, 3], Margay::CLI.parse_threads(3)
-    assert_raises(Margay::ConfigError) { Margay::CLI.parse_threads("1:") }
-    assert_raises(Margay::ConfigError) { Margay::CLI.parse_threads(nil) }
-  end
-
   private
 
   def with_env(vars)

@@ -1,0 +1,37 @@
+# frozen_string_literal: true
+
+require "socket"
+require_relative "../constants"
+require_relative "../runner"
+
+module Margay
+  class Server < Runner
+    # Internal: rack.hijack. The engine lets go of the connection and the
+    # app owns the socket.
+    class Hijack
+      # The connection of +token+, taken from +engine+, as a Socket the caller owns.
+      def self.take(engine, token)
+        fd, _buffered = engine.hijack(token)
+        io = Socket.for_fd(fd)
+        io.autoclose = true
+        io
+      end
+
+      # The socket once #call took it, else nil.
+      attr_reader :io
+
+      def initialize(engine, token, env)
+        @engine = engine
+        @token = token
+        @env = env
+        @io = nil
+      end
+
+      # env["rack.hijack"] (full hijack): the app takes the socket and answers
+      # by itself. Returns the socket (the same one on every call).
+      def call
+        @io ||= Hijack.take(@engine, @token).tap { |io| @env[RACK_HIJACK_IO] = io }
+      end
+    end
+  end
+end
