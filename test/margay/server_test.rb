@@ -303,36 +303,6 @@ class ServerTest < Minitest::Test
     end
   end
 
-  def test_full_hijack
-    app = lambda do |env|
-      io = env["rack.hijack"].call
-      io.write("HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nhijacked")
-      io.close
-      [200, {}, []]
-    end
-    with_server(app) do |_, port|
-      assert_equal "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nhijacked",
-                   raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-    end
-  end
-
-  def test_partial_hijack
-    app = lambda do |_env|
-      [101, { "upgrade" => "echo", "connection" => "upgrade",
-              "rack.hijack" => ->(io) { io.write(io.read(4).upcase); io.close } }, []]
-    end
-    with_server(app) do |_, port|
-      sock = TCPSocket.new("127.0.0.1", port)
-      sock.write("GET / HTTP/1.1\r\nHost: x\r\nUpgrade: echo\r\nConnection: upgrade\r\n\r\n")
-      assert_equal "HTTP/1.1 101 Switching Protocols\r\n", gets_line(sock, 5)
-      nil until gets_line(sock, 5) == "\r\n"
-      sock.write("ping")
-      assert_equal "PING", read_all(sock)
-    ensure
-      sock&.close
-    end
-  end
-
   def test_slow_client_holds_no_thread
     with_server(HELLO, min_threads: 1, max_threads: 1) do |_, port|
       slow = Array.new(20) { TCPSocket.new("127.0.0.1", port).tap { |s| s.write("GET / HTTP/1.1\r\nHo") } }

@@ -6,14 +6,20 @@ require_relative "../runner"
 
 module Margay
   class Server < Runner
-    # Internal: rack.hijack. The engine lets go of the connection and the
-    # app owns the socket.
+    # Internal: rack.hijack. The engine lets go of the connection and hands
+    # over the bytes it had already read past the request (a client that
+    # speaks right after an Upgrade, in the same packet); they are pushed back
+    # into the socket's Ruby read buffer, so read, readpartial, read_nonblock,
+    # gets, wait_readable and IO.select see them before anything newer.
+    # (recv and sysread, which bypass that buffer, raise IOError while it
+    # holds bytes rather than skip them.)
     class Hijack
       # The connection of +token+, taken from +engine+, as a Socket the caller owns.
       def self.take(engine, token)
-        fd, _buffered = engine.hijack(token)
+        fd, buffered = engine.hijack(token)
         io = Socket.for_fd(fd)
         io.autoclose = true
+        io.ungetbyte(buffered) unless buffered.empty?
         io
       end
 

@@ -1,0 +1,101 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# rack.hijack over real sockets: full hijack (env["rack.hijack"].call) and
+# partial hijack (the rack.hijack response header).
+class HijackTest < Minitest::Test
+  include Margay::TestHelper
+
+  UPGRADE = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n"
+
+  # A partial-hijack app: a 101 head, then +talk+ gets the socket.
+  def upgrading(&talk)
+    ->(_env) { [101, { "upgrade" => "echo", "connection" => "upgrade", "rack.hijack" => talk }, []] }
+  end
+
+  def test_full_hijack
+    app = lambda do |env|
+      io = env["rack.hijack"].call
+      io.write("HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nhijacked")
+      io.close
+      [200, {}, []]
+    end
+    with_server(app) do |_, port|
+      assert_equal "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nhijacked",
+                   raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    end
+  end
+
+  def test_partial_hijack
+    app = upgrading do |io|
+      io.write(io.read(4).upcase)
+      io.close
+    end
+    with_server(app) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write(UPGRADE)
+      assert_equal "HTTP/1.1 101 Switching Protocols\r\n", gets_line(sock, 5)
+      nil until gets_line(sock, 5) == "\r\n"
+      sock.write("ping")
+      assert_equal "PING", read_all(sock)
+    ensure
+      sock&.close
+    end
+  end
+
+  # A client that speaks right after its Upgrade request, in the same write:
+  # the engine has read those bytes already, and the app must still get them.
+  def test_full_hijack_gets_the_bytes_sent_with_the_request
+    got = Queue.new
+    app = lambda do |env|
+      io = env["rack.hijack"].call
+      got << io.read(5)
+      io.close
+      [200, {}, []]
+    end
+    with_server(app) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("#{UPGRADE}PING\n")
+      assert_equal "PING\n", pop_within(got)
+    ensure
+      sock&.close # ends the app's read if the bytes were lost
+    end
+  end
+
+  def test_partial_hijack_gets_the_bytes_sent_with_the_request
+    got = Queue.new
+    app = upgrading do |io|
+      got << io.read(5)
+      io.close
+    end
+    with_server(app) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("#{UPGRADE}PING\n")
+      assert_equal "PING\n", pop_within(got)
+      assert_equal "HTTP/1.1 101 Switching Protocols\r\n", gets_line(sock, 5)
+    ensure
+      sock&.close
+    end
+  end
+
+  # An app waiting for input with IO.select (or wait_readable) sees those
+  # bytes as readable at once (no Rack::Lint here: its wrapper is no IO).
+  def test_bytes_sent_with_the_request_are_readable_for_select
+    got = Queue.new
+    app = lambda do |env|
+      io = env["rack.hijack"].call
+      ready = IO.select([io], nil, nil, 5)
+      got << (ready ? io.read_nonblock(100) : :not_readable)
+      io.close
+      [200, {}, []]
+    end
+    with_server(app, lint: false) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("#{UPGRADE}PING\n")
+      assert_equal "PING\n", pop_within(got, 8)
+    ensure
+      sock&.close
+    end
+  end
+end
