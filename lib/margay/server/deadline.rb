@@ -12,7 +12,7 @@ module Margay
     # backtrace); a thread that still has not let go after +grace+ seconds is
     # reported, once, through +on_stuck+ (a cluster worker then replaces itself).
     class Deadline
-      # The thread-local under which a tracked thread keeps [started, env, interrupted].
+      # The thread-local under which a tracked thread keeps [started, env, state].
       KEY = :margay_request
 
       # @param timeout [Numeric] seconds an app call may run (config.request_timeout)
@@ -46,12 +46,12 @@ module Margay
       def check(threads)
         t = Clock.now
         threads.each do |thread|
-          started, env, interrupted = thread[KEY]
+          started, env, state = thread[KEY] # state: false, true (interrupted), :reported
           next unless started && t - started >= @timeout
 
-          if !interrupted
+          if !state
             interrupt(thread, t - started)
-          elsif t - started > @timeout + @grace
+          elsif state == true && t - started > @timeout + @grace
             @log.error("request_timeout: #{describe(env)} ignores its interrupt for #{@grace}s: capacity lost")
             thread[KEY] = [started, env, :reported] if thread[KEY]
             @on_stuck&.call

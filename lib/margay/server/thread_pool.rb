@@ -140,14 +140,18 @@ module Margay
         @lock.synchronize { spawn_locked }
       end
 
+      # The new thread inherits a mask deferring ForceShutdown until it is
+      # inside run_thread's rescue: one aimed at a thread that has just been
+      # created ends it quietly too, rather than killing it (and being
+      # re-raised by #force_stop's join).
       def spawn_locked
-        thread = Thread.new { run_thread }
+        thread = Thread.handle_interrupt(ForceShutdown => :never) { Thread.new { run_thread } }
         thread.name = "margay-#{@threads.size}"
         @threads << thread
       end
 
       def run_thread
-        @work.call(self)
+        Thread.handle_interrupt(ForceShutdown => :immediate) { @work.call(self) }
       rescue ForceShutdown
         nil
       ensure
