@@ -7,6 +7,7 @@ require "rack"
 require "rack/lint"
 require "stringio"
 require "timeout"
+require "tmpdir"
 require "English"
 require "margay"
 require_relative "support/watchdog"
@@ -85,6 +86,15 @@ module Margay
       [res.status, headers.transform_values { |v| v.size == 1 ? v.first : v }, res.body]
     rescue Wire::Timeout => e
       raise EOFError, e.message
+    end
+
+    # Yield the path of a config file holding +source+, removed afterwards.
+    def with_config_file(source)
+      Dir.mktmpdir("margay-config-") do |dir|
+        path = File.join(dir, "margay.rb")
+        File.write(path, source)
+        yield path
+      end
     end
 
     # Queue#pop with a timeout (Ruby 3.1 has no pop(timeout:)); fails the test on timeout.

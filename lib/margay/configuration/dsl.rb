@@ -79,6 +79,7 @@ module Margay
           on_worker_shutdown: :on_worker_shutdown, on_restart: :on_restart
         }.freeze
 
+        # @param path [String] the file's name, for error messages
         def initialize(path)
           @path = path
           @settings = {}
@@ -176,6 +177,7 @@ module Margay
           raise_here "unknown setting '#{name}'"
         end
 
+        # No directive exists beyond the methods defined here.
         def respond_to_missing?(_name, _include_private = false)
           false
         end

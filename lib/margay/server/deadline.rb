@@ -2,6 +2,7 @@
 
 require_relative "../errors"
 require_relative "../clock"
+require_relative "../log"
 require_relative "../runner"
 
 module Margay
@@ -52,7 +53,7 @@ module Margay
           if !state
             interrupt(thread, t - started)
           elsif state == true && t - started > @timeout + @grace
-            @log.error("request_timeout: #{describe(env)} ignores its interrupt for #{@grace}s: capacity lost")
+            @log.error("request_timeout: #{Log.request(env)} ignores its interrupt for #{@grace}s: capacity lost")
             thread[KEY] = [started, env, :reported] if thread[KEY]
             @on_stuck&.call
           end
@@ -73,7 +74,7 @@ module Margay
         return unless entry
 
         trace = (thread.backtrace || []).first(20).map { |l| "    #{l}" }.join("\n")
-        @log.error("request_timeout: #{describe(entry[1])} ran #{elapsed.round(1)}s (limit #{@timeout}s)\n#{trace}")
+        @log.error("request_timeout: #{Log.request(entry[1])} ran #{elapsed.round(1)}s (limit #{@timeout}s)\n#{trace}")
       end
 
       def drain_pending
@@ -82,10 +83,6 @@ module Margay
         Thread.handle_interrupt(RequestTimeout => :immediate) { Thread.pass }
       rescue RequestTimeout
         nil
-      end
-
-      def describe(env)
-        "#{env['REQUEST_METHOD']} #{env['PATH_INFO']}"
       end
     end
   end

@@ -26,6 +26,7 @@ module Margay
       # The socket once #call took it, else nil.
       attr_reader :io
 
+      # +env+ gets rack.hijack_io once the app takes the socket.
       def initialize(engine, token, env)
         @engine = engine
         @token = token

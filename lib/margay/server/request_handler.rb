@@ -2,6 +2,7 @@
 
 require_relative "../errors"
 require_relative "../clock"
+require_relative "../log"
 require_relative "../constants"
 require_relative "../version"
 require_relative "../runner"
@@ -22,6 +23,7 @@ module Margay
 
       # rack.early_hints: send a 103 before the final response.
       class EarlyHints
+        # For the request of +token+ on +engine+.
         def initialize(engine, token)
           @engine = engine
           @token = token
@@ -194,11 +196,11 @@ module Margay
           @engine.abort(token)
           return nil
         when InvalidResponse
-          @log.error("invalid response from the app for #{describe(env)}: #{error.message}")
+          @log.error("invalid response from the app for #{Log.request(env)}: #{error.message}")
         when RequestTimeout
           nil # Deadline logged the path and backtrace
         else
-          @log.exception(error, "app error for #{describe(env)}")
+          @log.exception(error, "app error for #{Log.request(env)}")
         end
         @counters[:errors] += 1
         return abort_started(token) if @engine.response_started?(token)
@@ -236,7 +238,7 @@ module Margay
       def close_body(body, env)
         body.close if body.respond_to?(:close)
       rescue *APP_ERRORS => e
-        @log.exception(e, "body#close raised for #{describe(env)}")
+        @log.exception(e, "body#close raised for #{Log.request(env)}")
       end
 
       def finish_callbacks(callbacks, env, status, headers, error)
@@ -252,10 +254,6 @@ module Margay
         time = Time.now.strftime("%d/%b/%Y:%H:%M:%S %z")
         @log.access(%(#{env['REMOTE_ADDR']} - - [#{time}] "#{env['REQUEST_METHOD']} #{env['REQUEST_URI']} ) +
                     %(#{env['SERVER_PROTOCOL']}" #{status || '-'} - #{ms}ms))
-      end
-
-      def describe(env)
-        "#{env['REQUEST_METHOD']} #{env['PATH_INFO']}"
       end
     end
   end

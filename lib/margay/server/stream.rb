@@ -8,6 +8,7 @@ module Margay
     # Writes go through the native engine (chunked framing when the length is
     # unknown); reads come from the request body, which is fully buffered.
     class Stream
+      # For the response of +token+ on +engine+; +input+ is rack.input (or nil).
       def initialize(engine, token, input)
         @engine = engine
         @token = token

@@ -76,6 +76,7 @@ module Rackup
         base.with(**settings)
       end
 
+      # Settings from rackup's options (all of them, or those the user typed).
       def self.overrides(options)
         settings = {}
         settings[:binds] = [bind_url(options[:Host], options[:Port])] if options.key?(:Host) || options.key?(:Port)
@@ -92,12 +93,14 @@ module Rackup
         settings
       end
 
+      # tcp://HOST:PORT from rackup's Host and Port, defaulting to the default bind's.
       def self.bind_url(host, port)
         Configuration.tcp_bind(port || Configuration::DEFAULT_PORT, host || Configuration::DEFAULT_HOST)
       rescue ArgumentError
         raise ::Margay::ConfigError, "Port must be an integer, got #{port.inspect}"
       end
 
+      # A `-O name=value` string as the setting's type.
       def self.coerce(value)
         case value
         when /\A\d+\z/ then Integer(value, 10)
@@ -109,6 +112,7 @@ module Rackup
         end
       end
 
+      # Rails passes :user_supplied_options; plain rackup does not.
       def self.caller_name(options)
         options.key?(:user_supplied_options) ? "Rails" : "rackup"
       end

@@ -8,15 +8,9 @@ require "margay/configuration/sources"
 # The config file, WEB_CONCURRENCY and the caller's overrides become one
 # Configuration, the same way for the CLI and the rackup handler.
 class SourcesTest < Minitest::Test
-  Sources = Margay::Configuration::Sources
+  include Margay::TestHelper
 
-  def with_file(source)
-    Dir.mktmpdir("margay-sources-") do |dir|
-      path = File.join(dir, "margay.rb")
-      File.write(path, source)
-      yield path
-    end
-  end
+  Sources = Margay::Configuration::Sources
 
   def test_defaults_without_a_file_or_environment
     config = Sources.new(nil, env: {}).configuration
@@ -27,7 +21,7 @@ class SourcesTest < Minitest::Test
     assert_equal 2, Sources.new(nil, env: { "WEB_CONCURRENCY" => "2" }).configuration.workers
     assert_equal Etc.nprocessors, Sources.new(nil, env: { "WEB_CONCURRENCY" => "auto" }).configuration.workers
     assert_equal 0, Sources.new(nil, env: { "WEB_CONCURRENCY" => "" }).configuration.workers
-    with_file("workers 3\n") do |path|
+    with_config_file("workers 3\n") do |path|
       assert_equal 3, Sources.new(path, env: { "WEB_CONCURRENCY" => "2" }).configuration.workers, "the file wins"
     end
     sources = Sources.new(nil, env: { "WEB_CONCURRENCY" => "2" })
@@ -37,12 +31,12 @@ class SourcesTest < Minitest::Test
   end
 
   def test_file_settings_and_their_mistakes_name_the_file
-    with_file("max_threads 9\nbind 'tcp://127.0.0.1:1'\n") do |path|
+    with_config_file("max_threads 9\nbind 'tcp://127.0.0.1:1'\n") do |path|
       sources = Sources.new(path, env: {})
       assert_equal({ max_threads: 9, binds: ["tcp://127.0.0.1:1"] }, sources.file_settings)
       assert_equal 9, sources.configuration.max_threads
     end
-    with_file("header_timeout(-1)\n") do |path|
+    with_config_file("header_timeout(-1)\n") do |path|
       error = assert_raises(Margay::ConfigError) { Sources.new(path, env: {}).configuration }
       assert_equal "#{path}: header_timeout must be a positive number, got -1", error.message
     end

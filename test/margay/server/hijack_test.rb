@@ -46,56 +46,41 @@ class HijackTest < Minitest::Test
 
   # A client that speaks right after its Upgrade request, in the same write:
   # the engine has read those bytes already, and the app must still get them.
-  def test_full_hijack_gets_the_bytes_sent_with_the_request
+  # +reader+ gets the hijacked socket and returns what the app read.
+  def assert_app_reads_the_bytes_sent_with_the_request(full:, lint: true, &reader)
     got = Queue.new
-    app = lambda do |env|
-      io = env["rack.hijack"].call
-      got << io.read(5)
+    talk = lambda do |io|
+      got << reader.call(io)
       io.close
+    end
+    full_hijack = lambda do |env|
+      talk.call(env["rack.hijack"].call)
       [200, {}, []]
     end
-    with_server(app) do |_, port|
+    app = full ? full_hijack : upgrading(&talk)
+    with_server(app, lint: lint) do |_, port|
       sock = TCPSocket.new("127.0.0.1", port)
       sock.write("#{UPGRADE}PING\n")
       assert_equal "PING\n", pop_within(got)
+      assert_equal 101, read_response(sock)[0] unless full
     ensure
       sock&.close # ends the app's read if the bytes were lost
     end
   end
 
+  def test_full_hijack_gets_the_bytes_sent_with_the_request
+    assert_app_reads_the_bytes_sent_with_the_request(full: true) { |io| io.read(5) }
+  end
+
   def test_partial_hijack_gets_the_bytes_sent_with_the_request
-    got = Queue.new
-    app = upgrading do |io|
-      got << io.read(5)
-      io.close
-    end
-    with_server(app) do |_, port|
-      sock = TCPSocket.new("127.0.0.1", port)
-      sock.write("#{UPGRADE}PING\n")
-      assert_equal "PING\n", pop_within(got)
-      assert_equal 101, read_response(sock)[0]
-    ensure
-      sock&.close
-    end
+    assert_app_reads_the_bytes_sent_with_the_request(full: false) { |io| io.read(5) }
   end
 
   # An app waiting for input with IO.select (or wait_readable) sees those
   # bytes as readable at once (no Rack::Lint here: its wrapper is no IO).
   def test_bytes_sent_with_the_request_are_readable_for_select
-    got = Queue.new
-    app = lambda do |env|
-      io = env["rack.hijack"].call
-      ready = IO.select([io], nil, nil, 5)
-      got << (ready ? io.read_nonblock(100) : :not_readable)
-      io.close
-      [200, {}, []]
-    end
-    with_server(app, lint: false) do |_, port|
-      sock = TCPSocket.new("127.0.0.1", port)
-      sock.write("#{UPGRADE}PING\n")
-      assert_equal "PING\n", pop_within(got, 8)
-    ensure
-      sock&.close
+    assert_app_reads_the_bytes_sent_with_the_request(full: true, lint: false) do |io|
+      IO.select([io], nil, nil, 2) ? io.read_nonblock(100) : :not_readable
     end
   end
 end

@@ -7,15 +7,9 @@ require "rackup/handler/margay"
 # How rackup's and Rails' options become a Configuration (no process needed;
 # test/slow/rails_handler_test.rb runs the real thing).
 class RackupHandlerTest < Minitest::Test
-  Handler = Rackup::Handler::Margay
+  include Margay::TestHelper
 
-  def with_file(source)
-    Dir.mktmpdir("margay-handler-") do |dir|
-      path = File.join(dir, "margay.rb")
-      File.write(path, source)
-      yield path
-    end
-  end
+  Handler = Rackup::Handler::Margay
 
   def test_registered_as_margay
     assert_same Handler, Rackup::Handler.get(:margay)
@@ -32,7 +26,7 @@ class RackupHandlerTest < Minitest::Test
   end
 
   def test_rails_defaults_do_not_override_the_files_bind
-    with_file("bind 'tcp://127.0.0.1:4567'\nthreads 3, 3\n") do |file|
+    with_config_file("bind 'tcp://127.0.0.1:4567'\nthreads 3, 3\n") do |file|
       rails = { Host: "localhost", Port: 3000, environment: "development", user_supplied_options: [] }
       c = Handler.configuration(rails, config_file: file, env: {})
       assert_equal ["tcp://127.0.0.1:4567"], c.binds, "Rails' default Host/Port do not override the file's bind"
@@ -53,7 +47,7 @@ class RackupHandlerTest < Minitest::Test
     env = { "WEB_CONCURRENCY" => "2" }
     assert_equal 2, Handler.configuration({ Port: 0 }, config_file: "/nonexistent", env: env).workers
     assert_equal 3, Handler.configuration({ Port: 0, workers: "3" }, config_file: "/nonexistent", env: env).workers
-    with_file("workers 4\n") do |file|
+    with_config_file("workers 4\n") do |file|
       assert_equal 4, Handler.configuration({ Port: 0 }, config_file: file, env: env).workers
     end
   end
