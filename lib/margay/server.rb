@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "stringio" # the engine hands small request bodies to the app as StringIO
 require_relative "errors"
 require_relative "clock"
 require_relative "configuration"
