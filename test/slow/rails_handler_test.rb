@@ -95,9 +95,9 @@ class RailsHandlerTest < Minitest::Test
   end
 
   def wait_for_line(pattern, timeout: 60)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+    deadline = Margay::Clock.now + timeout
     until (match = @output.match(pattern))
-      left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      left = deadline - Margay::Clock.now
       flunk "no line matching #{pattern.inspect} within #{timeout}s; output:\n#{@output}" if left <= 0
       next unless @out_r.wait_readable(left)
 
