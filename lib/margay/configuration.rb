@@ -57,6 +57,7 @@ module Margay
     # Hook names a config file may register blocks for.
     HOOKS = %i[before_fork on_worker_boot before_worker_shutdown on_worker_shutdown on_restart].freeze
 
+    # The names of every setting.
     SETTINGS = DEFAULTS.keys.freeze
 
     # The host a bare port listens on (`-p`, `port 3000`, rackup's Port), and

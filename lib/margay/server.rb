@@ -13,8 +13,8 @@ module Margay
   # A single-process, multi-threaded Rack server: its lifecycle. Ruby owns the
   # listeners, the thread pool and the app; the native engine owns every
   # connection. The parts live in server/: ThreadPool (the threads and their
-  # growth policy), RequestHandler (what each thread does), Supervisor (the
-  # main thread's tick), Deadline (request_timeout).
+  # growth policy), RequestHandler (what each thread does; with Hijack and
+  # Stream), Supervisor (the main thread's tick), Deadline (request_timeout).
   #
   #   server = Margay::Server.new(app, config, log: Margay::Log.new)
   #   server.bind    # open listeners (port 0 resolved: see #addresses)
