@@ -1,16 +1,20 @@
 # frozen_string_literal: true
 
 # Margay: a Rack 3 HTTP/1.1 server whose I/O hot path runs in C without the GVL.
-# This file is the load index: version, then the parts.
+# This file is the load index: version, errors, then the parts.
 require_relative "margay/version"
+require_relative "margay/errors"
 
 module Margay
-  autoload :Configuration, "margay/configuration"
-  autoload :ConfigError, "margay/configuration"
-  autoload :Server, "margay/server"
-  autoload :CLI, "margay/cli"
-  autoload :DSL, "margay/dsl"
-  autoload :Launcher, "margay/launcher"
-  autoload :DemoApp, "margay/demo_app"
+  autoload :Clock, "margay/clock"
   autoload :Log, "margay/log"
+  autoload :Configuration, "margay/configuration"
+  autoload :CLI, "margay/cli"
+  autoload :Launcher, "margay/launcher"
+  autoload :Binder, "margay/binder"
+  autoload :Systemd, "margay/systemd"
+  autoload :Runner, "margay/runner"
+  autoload :Server, "margay/server"
+  autoload :Cluster, "margay/cluster"
+  autoload :DemoApp, "margay/demo_app"
 end

@@ -7,9 +7,11 @@ require "rack"
 require "rack/lint"
 require "stringio"
 require "timeout"
+require "tmpdir"
 require "English"
 require "margay"
 require_relative "support/watchdog"
+require_relative "support/wire"
 
 module Margay
   # Shared helpers for the wire tests: a real server on 127.0.0.1:0 with the app
@@ -69,64 +71,30 @@ module Margay
       data
     end
 
-    # Read exactly one HTTP response from +sock+: [status, headers(lowercased), body].
-    # Understands content-length and chunked bodies; +head+ true for a HEAD request.
+    # Read exactly one HTTP response from +sock+ (never a byte past it):
+    # [status, headers, body]. Header names are lowercased; a header sent
+    # more than once maps to an Array of its values. +head+: the request was
+    # HEAD. Raises EOFError when the connection closes (or +timeout+ seconds
+    # pass without a byte) before the response is complete.
     def read_response(sock, head: false, timeout: 5)
-      status_line = gets_line(sock, timeout)
-      raise EOFError, "connection closed before a response" if status_line.nil?
+      res = Wire::Client.new(sock, timeout: timeout, buffered: false).read_response(head: head)
+      raise EOFError, "connection closed before a response" if res.nil?
+      raise EOFError, "connection closed inside the body" unless res.complete
 
-      status = status_line[/\AHTTP\/1\.[01] (\d{3})/, 1].to_i
       headers = {}
-      while (line = gets_line(sock, timeout)) && line != "\r\n"
-        name, value = line.chomp.split(":", 2)
-        (headers[name.downcase] ||= []) << value.strip
-      end
-      headers.transform_values! { |v| v.size == 1 ? v.first : v }
-      body = +""
-      if head || status == 204 || status == 304 || status < 200
-        # no body
-      elsif headers["transfer-encoding"]&.include?("chunked")
-        loop do
-          size = gets_line(sock, timeout).to_i(16)
-          break (gets_line(sock, timeout)) if size.zero?
-
-          body << read_exactly(sock, size, timeout)
-          gets_line(sock, timeout)
-        end
-      elsif headers["content-length"]
-        body = read_exactly(sock, headers["content-length"].to_i, timeout)
-      else
-        body = read_all(sock, timeout: timeout)
-      end
-      [status, headers, body]
+      res.fields.each { |name, value| (headers[name.downcase] ||= []) << value }
+      [res.status, headers.transform_values { |v| v.size == 1 ? v.first : v }, res.body]
+    rescue Wire::Timeout => e
+      raise EOFError, e.message
     end
 
-    def gets_line(sock, timeout)
-      line = +""
-      until line.end_with?("\n")
-        return (line.empty? ? nil : line) unless sock.wait_readable(timeout)
-
-        c = sock.read_nonblock(1, exception: false)
-        return (line.empty? ? nil : line) if c.nil?
-        next if c == :wait_readable
-
-        line << c
+    # Yield the path of a config file holding +source+, removed afterwards.
+    def with_config_file(source)
+      Dir.mktmpdir("margay-config-") do |dir|
+        path = File.join(dir, "margay.rb")
+        File.write(path, source)
+        yield path
       end
-      line
-    end
-
-    def read_exactly(sock, size, timeout)
-      data = +""
-      while data.bytesize < size
-        raise EOFError, "timed out reading body" unless sock.wait_readable(timeout)
-
-        chunk = sock.read_nonblock(size - data.bytesize, exception: false)
-        raise EOFError, "short body" if chunk.nil?
-        next if chunk == :wait_readable
-
-        data << chunk
-      end
-      data
     end
 
     # Queue#pop with a timeout (Ruby 3.1 has no pop(timeout:)); fails the test on timeout.

@@ -40,6 +40,7 @@ module Margay
       new(binds, backlog: backlog, inherited: inherited).bind
     end
 
+    # {bind-url => fd} from an INHERIT_ENV value ({} for nil or "").
     def self.parse_inherited(value)
       return {} if value.nil? || value.empty?
 

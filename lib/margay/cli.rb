@@ -1,8 +1,9 @@
 # frozen_string_literal: true
 
 require "optparse"
+require_relative "errors"
 require_relative "configuration"
-require_relative "dsl"
+require_relative "configuration/sources"
 require_relative "log"
 require_relative "version"
 
@@ -12,24 +13,8 @@ module Margay
   # Launcher. Usage and configuration mistakes end with one line on stderr and
   # exit status 64 (EX_USAGE), never a backtrace.
   class CLI
+    # Exit status of a usage or configuration mistake (sysexits.h EX_USAGE).
     EX_USAGE = 64
-    # A mistake on the command line (as opposed to one in the config file).
-    class UsageError < StandardError; end
-
-    # Flags that take one value: giving one twice with different values is a
-    # contradiction, not a silent "last one wins".
-    SINGLE_VALUED = %i[environment config pidfile threads].freeze
-    private_constant :SINGLE_VALUED
-
-    # Parse "MIN:MAX" or "N" (N:N) into [min, max].
-    # @raise [ConfigError] for anything else
-    def self.parse_threads(value)
-      match = value.to_s.strip.match(/\A(\d+)(?::(\d+))?\z/)
-      raise ConfigError, "threads must be MIN:MAX or N, got #{value.inspect}" unless match
-
-      min = Integer(match[1], 10)
-      [min, match[2] ? Integer(match[2], 10) : min]
-    end
 
     # @param argv [Array<String>] the arguments (not modified)
     # @param out [IO] banner and access log
@@ -40,6 +25,8 @@ module Margay
       @out = out
       @err = err
       @parsed = nil
+      @sources = nil
+      @configuration = nil
     end
 
     # Run the server (or print help/version). Returns the process exit status.
@@ -68,7 +55,7 @@ module Margay
     # file is then an error rather than a reason to serve the demo app.
     def rackup_given?
       parse
-      !@parsed[:rackup].nil? || file_settings.key?(:rackup)
+      !@parsed[:rackup].nil? || sources.file_settings.key?(:rackup)
     end
 
     private
@@ -80,7 +67,7 @@ module Margay
       log = Log.new(out: @out, err: @err, quiet: config.quiet)
       restart = [File.expand_path($PROGRAM_NAME), *@original_argv]
       Launcher.new(config, log: log, rackup_given: rackup_given?, restart_argv: restart).run
-    rescue Launcher::AppLoadError => e
+    rescue AppLoadError => e
       log.exception(e.cause || e, "cannot load #{config.rackup}")
       1
     end
@@ -101,16 +88,18 @@ module Margay
 
     def parser
       @parser ||= OptionParser.new do |o|
-        o.banner = "Usage: margay [options] [rackup file (default: config.ru)]"
+        o.banner = "Usage: margay [options] [rackup file (default: #{Configuration::DEFAULTS[:rackup]})]"
         o.version = VERSION
         o.require_exact = true
         o.separator ""
         o.on("-b", "--bind URL", "Listen on URL: tcp://HOST:PORT or unix://PATH (repeatable)") { |v| @parsed[:binds] << v }
-        o.on("-p", "--port PORT", "Listen on tcp://0.0.0.0:PORT (repeatable; with -b, adds)") { |v| @parsed[:binds] << port_bind(v) }
-        o.on("-t", "--threads MIN:MAX", "Threads running the app; N means N:N (default 0:5)") { |v| single(:threads, v) }
+        o.on("-p", "--port PORT", "Listen on tcp://#{Configuration::DEFAULT_HOST}:PORT (repeatable; with -b, adds)") do |v|
+          @parsed[:binds] << port_bind(v)
+        end
+        o.on("-t", "--threads MIN:MAX", "Threads running the app; N means N:N (default #{default_threads})") { |v| single(:threads, v) }
         o.on("-w", "--workers N", "Worker processes (cluster mode); auto: one per CPU (default: WEB_CONCURRENCY or 0)") { |v| single(:workers, v) }
         o.on("-e", "--environment ENV", "Environment, sets RACK_ENV (default: RACK_ENV or development)") { |v| single(:environment, v) }
-        o.on("-C", "--config FILE", "Config file (default: #{DSL::DEFAULT_PATH} when present)") { |v| single(:config, v) }
+        o.on("-C", "--config FILE", "Config file (default: #{Configuration::Sources::DEFAULT_PATH} when present)") { |v| single(:config, v) }
         o.on("--pidfile PATH", "Write the process id to PATH while running") { |v| single(:pidfile, v) }
         o.on("-q", "--quiet", "No banner or info lines") { @parsed[:settings][:quiet] = true }
         o.on("--log-requests", "One access-log line per request on stdout") { @parsed[:settings][:log_requests] = true }
@@ -119,6 +108,8 @@ module Margay
       end
     end
 
+    # A flag that takes one value: giving it twice with different values is a
+    # contradiction, not a silent "last one wins".
     def single(key, value)
       previous = @parsed[key]
       raise UsageError, "contradictory --#{key} values: #{previous} and #{value}" if previous && previous != value
@@ -126,60 +117,34 @@ module Margay
       @parsed[key] = value
     end
 
+    def default_threads
+      "#{Configuration::DEFAULTS[:min_threads]}:#{Configuration::DEFAULTS[:max_threads]}"
+    end
+
     def port_bind(value)
       port = Integer(value, 10) if value.match?(/\A\d+\z/)
       raise UsageError, "invalid port #{value.inspect}: expected 0..65535" unless port&.between?(0, 65_535)
 
-      "tcp://0.0.0.0:#{port}"
+      Configuration.tcp_bind(port)
     end
 
-    def config_path
+    # The config file (-C, or config/margay.rb when present) and WEB_CONCURRENCY.
+    def sources
       parse
-      return @parsed[:config] if @parsed[:config]
-
-      DSL::DEFAULT_PATH if File.file?(DSL::DEFAULT_PATH)
+      @sources ||= Configuration::Sources.new(Configuration::Sources.config_path(@parsed[:config]))
     end
 
-    def file_settings
-      @file_settings ||= begin
-        path = config_path
-        settings = if path.nil? then {}
-                   elsif !File.file?(path) then raise ConfigError, "config file #{path} not found"
-                   else DSL.load(path)
-                   end
-        env_workers.merge(settings)
-      end
-    end
-
-    # WEB_CONCURRENCY (as Puma and Heroku use it) sets workers unless the file or a flag does.
-    def env_workers
-      value = ENV["WEB_CONCURRENCY"]
-      return {} if value.nil? || value.empty?
-
-      count = DSL.worker_count(value)
-      raise ConfigError, "WEB_CONCURRENCY=#{value.inspect}: expected a number or auto" unless count
-
-      { workers: count }
-    end
-
-    # Build from the file first so that an invalid value there is reported with
-    # the file's name, then apply the flags.
+    # The file's mistakes are reported before the flags'.
     def build_configuration
-      parse
-      base = begin
-        Configuration.new(**file_settings)
-      rescue ConfigError => e
-        raise if config_path.nil? || e.message.include?(config_path)
-
-        raise ConfigError, "#{config_path}: #{e.message}"
-      end
-      base.with(**flag_settings)
+      sources.configuration.with(**flag_settings)
     end
 
     def flag_settings
       settings = @parsed[:settings].dup
       settings[:binds] = @parsed[:binds] unless @parsed[:binds].empty?
-      settings[:min_threads], settings[:max_threads] = CLI.parse_threads(@parsed[:threads]) if @parsed[:threads]
+      if @parsed[:threads]
+        settings[:min_threads], settings[:max_threads] = Configuration::Sources.parse_threads(@parsed[:threads])
+      end
       settings[:environment] = @parsed[:environment] if @parsed[:environment]
       settings[:pidfile] = @parsed[:pidfile] if @parsed[:pidfile]
       settings[:rackup] = @parsed[:rackup] if @parsed[:rackup]
@@ -188,7 +153,7 @@ module Margay
     end
 
     def worker_flag
-      DSL.worker_count(@parsed[:workers]) || raise(UsageError, "invalid --workers #{@parsed[:workers].inspect}: a number or auto")
+      Configuration::DSL.worker_count(@parsed[:workers]) || raise(UsageError, "invalid --workers #{@parsed[:workers].inspect}: a number or auto")
     end
   end
 end

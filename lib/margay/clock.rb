@@ -7,10 +7,12 @@ module Margay
   module Clock
     module_function
 
+    # Monotonic seconds (for deadlines and intervals).
     def now
       Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
 
+    # CPU seconds this process has used, all threads together.
     def cpu
       Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
     end

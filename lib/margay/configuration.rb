@@ -1,17 +1,19 @@
 # frozen_string_literal: true
 
-require "etc"
 require "tmpdir"
+require_relative "errors"
 
 module Margay
-  # Raised for a setting that is unknown, malformed or contradicts another one.
-  # The CLI maps it to exit status 64 (EX_USAGE).
-  class ConfigError < StandardError; end
-
-  # The one frozen configuration object. Built from DEFAULTS, then the config
-  # file, then CLI flags (see Margay::CLI and Margay::DSL), and handed to every
-  # part that needs it. Never mutated after #initialize.
+  # The one frozen configuration object and THE list of settings and their
+  # defaults. Built from DEFAULTS, then the config file (Configuration::DSL),
+  # WEB_CONCURRENCY, then CLI flags or rackup options (Configuration::Sources
+  # does that for both), and handed to every part that needs it. Never
+  # mutated after #initialize.
   class Configuration
+    autoload :DSL, File.expand_path("configuration/dsl", __dir__)
+    autoload :PumaCompat, File.expand_path("configuration/puma_compat", __dir__)
+    autoload :Sources, File.expand_path("configuration/sources", __dir__)
+
     # Every setting with its default. Sizes are bytes, times are seconds.
     DEFAULTS = {
       binds: ["tcp://0.0.0.0:9292"].freeze,
@@ -55,9 +57,25 @@ module Margay
     # Hook names a config file may register blocks for.
     HOOKS = %i[before_fork on_worker_boot before_worker_shutdown on_worker_shutdown on_restart].freeze
 
+    # The names of every setting.
     SETTINGS = DEFAULTS.keys.freeze
 
+    # The host a bare port listens on (`-p`, `port 3000`, rackup's Port), and
+    # the port when none is given: the default bind's.
+    DEFAULT_BIND = DEFAULTS[:binds].first.match(%r{\Atcp://(?<host>.+):(?<port>\d+)\z})
+    DEFAULT_HOST = DEFAULT_BIND[:host]
+    DEFAULT_PORT = Integer(DEFAULT_BIND[:port], 10)
+    private_constant :DEFAULT_BIND
+
     attr_reader(*SETTINGS)
+
+    # "tcp://HOST:PORT" for +port+ (an Integer or digits) on +host+; an IPv6
+    # host is bracketed. Raises ArgumentError unless port is a number.
+    def self.tcp_bind(port, host = DEFAULT_HOST)
+      host = host.to_s
+      host = "[#{host}]" if host.include?(":") && !host.start_with?("[")
+      "tcp://#{host}:#{Integer(port.to_s, 10)}"
+    end
 
     # @param settings [Hash] overrides of DEFAULTS; unknown keys raise ConfigError.
     def initialize(**settings)
@@ -76,10 +94,12 @@ module Margay
       self.class.new(**to_h.merge(overrides))
     end
 
+    # Every setting by name.
     def to_h
       SETTINGS.to_h { |key| [key, public_send(key)] }
     end
 
+    # True in the development environment (500 pages then show the backtrace).
     def development?
       environment == "development"
     end
@@ -161,7 +181,6 @@ module Margay
         raise ConfigError, "hook #{name} must be a list of callables" unless blocks.is_a?(Array) && blocks.all? { |b| b.respond_to?(:call) }
       end
     end
-
 
     def validate_bind(url)
       return if url.match?(%r{\Atcp://(\[[0-9a-fA-F:.]+\]|[^\s/:\[\]]+):\d{1,5}\z}) || url.match?(%r{\Aunix://\S+\z})

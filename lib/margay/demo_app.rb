@@ -28,6 +28,7 @@ module Margay
       @addresses = addresses
     end
 
+    # The Rack call: the page, /stats.json, or 404/405.
     def call(env)
       method = env["REQUEST_METHOD"]
       return respond(405, "text/plain", "Method Not Allowed\n", env, "allow" => "GET, HEAD") unless %w[GET HEAD].include?(method)

@@ -1,6 +1,19 @@
 # frozen_string_literal: true
 
 module Margay
+  # Every error class Margay defines, one place. The native extension looks
+  # ClientGone and InvalidResponse up here (it defines none of its own).
+
+  # A setting is unknown, malformed or contradicts another one (config file,
+  # flags, rackup options). Public: the CLI turns it into exit status 64.
+  class ConfigError < StandardError; end
+
+  # A mistake on the command line, as opposed to one in the config file (exit status 64).
+  class UsageError < StandardError; end
+
+  # The rackup file raised while loading; #cause is the app's exception.
+  class AppLoadError < StandardError; end
+
   # The connection a request held is gone (the client closed it, or the
   # request's token is stale: its response was already handed to the event
   # loop). Raised by the native engine's response calls.
@@ -10,4 +23,13 @@ module Margay
   # or value, a body longer than its content-length). Raised by the native
   # engine before anything reaches the wire; answered with a 500.
   class InvalidResponse < StandardError; end
+
+  # Raised inside a pool thread whose app call ran past config.request_timeout
+  # (answered with a 503). An Exception, not a StandardError, so that an app's
+  # `rescue => e` does not swallow it.
+  class RequestTimeout < Exception; end # rubocop:disable Lint/InheritException
+
+  # Raised inside pool threads still running the app when a forced stop ends
+  # the grace period. An Exception for the same reason as RequestTimeout.
+  class ForceShutdown < Exception; end # rubocop:disable Lint/InheritException
 end

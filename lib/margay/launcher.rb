@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require_relative "errors"
 require_relative "configuration"
 require_relative "log"
 require_relative "version"
@@ -9,12 +10,10 @@ module Margay
   # the pidfile, prints the banner, turns TERM/INT into a graceful stop and
   # serves until then. Used by the CLI and by the rackup handler.
   class Launcher
-    # The rackup file raised while loading; #cause is the app's exception.
-    class AppLoadError < StandardError; end
-
     # Exit status when a second INT cuts the grace period short (128 + SIGINT).
     FORCED_EXIT_STATUS = 130
 
+    # The Server once #run bound it (single mode; nil in cluster mode).
     attr_reader :server
 
     # @param config [Configuration]

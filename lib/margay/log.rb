@@ -4,7 +4,13 @@ module Margay
   # Internal: the server's event log and access log. Thread-safe: each line is
   # written with a single IO#write call.
   class Log
+    # The streams it writes to.
     attr_reader :out, :err
+
+    # How log lines name a request: "GET /path".
+    def self.request(env)
+      "#{env['REQUEST_METHOD']} #{env['PATH_INFO']}"
+    end
 
     # @param out [IO] banner, events and access lines
     # @param err [IO] warnings and errors
@@ -15,14 +21,17 @@ module Margay
       @quiet = quiet
     end
 
+    # An event line (dropped when quiet).
     def info(message)
       write(@out, message) unless @quiet
     end
 
+    # A warning line, on err.
     def warn(message)
       write(@err, "WARN: #{message}")
     end
 
+    # An error line, on err.
     def error(message)
       write(@err, "ERROR: #{message}")
     end

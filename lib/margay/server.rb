@@ -1,23 +1,27 @@
 # frozen_string_literal: true
 
-require "stringio"
+require "stringio" # the engine hands small request bodies to the app as StringIO
+require_relative "errors"
+require_relative "clock"
 require_relative "configuration"
 require_relative "log"
+require_relative "systemd"
 require_relative "runner"
-require_relative "thread_pool"
-require_relative "request_handler"
-require_relative "deadline"
-require "margay/margay_native"
+require_relative "native"
 
 module Margay
-  # A single-process, multi-threaded Rack server. Ruby owns the listeners,
-  # the thread pool and the app; the native engine owns every connection.
+  # A single-process, multi-threaded Rack server: its lifecycle. Ruby owns the
+  # listeners, the thread pool and the app; the native engine owns every
+  # connection. The parts live in server/: ThreadPool (the threads and their
+  # growth policy), RequestHandler (what each thread does; with Hijack and
+  # Stream), Supervisor (the main thread's tick), Deadline (request_timeout).
   #
   #   server = Margay::Server.new(app, config, log: Margay::Log.new)
   #   server.bind    # open listeners (port 0 resolved: see #addresses)
   #   server.run     # serve until #stop; returns after a graceful stop
   class Server < Runner
-    # engine: the Native::Engine from #run on (nil before; closed once #run returns).
+    # app: the Rack application. engine: the Native::Engine from #run on (nil
+    # before; closed once #run returns).
     attr_reader :app, :engine
 
     # @param app [#call] the Rack application
@@ -41,8 +45,6 @@ module Margay
       @close_listeners_on_stop = @owns_listeners
       @on_tick = on_tick
       @on_stuck = on_stuck
-      @handler = nil
-      @deadline = nil
       @engine = nil
       @pool = nil
       @counters = { errors: 0 }
@@ -54,18 +56,22 @@ module Margay
     # (or the grace period passed).
     def run
       bind
-      @engine = Native::Engine.new(engine_settings, env_template)
+      # The engine names the settings it reads; their values (and defaults) come from the configuration.
+      @engine = Native::Engine.new(@config.to_h.values_at(*Native::Engine::SETTINGS),
+                                   RequestHandler.env_template(@config))
       @listeners.each { |l| @engine.add_listener(l.io.fileno, l.unix, l.server_name, l.server_port) }
       @engine.publish_idle(*@idle_board) if @idle_board
+      deadline = (Deadline.new(@config.request_timeout, log: @log, on_stuck: @on_stuck) if @config.request_timeout)
+      handler = RequestHandler.new(@app, @engine, @config, @log, @counters, deadline: deadline)
       @pool = ThreadPool.new(min: @config.effective_min_threads, max: @config.max_threads,
-                             idle_timeout: @config.thread_idle_timeout) { |pool| serve(pool, @handler) }
-      @deadline = (Deadline.new(@config.request_timeout, log: @log, on_stuck: @on_stuck) if @config.request_timeout)
-      @handler = RequestHandler.new(@app, @engine, @config, @log, @counters, deadline: @deadline)
-      @started_at = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+                             idle_timeout: @config.thread_idle_timeout) { |pool| handler.serve(pool) }
+      supervisor = Supervisor.new(pool: @pool, engine: @engine, deadline: deadline, on_tick: @on_tick,
+                                  watchdog: (Systemd.watchdog_interval if @owns_listeners))
+      @started_at = Clock.now
       @engine.start
       @pool.start
       notify("READY=1")
-      wait_for_stop
+      supervisor.run(@stop_r)
       notify("STOPPING=1")
       shutdown
     end
@@ -123,106 +129,16 @@ module Margay
       engine = @engine.stats
       base.merge(requests: engine[:requests], connections: engine[:connections],
                  threads: @pool.size, busy_threads: @pool.busy, event_backend: engine[:event_backend],
-                 max_connections: engine[:max_connections],
-                 uptime: (Process.clock_gettime(Process::CLOCK_MONOTONIC) - @started_at).round(1))
+                 max_connections: engine[:max_connections], uptime: (Clock.now - @started_at).round(1))
     rescue IOError
       base
     end
 
     private
 
-    # The loop of every pool thread: wait in the engine, run the app, repeat.
-    def serve(pool, handler)
-      Thread.handle_interrupt(RequestTimeout => :never) { serve_loop(pool, handler) }
-    end
-
-    def serve_loop(pool, handler)
-      continue_with = nil
-      loop do
-        request = @engine.next_request(continue_with, continue_with ? nil : pool.idle_budget)
-        continue_with = nil
-        break if request.nil?
-
-        if request == :timeout
-          break if pool.leave?(Thread.current)
-
-          next
-        end
-        token, env = request
-        pool.busy!
-        begin
-          continue_with = handler.call(token, env)
-        ensure
-          pool.idle!
-        end
-      end
-    rescue Exception # rubocop:disable Lint/RescueException -- unwinding between two requests: free the connection
-      @engine.abort(continue_with) if continue_with
-      raise
-    end
-
-    # How often the main thread looks at the pool; for how many consecutive
-    # looks every thread must have been busy while the process used less than
-    # BLOCKED_CPU_SHARE of a core before one more thread starts. Busy but not
-    # computing means blocked (I/O, a lock, a sleep): only then does one more
-    # thread add throughput rather than GVL hand-offs. Several looks filter
-    # out the process merely being descheduled for a moment.
-    SUPERVISE_INTERVAL = 0.005
-    GROW_AFTER_LOOKS = 3
-    BLOCKED_CPU_SHARE = 0.5
-    DEADLINE_EVERY = 10 # ticks: request deadlines are checked every 50 ms
-
-    # The main thread supervises the pool until #stop is called.
-    def wait_for_stop
-      cpu = cpu_time
-      wall = now
-      looks = 0
-      ping = watchdog
-      ticks = 0
-      until @stop_r.wait_readable(SUPERVISE_INTERVAL)
-        cpu_now = cpu_time
-        wall_now = now
-        blocked = (cpu_now - cpu) < BLOCKED_CPU_SHARE * (wall_now - wall)
-        looks = blocked && @engine.saturated_ms.positive? ? looks + 1 : 0
-        if looks >= GROW_AFTER_LOOKS
-          @pool.grow
-          looks = 0
-        end
-        @on_tick&.call
-        ping&.call
-        ticks += 1
-        @deadline.check(@pool.threads) if @deadline && (ticks % DEADLINE_EVERY).zero?
-        cpu = cpu_now
-        wall = wall_now
-      end
-    rescue Interrupt
-      nil
-    end
-
     # sd_notify, from a standalone server only (a cluster's master speaks for its workers).
     def notify(state)
       Systemd.notify(state) if @owns_listeners
-    end
-
-    def watchdog
-      interval = @owns_listeners && Systemd.watchdog_interval
-      return nil unless interval
-
-      last = now
-      lambda do
-        next if now - last < interval
-
-        Systemd.notify("WATCHDOG=1")
-        last = now
-      end
-    end
-
-    def cpu_time
-      Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
-    end
-
-    def now
-      Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
 
     # The listeners close as soon as the engine has stopped accepting, so that
@@ -253,24 +169,12 @@ module Margay
         File.unlink(path) if @owns_listeners && l.unix && !l.activated && File.socket?(path)
       end
     end
-
-    # The engine names the settings it reads (Native::Engine::SETTINGS); their
-    # values come from the configuration, the one place that has defaults.
-    def engine_settings
-      Native::Engine::SETTINGS.map { |key| @config.public_send(key) }
-    end
-
-    def env_template
-      {
-        "SCRIPT_NAME" => "",
-        "SERVER_SOFTWARE" => "Margay/#{VERSION}",
-        "rack.url_scheme" => "http",
-        "rack.errors" => $stderr,
-        "rack.hijack?" => true,
-        "rack.multithread" => @config.max_threads > 1,
-        "rack.multiprocess" => @config.workers.positive?,
-        "rack.run_once" => false
-      }
-    end
   end
 end
+
+# The parts, each reopening Server (loaded here, after the class exists, so
+# that none of them triggers the autoload of Margay::Server half-way).
+require_relative "server/thread_pool"
+require_relative "server/request_handler"
+require_relative "server/deadline"
+require_relative "server/supervisor"

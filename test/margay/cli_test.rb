@@ -8,6 +8,8 @@ require "margay/cli"
 # The flags and the config file become one Configuration; mistakes become one
 # line on stderr and exit status 64. Nothing here starts a server.
 class CLITest < Minitest::Test
+  include Margay::TestHelper
+
   def cli(*argv)
     @out = StringIO.new
     @err = StringIO.new
@@ -26,14 +28,6 @@ class CLITest < Minitest::Test
     refute_match(/\.rb:\d+:in /, @err.string, "no backtrace on a usage error")
     assert @err.string.start_with?("margay: "), @err.string
     @err.string
-  end
-
-  def with_config_file(source)
-    Dir.mktmpdir("margay-cli-") do |dir|
-      path = File.join(dir, "margay.rb")
-      File.write(path, source)
-      yield path
-    end
   end
 
   def test_defaults_without_flags_or_config_file
@@ -173,13 +167,6 @@ class CLITest < Minitest::Test
       missing = File.join(dir, "missing.ru")
       assert_match(/rackup file #{Regexp.escape(missing)} not found/, assert_usage_error("-b", "tcp://127.0.0.1:0", missing))
     end
-  end
-
-  def test_parse_threads
-    assert_equal [0, 16], Margay::CLI.parse_threads("0:16")
-    assert_equal [3, 3], Margay::CLI.parse_threads(3)
-    assert_raises(Margay::ConfigError) { Margay::CLI.parse_threads("1:") }
-    assert_raises(Margay::ConfigError) { Margay::CLI.parse_threads(nil) }
   end
 
   private

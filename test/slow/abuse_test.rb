@@ -607,7 +607,7 @@ class AbuseTest < Minitest::Test
   # ---- time ----------------------------------------------------------------
 
   def now
-    Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    Margay::Clock.now
   end
 
   def wait_until(what, timeout: 5)

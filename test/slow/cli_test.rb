@@ -60,13 +60,13 @@ class SlowCLITest < Minitest::Test
 
   # Read the child's output until a line matches +pattern+; returns the match.
   def wait_for_line(pattern, timeout: 20)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+    deadline = Margay::Clock.now + timeout
     loop do
       if (match = @output.match(pattern))
         return match
       end
 
-      left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      left = deadline - Margay::Clock.now
       flunk "no line matching #{pattern.inspect} within #{timeout}s; output:\n#{@output}" if left <= 0
       next unless @out_r.wait_readable(left)
 

@@ -1,12 +1,12 @@
 # frozen_string_literal: true
 
 require "socket"
+require "margay/clock"
 
 module Margay
-  # Test support (internal): a strict HTTP/1.1 response reader over a raw
-  # socket. Unlike TestHelper#read_response it keeps every byte it read, tells a
-  # truncated body from a complete one, and buffers reads instead of reading
-  # one byte at a time, so a corpus of a few hundred exchanges stays fast.
+  # Test support (internal): the suite's one HTTP/1.1 response reader, strict,
+  # over a raw socket (TestHelper#read_response is built on it). It keeps every
+  # byte it read and tells a truncated body from a complete one.
   module Wire
     # One parsed response. +fields+ keeps the header lines in order as
     # [name, value] pairs; +headers+ maps the lowercased name to the values
@@ -42,9 +42,15 @@ module Margay
         new(TCPSocket.new(host, port), timeout: timeout)
       end
 
-      def initialize(sock, timeout: 5)
+      # +buffered+: read ahead 64 KiB at a time (fast: a corpus of a few
+      # hundred exchanges stays quick, but the bytes after a response stay in
+      # this client). Unbuffered, it never reads past the response it was
+      # asked for (lines byte by byte), so the socket can be read directly or
+      # by another Client afterwards.
+      def initialize(sock, timeout: 5, buffered: true)
         @sock = sock
         @timeout = timeout
+        @buffered = buffered
         @buf = "".b
         @eof = false
         @transcript = "".b # every byte received, for failure messages and byte checks
@@ -114,9 +120,9 @@ module Margay
       def wait_close(timeout)
         extra = @buf.dup
         @buf.clear
-        deadline = monotonic + timeout
+        deadline = Margay::Clock.now + timeout
         until @eof
-          left = deadline - monotonic
+          left = deadline - Margay::Clock.now
           return [:open, extra] if left <= 0
           return [:open, extra] unless @sock.wait_readable(left)
 
@@ -135,10 +141,6 @@ module Margay
       end
 
       private
-
-      def monotonic
-        Process.clock_gettime(Process::CLOCK_MONOTONIC)
-      end
 
       def read_body(status, headers, head)
         return ["".b, true] if head || status < 200 || status == 204 || status == 304
@@ -182,7 +184,7 @@ module Margay
       # at EOF mid-line returns the partial line.
       def read_line
         i = @buf.index("\n")
-        i = @buf.index("\n") while i.nil? && fill
+        i = @buf.index("\n") while i.nil? && fill(1)
         if i
           @buf.slice!(0, i + 1)
         elsif @buf.empty?
@@ -193,23 +195,24 @@ module Margay
       end
 
       def read_bytes(count)
-        fill while @buf.bytesize < count && !@eof
+        fill(count - @buf.bytesize) while @buf.bytesize < count && !@eof
         @buf.slice!(0, count)
       end
 
       def read_to_eof
-        nil while fill
+        nil while fill(65_536)
         @buf.slice!(0, @buf.bytesize)
       end
 
-      # Read more bytes into the buffer. False at EOF; raises Timeout.
-      def fill
+      # Read more bytes into the buffer: up to +wanted+ unbuffered. False at
+      # EOF; raises Timeout.
+      def fill(wanted)
         return false if @eof
 
         loop do
           raise Timeout, "no byte from the server for #{@timeout} s" unless @sock.wait_readable(@timeout)
 
-          chunk = @sock.read_nonblock(65_536, exception: false)
+          chunk = @sock.read_nonblock(@buffered ? 65_536 : wanted, exception: false)
           next if chunk == :wait_readable
 
           if chunk.nil?

@@ -4,11 +4,13 @@ require "rackup/handler"
 require "margay"
 require "margay/cli"
 require "margay/launcher"
+require "margay/configuration/sources"
 
 module Rackup
   module Handler
     # `rackup -s margay` and `bin/rails server -u margay`. Reads config/margay.rb
-    # when present, then applies rackup's options over it:
+    # when present and WEB_CONCURRENCY, as the CLI does (Configuration::Sources),
+    # then applies rackup's options over them:
     #
     #   Host, Port       -> bind tcp://HOST:PORT
     #   environment      -> environment
@@ -20,8 +22,8 @@ module Rackup
     # When the caller says which options the user typed (Rails passes
     # :user_supplied_options), only those override the config file.
     module Margay
-      DEFAULT_HOST = "0.0.0.0"
-      DEFAULT_PORT = 9292
+      Configuration = ::Margay::Configuration
+      private_constant :Configuration
 
       # Serve +app+ until TERM/INT; yields the bound server before serving.
       def self.run(app, **options, &block)
@@ -45,20 +47,24 @@ module Rackup
 
       # For `rackup -s margay -h`.
       def self.valid_options
+        defaults = Configuration::DEFAULTS
         {
-          "Host=HOST" => "Hostname to listen on (default: localhost in development, else #{DEFAULT_HOST})",
-          "Port=PORT" => "Port to listen on (default: #{DEFAULT_PORT})",
-          "Threads=MIN:MAX" => "Threads running the app (default: 0:5)",
+          "Host=HOST" => "Hostname to listen on (default: localhost in development, else #{Configuration::DEFAULT_HOST})",
+          "Port=PORT" => "Port to listen on (default: #{Configuration::DEFAULT_PORT})",
+          "Threads=MIN:MAX" => "Threads running the app (default: #{defaults[:min_threads]}:#{defaults[:max_threads]})",
           "Verbose" => "Log every request",
           "SETTING=VALUE" => "Any Margay setting by name, e.g. header_timeout=10 (Margay::Configuration::DEFAULTS)"
         }
       end
 
-      # The Configuration for rackup/Rails +options+ (Symbol keys).
-      def self.configuration(options, config_file: ::Margay::DSL::DEFAULT_PATH)
-        file = File.file?(config_file) ? ::Margay::DSL.load(config_file) : {}
+      # The Configuration for rackup/Rails +options+ (Symbol keys): the
+      # defaults, WEB_CONCURRENCY from +env+, +config_file+ when it exists, then
+      # the options.
+      def self.configuration(options, config_file: Configuration::Sources::DEFAULT_PATH, env: ENV)
+        sources = Configuration::Sources.new(File.file?(config_file) ? config_file : nil, env: env)
+        file = sources.file_settings
+        base = sources.configuration
         given = options[:user_supplied_options]
-        base = ::Margay::Configuration.new(**file)
         settings = overrides(given ? options.select { |key, _| given.include?(key) } : options)
         # rackup/Rails always pass Host and Port (their defaults included); they
         # replace the file's binds unless the file has binds and the user typed neither.
@@ -70,28 +76,31 @@ module Rackup
         base.with(**settings)
       end
 
+      # Settings from rackup's options (all of them, or those the user typed).
       def self.overrides(options)
         settings = {}
         settings[:binds] = [bind_url(options[:Host], options[:Port])] if options.key?(:Host) || options.key?(:Port)
-        settings[:min_threads], settings[:max_threads] = ::Margay::CLI.parse_threads(options[:Threads]) if options[:Threads]
+        if options[:Threads]
+          settings[:min_threads], settings[:max_threads] = Configuration::Sources.parse_threads(options[:Threads])
+        end
         settings[:quiet] = true if options[:Silent] || options[:quiet]
         settings[:log_requests] = true if options[:Verbose]
         options.each do |key, value|
-          next if %i[binds environment quiet].include?(key) || !::Margay::Configuration::SETTINGS.include?(key)
+          next if %i[binds environment quiet].include?(key) || !Configuration::SETTINGS.include?(key)
 
           settings[key] = coerce(value)
         end
         settings
       end
 
+      # tcp://HOST:PORT from rackup's Host and Port, defaulting to the default bind's.
       def self.bind_url(host, port)
-        host = (host || DEFAULT_HOST).to_s
-        host = "[#{host}]" if host.include?(":") && !host.start_with?("[")
-        "tcp://#{host}:#{Integer((port || DEFAULT_PORT).to_s, 10)}"
+        Configuration.tcp_bind(port || Configuration::DEFAULT_PORT, host || Configuration::DEFAULT_HOST)
       rescue ArgumentError
         raise ::Margay::ConfigError, "Port must be an integer, got #{port.inspect}"
       end
 
+      # A `-O name=value` string as the setting's type.
       def self.coerce(value)
         case value
         when /\A\d+\z/ then Integer(value, 10)
@@ -103,6 +112,7 @@ module Rackup
         end
       end
 
+      # Rails passes :user_supplied_options; plain rackup does not.
       def self.caller_name(options)
         options.key?(:user_supplied_options) ? "Rails" : "rackup"
       end

@@ -3,13 +3,13 @@
 require "test_helper"
 require "etc"
 require "tmpdir"
-require "margay/dsl"
+require "margay/configuration/dsl"
 
 # The config file evaluates to a Hash of Configuration settings; mistakes in it
 # are ConfigErrors naming the file and line.
 class DSLTest < Minitest::Test
   def evaluate(source, path = "config/margay.rb")
-    Margay::DSL.evaluate(source, path)
+    Margay::Configuration::DSL.evaluate(source, path)
   end
 
   def assert_config_error(source, pattern, path = "config/margay.rb")
@@ -56,7 +56,7 @@ class DSLTest < Minitest::Test
   end
 
   def test_each_configuration_default_except_binds_and_hooks_is_a_directive
-    evaluator = Margay::DSL::Evaluator.new("x.rb")
+    evaluator = Margay::Configuration::DSL::Evaluator.new("x.rb")
     (Margay::Configuration::SETTINGS - %i[binds hooks]).each do |key|
       assert evaluator.respond_to?(key), "no directive for #{key}"
     end
@@ -111,11 +111,11 @@ class DSLTest < Minitest::Test
     Dir.mktmpdir do |dir|
       path = File.join(dir, "margay.rb")
       File.write(path, "max_threads 9\nnope\n")
-      error = assert_raises(Margay::ConfigError) { Margay::DSL.load(path) }
+      error = assert_raises(Margay::ConfigError) { Margay::Configuration::DSL.load(path) }
       assert_equal "#{path}:2: unknown setting 'nope'", error.message
       File.write(path, "max_threads 9\n")
-      assert_equal({ max_threads: 9 }, Margay::DSL.load(path))
-      error = assert_raises(Margay::ConfigError) { Margay::DSL.load(File.join(dir, "missing.rb")) }
+      assert_equal({ max_threads: 9 }, Margay::Configuration::DSL.load(path))
+      error = assert_raises(Margay::ConfigError) { Margay::Configuration::DSL.load(File.join(dir, "missing.rb")) }
       assert_match(/cannot read config file .*missing\.rb: No such file or directory/, error.message)
     end
   end

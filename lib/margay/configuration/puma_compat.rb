@@ -1,11 +1,12 @@
 # frozen_string_literal: true
 
 module Margay
-  module DSL
+  class Configuration
     # Directives that let an existing config/puma.rb run unchanged under
-    # `margay -C config/puma.rb`. Puma settings with a Margay equivalent are
-    # mapped to it; the others are ignored with one warning each (never a
-    # failure). The mapping is documented in docs/CONFIGURATION.md.
+    # `margay -C config/puma.rb` (mixed into DSL::Evaluator). Puma settings
+    # with a Margay equivalent are mapped to it; the others are ignored with
+    # one warning each (never a failure). The mapping is documented in
+    # docs/CONFIGURATION.md.
     module PumaCompat
       # Puma name => [Margay setting, conversion]
       MAPPED = {

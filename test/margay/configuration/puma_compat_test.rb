@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "margay/dsl"
+require "margay/configuration/dsl"
 
 # An existing config/puma.rb runs unchanged under `margay -C config/puma.rb`.
 class PumaCompatTest < Minitest::Test
@@ -36,7 +36,7 @@ class PumaCompatTest < Minitest::Test
   RUBY
 
   def evaluate(source)
-    Margay::DSL.evaluate(source, "config/puma.rb")
+    Margay::Configuration::DSL.evaluate(source, "config/puma.rb")
   end
 
   def test_rails_default_puma_rb

@@ -1,0 +1,44 @@
+# frozen_string_literal: true
+
+require "socket"
+require_relative "../constants"
+require_relative "../runner"
+
+module Margay
+  class Server < Runner
+    # Internal: rack.hijack. The engine lets go of the connection and hands
+    # over the bytes it had already read past the request (a client that
+    # speaks right after an Upgrade, in the same packet); they are pushed back
+    # into the socket's Ruby read buffer, so read, readpartial, read_nonblock,
+    # gets, wait_readable and IO.select see them before anything newer.
+    # (recv and sysread, which bypass that buffer, raise IOError while it
+    # holds bytes rather than skip them.)
+    class Hijack
+      # The connection of +token+, taken from +engine+, as a Socket the caller owns.
+      def self.take(engine, token)
+        fd, buffered = engine.hijack(token)
+        io = Socket.for_fd(fd)
+        io.autoclose = true
+        io.ungetbyte(buffered) unless buffered.empty?
+        io
+      end
+
+      # The socket once #call took it, else nil.
+      attr_reader :io
+
+      # +env+ gets rack.hijack_io once the app takes the socket.
+      def initialize(engine, token, env)
+        @engine = engine
+        @token = token
+        @env = env
+        @io = nil
+      end
+
+      # env["rack.hijack"] (full hijack): the app takes the socket and answers
+      # by itself. Returns the socket (the same one on every call).
+      def call
+        @io ||= Hijack.take(@engine, @token).tap { |io| @env[RACK_HIJACK_IO] = io }
+      end
+    end
+  end
+end

@@ -1,0 +1,86 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# rack.hijack over real sockets: full hijack (env["rack.hijack"].call) and
+# partial hijack (the rack.hijack response header).
+class HijackTest < Minitest::Test
+  include Margay::TestHelper
+
+  UPGRADE = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n"
+
+  # A partial-hijack app: a 101 head, then +talk+ gets the socket.
+  def upgrading(&talk)
+    ->(_env) { [101, { "upgrade" => "echo", "connection" => "upgrade", "rack.hijack" => talk }, []] }
+  end
+
+  def test_full_hijack
+    app = lambda do |env|
+      io = env["rack.hijack"].call
+      io.write("HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nhijacked")
+      io.close
+      [200, {}, []]
+    end
+    with_server(app) do |_, port|
+      assert_equal "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nhijacked",
+                   raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    end
+  end
+
+  def test_partial_hijack
+    app = upgrading do |io|
+      io.write(io.read(4).upcase)
+      io.close
+    end
+    with_server(app) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write(UPGRADE)
+      status, headers, = read_response(sock)
+      assert_equal [101, "echo"], [status, headers["upgrade"]]
+      sock.write("ping")
+      assert_equal "PING", read_all(sock)
+    ensure
+      sock&.close
+    end
+  end
+
+  # A client that speaks right after its Upgrade request, in the same write:
+  # the engine has read those bytes already, and the app must still get them.
+  # +reader+ gets the hijacked socket and returns what the app read.
+  def assert_app_reads_the_bytes_sent_with_the_request(full:, lint: true, &reader)
+    got = Queue.new
+    talk = lambda do |io|
+      got << reader.call(io)
+      io.close
+    end
+    full_hijack = lambda do |env|
+      talk.call(env["rack.hijack"].call)
+      [200, {}, []]
+    end
+    app = full ? full_hijack : upgrading(&talk)
+    with_server(app, lint: lint) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("#{UPGRADE}PING\n")
+      assert_equal "PING\n", pop_within(got)
+      assert_equal 101, read_response(sock)[0] unless full
+    ensure
+      sock&.close # ends the app's read if the bytes were lost
+    end
+  end
+
+  def test_full_hijack_gets_the_bytes_sent_with_the_request
+    assert_app_reads_the_bytes_sent_with_the_request(full: true) { |io| io.read(5) }
+  end
+
+  def test_partial_hijack_gets_the_bytes_sent_with_the_request
+    assert_app_reads_the_bytes_sent_with_the_request(full: false) { |io| io.read(5) }
+  end
+
+  # An app waiting for input with IO.select (or wait_readable) sees those
+  # bytes as readable at once (no Rack::Lint here: its wrapper is no IO).
+  def test_bytes_sent_with_the_request_are_readable_for_select
+    assert_app_reads_the_bytes_sent_with_the_request(full: true, lint: false) do |io|
+      IO.select([io], nil, nil, 2) ? io.read_nonblock(100) : :not_readable
+    end
+  end
+end

@@ -1,0 +1,150 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "tempfile"
+
+# What RequestHandler does with the app's answer, over real sockets: each
+# kind of body, early hints, the rack.response_finished callbacks, and the one
+# place where failures become HTTP statuses. (Hijack: hijack_test.rb;
+# request_timeout's 503: deadline_test.rb.)
+class RequestHandlerTest < Minitest::Test
+  include Margay::TestHelper
+
+  def test_streamed_body_is_chunked_and_closed
+    closed = Queue.new
+    body = Object.new
+    body.define_singleton_method(:each) { |&b| %w[one two three].each(&b) }
+    body.define_singleton_method(:close) { closed << true }
+    with_server(->(_env) { [200, {}, body] }) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      status, headers, data = read_response(sock)
+      assert_equal [200, "chunked", "onetwothree"], [status, headers["transfer-encoding"], data]
+      assert pop_within(closed)
+    ensure
+      sock&.close
+    end
+  end
+
+  def test_streaming_body_with_call
+    app = ->(_env) { [200, {}, ->(stream) { stream.write("a"); stream << "b"; stream.close }] }
+    with_server(app) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_equal "ab", read_response(sock)[2]
+    ensure
+      sock&.close
+    end
+  end
+
+  def test_to_path_body_uses_the_file
+    file = Tempfile.new("margay")
+    file.write("x" * 100_000)
+    file.flush
+    body = Object.new
+    body.define_singleton_method(:to_path) { file.path }
+    body.define_singleton_method(:each) { |&b| b.call(File.read(file.path)) }
+    with_server(->(_env) { [200, { "content-type" => "text/plain" }, body] }) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      status, headers, data = read_response(sock)
+      assert_equal [200, "100000", 100_000], [status, headers["content-length"], data.bytesize]
+    ensure
+      sock&.close
+      file.close!
+    end
+  end
+
+  def test_app_error_is_500_and_server_carries_on
+    app = ->(env) { env["PATH_INFO"] == "/boom" ? raise("boom") : HELLO.call(env) }
+    with_server(app, environment: "production") do |_, port|
+      raw = raw_exchange(port, "GET /boom HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      assert_match(%r{\AHTTP/1.1 500 }, raw)
+      refute_match(/boom/, raw.split("\r\n\r\n", 2).last, "no backtrace outside development")
+      assert_match(/hello\z/, raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+    end
+  end
+
+  def test_response_header_injection_never_reaches_the_wire
+    app = ->(_env) { [200, { "x-bad" => "a\r\nset-cookie: evil=1" }, ["x"]] }
+    with_server(app, lint: false) do |_, port|
+      raw = raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      assert_match(%r{\AHTTP/1.1 500 }, raw)
+      refute_match(/evil/, raw)
+    end
+  end
+
+  def test_invalid_status_and_length_mismatch_are_500
+    app = lambda do |env|
+      env["PATH_INFO"] == "/status" ? [42, {}, ["x"]] : [200, { "content-length" => "10" }, ["short"]]
+    end
+    with_server(app, lint: false) do |_, port|
+      %w[/status /length].each do |path|
+        raw = raw_exchange(port, "GET #{path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert_match(%r{\AHTTP/1.1 500 }, raw, path)
+      end
+    end
+  end
+
+  def test_body_closed_and_response_finished_called_on_error
+    events = Queue.new
+    body = Object.new
+    body.define_singleton_method(:each) { |&_b| raise "each failed" }
+    body.define_singleton_method(:close) { events << :closed }
+    app = lambda do |env|
+      env["rack.response_finished"] << ->(_env, _status, _headers, error) { events << [:finished, error&.message] }
+      [200, {}, body]
+    end
+    with_server(app) do |_, port|
+      raw = raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      refute_match(/200 OK.*200 OK/m, raw)
+      got = [pop_within(events), pop_within(events)]
+      assert_includes got, :closed
+      assert_includes got, [:finished, "each failed"]
+    end
+  end
+
+  def test_early_hints
+    app = lambda do |env|
+      env["rack.early_hints"].call({ "link" => "</style.css>; rel=preload" })
+      [200, {}, ["ok"]]
+    end
+    with_server(app) do |_, port|
+      raw = raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      assert_match(%r{\AHTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK}, raw)
+    end
+  end
+
+  def test_app_error_in_development_shows_the_error_and_its_backtrace
+    app = ->(_env) { raise ArgumentError, "boom in development" }
+    with_server(app, environment: "development") do |_, port|
+      raw = raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      assert_match(%r{\AHTTP/1.1 500 }, raw)
+      body = raw.split("\r\n\r\n", 2).last
+      assert_match(/\AArgumentError: boom in development\n\n.*request_handler_test\.rb:\d+/m, body)
+      assert_match(%r{app error for GET /: ArgumentError: boom in development}, @server_log.string)
+    end
+  end
+
+  def test_errors_are_counted_in_stats
+    app = ->(env) { env["PATH_INFO"] == "/boom" ? raise("boom") : HELLO.call(env) }
+    with_server(app, environment: "production") do |_, port, server|
+      2.times { raw_exchange(port, "GET /boom HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") }
+      raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      assert_equal 2, server.stats[:errors]
+    end
+  end
+
+  def test_access_log_in_common_format
+    log = StringIO.new
+    config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], log_requests: true, event_backend: BACKEND)
+    server = Margay::Server.new(Rack::Lint.new(HELLO), config, log: Margay::Log.new(out: log, err: log))
+    server.bind
+    thread = Thread.new { server.run }
+    port = server.addresses.first[/\d+\z/].to_i
+    raw_exchange(port, "GET /logged?a=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    server.stop
+    thread.join(10)
+    assert_match(%r{\A127\.0\.0\.1 - - \[\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d [+-]\d{4}\] "GET /logged\?a=1 HTTP/1\.1" 200 - [\d.]+ms\n\z}, log.string)
+  end
+end

@@ -1,0 +1,110 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "tmpdir"
+require "margay/server"
+
+# The main thread's tick, with a recording pool, engine and deadline in place
+# of the real ones; it runs until on_tick has seen enough ticks and stops it.
+class SupervisorTest < Minitest::Test
+  Supervisor = Margay::Server::Supervisor
+
+  # Records the growth looks it is given.
+  class Pool
+    attr_reader :looks
+
+    def initialize
+      @looks = []
+    end
+
+    def consider_growth(saturated:, cpu_share:)
+      @looks << [saturated, cpu_share]
+      false
+    end
+
+    def threads
+      [:a_thread]
+    end
+  end
+
+  Engine = Struct.new(:saturated_ms)
+
+  # Records what it was asked to check.
+  class Deadline
+    attr_reader :checks
+
+    def initialize
+      @checks = []
+    end
+
+    def check(threads)
+      @checks << threads
+    end
+  end
+
+  def setup
+    @stop_r, @stop_w = IO.pipe
+    @pool = Pool.new
+    @ticks = 0
+  end
+
+  def teardown
+    @stop_r.close
+    @stop_w.close
+  end
+
+  # Supervise until +ticks+ ticks have passed.
+  def supervise(ticks, engine: Engine.new(0), **options)
+    on_tick = lambda do
+      @ticks += 1
+      @stop_w.write(".") if @ticks == ticks
+    end
+    Timeout.timeout(10) { Supervisor.new(pool: @pool, engine: engine, on_tick: on_tick, **options).run(@stop_r) }
+    @stop_r.read_nonblock(16) # ready for the next run
+  end
+
+  def test_every_tick_looks_at_the_pool_and_calls_on_tick
+    supervise(20, engine: Engine.new(3))
+    assert_equal 20, @ticks
+    assert_equal 20, @pool.looks.size
+    assert(@pool.looks.all? { |saturated, share| saturated && share >= 0 })
+  end
+
+  def test_a_pool_with_a_waiting_thread_is_not_saturated
+    supervise(3)
+    assert_equal [false] * 3, @pool.looks.map(&:first)
+  end
+
+  def test_deadlines_are_checked_every_tenth_tick
+    deadline = Deadline.new
+    supervise(25, deadline: deadline)
+    assert_equal [[:a_thread]] * 2, deadline.checks
+  end
+
+  def test_a_stop_already_requested_ends_it_at_once
+    @stop_w.write(".")
+    Supervisor.new(pool: @pool, engine: Engine.new(0), on_tick: -> { flunk "ticked" }).run(@stop_r)
+    assert_empty @pool.looks
+  end
+
+  def test_the_systemd_watchdog_is_pinged_when_due
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "notify")
+      listener = Socket.new(:UNIX, :DGRAM)
+      listener.bind(Socket.pack_sockaddr_un(path))
+      saved = ENV.fetch("NOTIFY_SOCKET", nil)
+      ENV["NOTIFY_SOCKET"] = path
+      supervise(3, watchdog: 0.0) # due on every tick
+      supervise(6, watchdog: 3600) # never due within the test
+      assert_equal 6, @ticks
+      pings = []
+      while (message = listener.recv_nonblock(64, exception: false)) != :wait_readable
+        pings << message
+      end
+      assert_equal ["WATCHDOG=1"] * 3, pings
+    ensure
+      ENV["NOTIFY_SOCKET"] = saved
+      listener&.close
+    end
+  end
+end

@@ -1,0 +1,124 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "margay/server"
+
+# The pool on its own: its threads run a block standing in for the server's
+# request loop, held on a gate so that the test decides when they finish.
+class ThreadPoolTest < Minitest::Test
+  include Margay::TestHelper
+
+  ThreadPool = Margay::Server::ThreadPool
+
+  def setup
+    @gate = Queue.new
+    @started = Queue.new
+    @pools = []
+  end
+
+  def teardown
+    @pools.each { |pool| pool.force_stop(1) }
+  end
+
+  # Each thread reports that it runs, then waits at the gate.
+  def pool(min:, max:, idle_timeout: 10, &work)
+    work ||= lambda do |_pool|
+      @started << Thread.current
+      @gate.pop
+    end
+    ThreadPool.new(min: min, max: max, idle_timeout: idle_timeout, &work).tap { |p| @pools << p }
+  end
+
+  def test_start_runs_min_threads
+    pool = pool(min: 2, max: 4).start
+    threads = [pop_within(@started), pop_within(@started)]
+    assert_equal 2, pool.size
+    assert_equal threads.sort_by(&:object_id), pool.threads.sort_by(&:object_id)
+    assert_equal %w[margay-0 margay-1], pool.threads.map(&:name).sort
+  end
+
+  def test_grow_adds_one_thread_up_to_max
+    pool = pool(min: 1, max: 3).start
+    assert pool.grow
+    assert pool.grow
+    refute pool.grow, "already at max"
+    3.times { pop_within(@started) }
+    assert_equal 3, pool.size
+  end
+
+  def test_growth_needs_three_blocked_looks_in_a_row
+    pool = pool(min: 1, max: 4).start
+    2.times { refute pool.consider_growth(saturated: true, cpu_share: 0.1) }
+    refute pool.consider_growth(saturated: true, cpu_share: 0.9), "a computing process breaks the run"
+    2.times { refute pool.consider_growth(saturated: true, cpu_share: 0.1) }
+    refute pool.consider_growth(saturated: false, cpu_share: 0.1), "a waiting thread breaks the run"
+    assert_equal 1, pool.size
+    2.times { refute pool.consider_growth(saturated: true, cpu_share: 0.1) }
+    assert pool.consider_growth(saturated: true, cpu_share: 0.1)
+    assert_equal 2, pool.size
+    2.times { refute pool.consider_growth(saturated: true, cpu_share: 0.1) }
+    assert pool.consider_growth(saturated: true, cpu_share: 0.1), "each growth starts a new run"
+    assert_equal 3, pool.size
+  end
+
+  def test_a_busy_process_never_grows
+    pool = pool(min: 1, max: 4).start
+    10.times { pool.consider_growth(saturated: true, cpu_share: 1.0) }
+    assert_equal 1, pool.size
+  end
+
+  def test_idle_threads_above_min_may_leave_and_min_stay
+    pool = pool(min: 1, max: 3, idle_timeout: 0.25).start
+    2.times { pool.grow }
+    threads = Array.new(3) { pop_within(@started) }
+    assert_equal 250, pool.idle_budget, "above min a thread may idle for idle_timeout"
+    assert pool.leave?(threads[0])
+    assert pool.leave?(threads[1])
+    assert_nil pool.idle_budget, "at min threads wait forever"
+    refute pool.leave?(threads[2]), "the pool keeps min threads"
+    assert_equal [threads[2]], pool.threads
+  end
+
+  def test_join_waits_for_threads_to_finish
+    pool = pool(min: 2, max: 2).start
+    2.times { pop_within(@started) }
+    refute pool.join(0.05), "the threads are still at the gate"
+    2.times { @gate << :go }
+    assert pool.join(5)
+    assert_equal 0, pool.size
+  end
+
+  def test_force_stop_raises_force_shutdown_in_busy_threads
+    interrupted = Queue.new
+    pool = pool(min: 2, max: 4) do |_pool|
+      @started << Thread.current
+      @gate.pop
+    rescue Margay::ForceShutdown => e
+      interrupted << e
+      raise
+    end
+    pool.start
+    2.times { pop_within(@started) }
+    pool.force_stop(5)
+    assert_equal [Margay::ForceShutdown] * 2, Array.new(2) { pop_within(interrupted).class }
+    assert_equal 0, pool.size
+    refute pool.grow, "a stopped pool starts no thread"
+  end
+
+  def test_busy_counts_threads_running_the_app
+    pool = pool(min: 1, max: 1)
+    pool.busy!
+    pool.busy!
+    pool.idle!
+    assert_equal 1, pool.busy
+  end
+
+  # A forced stop can come before a new thread has run a line of its own.
+  def test_force_stop_right_after_start_is_quiet
+    20.times do
+      pool = pool(min: 2, max: 2).start
+      pool.force_stop(5)
+      assert_equal 0, pool.size
+    end
+  end
+end
