@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 
 # Margay: a Rack 3 HTTP/1.1 server whose I/O hot path runs in C without the GVL.
-# This file is the load index: version, errors, then the parts.
+# This file is the load index: version, errors, then the parts. Cluster mode
+# (margay/cluster) is required by the launcher when it starts a cluster.
 require_relative "margay/version"
 require_relative "margay/errors"
 
@@ -15,6 +16,5 @@ module Margay
   autoload :Systemd, "margay/systemd"
   autoload :Runner, "margay/runner"
   autoload :Server, "margay/server"
-  autoload :Cluster, "margay/cluster"
   autoload :DemoApp, "margay/demo_app"
 end

@@ -92,35 +92,6 @@ module Margay
       @close_listeners_on_stop = true
     end
 
-    # Milliseconds for which no thread has been waiting for work (0 while one is).
-    def saturated_ms
-      @engine ? @engine.saturated_ms : 0
-    end
-
-    # How many idle connections to hand to less loaded workers (0 alone).
-    def handoff_quota
-      @engine ? @engine.handoff_quota : 0
-    end
-
-    # How many threads the other workers of the cluster have waiting.
-    def others_waiting
-      @engine ? @engine.others_waiting : 0
-    end
-
-    # Idle connections (keep-alive ones between requests, new ones before
-    # their first; with pending_only just those whose request already waits in
-    # the kernel) leave this server, their fds open, so a cluster worker can
-    # hand them to another worker. Returns [[fd, kept_alive], ...].
-    def detach_idle(max, pending_only: false)
-      @engine ? @engine.detach_idle(max, pending_only) : []
-    end
-
-    # Serve a connection handed over by another worker (takes the fd);
-    # kept_alive: it served a request before (else it is new).
-    def adopt(fd, kept_alive)
-      @engine&.adopt(fd, kept_alive)
-    end
-
     # Live counters for the demo app and monitoring.
     def stats
       base = { requests: 0, connections: 0, threads: 0, busy_threads: 0, errors: @counters[:errors] }

@@ -26,14 +26,14 @@ class IdleBoardTest < Minitest::Test
     board = Margay::Native::IdleBoard.new(3)
     server = start_server(board, 0, min_threads: 1, max_threads: 1)
     eventually { board[0] == 1 }
-    assert_equal 0, server.others_waiting, "its own waiting thread does not count"
+    assert_equal 0, server.engine.others_waiting, "its own waiting thread does not count"
     start_server(board, 1, min_threads: 2, max_threads: 2)
     start_server(board, 2, min_threads: 1, max_threads: 1)
     eventually { board[1] == 2 && board[2] == 1 }
-    assert_equal 3, server.others_waiting
+    assert_equal 3, server.engine.others_waiting
     board.clear(1)
     assert_equal 0, board[1]
-    assert_equal 1, server.others_waiting
+    assert_equal 1, server.engine.others_waiting
   end
 
   def test_a_stopped_server_counts_itself_out
@@ -51,11 +51,11 @@ class IdleBoardTest < Minitest::Test
     eventually { board[0] == 1 && board[1] == 1 }
     clients = connect(busy, 10) + connect(calm, 2)
     eventually { board.connections(0) == 10 && board.connections(1) == 2 }
-    assert_equal 4, busy.handoff_quota, "(10 - 2) / 2; slot 2 serves nothing and does not count"
-    assert_equal 0, calm.handoff_quota
+    assert_equal 4, busy.engine.handoff_quota, "(10 - 2) / 2; slot 2 serves nothing and does not count"
+    assert_equal 0, calm.engine.handoff_quota
     clients.concat(connect(calm, 6))
     eventually { board.connections(1) == 8 }
-    assert_equal 0, busy.handoff_quota, "a gap of 2 is not worth moving clients for"
+    assert_equal 0, busy.engine.handoff_quota, "a gap of 2 is not worth moving clients for"
     clients.each(&:close)
     eventually { board.connections(0).zero? && board.connections(1).zero? }
   end
@@ -65,7 +65,7 @@ class IdleBoardTest < Minitest::Test
     server = start_server(board, 0, min_threads: 1, max_threads: 1)
     connect(server, 8)
     eventually { board.connections(0) == 8 }
-    assert_equal 0, server.handoff_quota, "slot 1 has no waiting thread and no connection"
+    assert_equal 0, server.engine.handoff_quota, "slot 1 has no waiting thread and no connection"
     board.clear(0)
     assert_equal [0, 0], [board[0], board.connections(0)], "clear resets both counters"
   end
