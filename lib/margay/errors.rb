@@ -29,6 +29,17 @@ module Margay
   # `rescue => e` does not swallow it.
   class RequestTimeout < Exception; end # rubocop:disable Lint/InheritException
 
+  # Cluster mode: the mold's answer to a fork order was missing or malformed.
+  # pid: the worker it named, if it got that far (nobody would supervise it).
+  class MoldAnswerError < IOError
+    attr_reader :pid
+
+    def initialize(message, pid)
+      super(message)
+      @pid = pid
+    end
+  end
+
   # Raised inside pool threads still running the app when a forced stop ends
   # the grace period. An Exception for the same reason as RequestTimeout.
   class ForceShutdown < Exception; end # rubocop:disable Lint/InheritException

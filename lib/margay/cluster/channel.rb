@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "socket"
+require_relative "../errors"
 require_relative "../runner"
 
 module Margay
@@ -36,17 +37,6 @@ module Margay
       # or is new: its new worker runs the header timeout on a new one, not
       # the keep-alive timeout.
       KEPT_ALIVE = { true => "k", false => "n" }.freeze
-
-      # The mold's answer to a fork order was missing or malformed. pid: the
-      # worker it named, if it got that far (nobody would supervise it).
-      class BadAnswer < IOError
-        attr_reader :pid
-
-        def initialize(message, pid)
-          super(message)
-          @pid = pid
-        end
-      end
 
       # Three new links for one worker: [the master's side, the worker's side].
       def self.pair
@@ -147,7 +137,7 @@ module Margay
       end
 
       # Master: wait for the mold's answer to a fork order: [pid, Channel].
-      # Raises BadAnswer (and closes what arrived) when it does not come within
+      # Raises MoldAnswerError (and closes what arrived) when it does not come within
       # ANSWER_TIMEOUT or is not a pid with three descriptors.
       def receive_answer
         raise IOError, "the mold did not answer" unless @ctl.wait_readable(ANSWER_TIMEOUT)
@@ -161,7 +151,7 @@ module Margay
         [pid, Channel.new(beat, socket(ctl), socket(handoff))]
       rescue StandardError => e # the mold died (EOF), or answered nonsense
         ios&.each { |io| io.close unless io.closed? }
-        raise BadAnswer.new(e.message, pid)
+        raise MoldAnswerError.new(e.message, pid)
       end
 
       # ---- hand-over: idle connections, both ways ----

@@ -59,7 +59,7 @@ module Margay
         pid, channel = mold.channel.receive_answer
         add(index, pid, channel)
       rescue StandardError => e # the mold died (EOF), or answered nonsense
-        kill_unsupervised(e.pid) if e.is_a?(Channel::BadAnswer) && e.pid
+        kill_unsupervised(e.pid) if e.is_a?(MoldAnswerError) && e.pid
         @log.error("master: forking from the mold failed (#{e.message}): dropping the mold")
         nil
       end

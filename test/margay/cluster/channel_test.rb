@@ -77,7 +77,7 @@ class ChannelTest < Minitest::Test
   def test_an_answer_without_its_descriptors_names_the_worker_to_kill
     r, w = IO.pipe
     @worker.ctl.sendmsg("4711\n", 0, nil, Socket::AncillaryData.unix_rights(r))
-    error = assert_raises(Channel::BadAnswer) { @master.receive_answer }
+    error = assert_raises(Margay::MoldAnswerError) { @master.receive_answer }
     assert_equal 4711, error.pid
     assert_equal "the mold sent 1 descriptors", error.message
   ensure
@@ -86,7 +86,7 @@ class ChannelTest < Minitest::Test
 
   def test_no_answer_from_a_mold_that_is_gone
     @worker.close
-    error = assert_raises(Channel::BadAnswer) { @master.receive_answer }
+    error = assert_raises(Margay::MoldAnswerError) { @master.receive_answer }
     assert_nil error.pid
   end
 
