@@ -75,7 +75,10 @@ module Margay
     private
 
     def supervise
-      maintain unless @stopping
+      unless @stopping
+        maintain
+        @forwarder.place_held
+      end
       wait_for_events
       while (sig = @signals.shift) # one at a time: a restart may look at what follows
         handle_signal(sig)
@@ -162,15 +165,17 @@ module Margay
       reexec
     end
 
-    # Replace this process by a new master that inherits the listeners. If
+    # Replace this process by a new master that inherits the listeners (and
+    # the connections the Forwarder holds). If
     # that fails (the Ruby binary or the script was removed, say), the master
     # carries on: the supervision loop starts new workers.
     def reexec
       inherit = @listeners.map { |l| "#{l.bind}=#{l.io.fileno}" }.join(",")
       fds = @listeners.to_h { |l| [l.io.fileno, l.io.fileno] }
       env = { Binder::INHERIT_ENV => inherit, Binder::ACTIVATED_ENV => (@listeners.any?(&:activated) ? "1" : nil) }
+      held_env, held_fds = @forwarder.exec_handover # connections handed over as the workers stopped
       Systemd.notify("WATCHDOG=1")
-      exec(env, RbConfig.ruby, *@restart_argv, fds.merge(close_others: false))
+      exec(env.merge(held_env), RbConfig.ruby, *@restart_argv, fds.merge(held_fds).merge(close_others: false))
     rescue SystemCallError => e
       @log.error("master: hot restart failed: cannot re-execute (#{e.message}); starting workers again")
       @ready = false
@@ -349,6 +354,7 @@ module Margay
     def forget(worker, status)
       return unless @workers.delete(worker)
 
+      @forwarder.drain(worker) # what it handed over (or back) before it exited
       worker.channel.close
       @board.clear(worker.index) if !worker.mold? && worker.index < @board.size # a killed worker cannot count itself out
       return if worker.stopping? && (status.nil? || status.success?)

@@ -96,34 +96,102 @@ module Margay
       # fewest connections (round robin among equals), or back to it if there
       # is no other. Never blocks: a worker that does not take its hand-overs
       # (stuck) must not stall the master, so the connection then goes to the
-      # next one, or is closed when none takes it.
+      # next one.
+      #
+      # Nothing is lost when no worker can take a connection (its client's
+      # request may already wait in the kernel): during a hot restart every
+      # worker is stopping, and a connection handed over just before is held
+      # here, at most MAX_HELD, until a worker serves again; across the hot
+      # restart's exec the held connections go to the new master with the
+      # listeners (INHERIT_ENV).
       class Forwarder
+        MAX_HELD = 256
+        # "fd:k,fd:n": connections a re-executed master inherits (k: kept alive, n: new).
+        INHERIT_ENV = "MARGAY_INHERIT_CONNECTIONS"
+
         # @param roster [Roster] the master's workers
         # @param board [Native::IdleBoard] the cluster's idle board (connection counts)
         # @param log [Log]
-        def initialize(roster:, board:, log:)
+        # @param env [Hash] where a re-executed master finds the connections it inherits
+        # @param max_held [Integer] connections held at most while no worker serves
+        def initialize(roster:, board:, log:, env: ENV, max_held: MAX_HELD)
           @roster = roster
+          @max_held = max_held
           @board = board
           @log = log
           @turn = 0
+          @held = inherited(env.delete(INHERIT_ENV))
+        end
+
+        # Connections no worker could take yet.
+        def held
+          @held.size
         end
 
         # Receive one connection +from+ a worker (its WorkerRecord) and pass it on.
         def forward(from)
           io, kept_alive = from.channel.recv_connection
-          others = @roster.serving.select(&:booted?) - [from]
-          others << from if others.empty? && !from.stopping? && !from.mold?
-          others.rotate!((@turn += 1) % others.size) unless others.empty?
-          others = others.each_with_index.sort_by { |w, i| [connections_of(w), i] }.map(&:first) # fewest first
-          taker = others.find { |w| w.channel.send_connection_nonblock(io, kept_alive) }
-          @log.warn("master: no worker took a handed-over connection: closed") unless taker
+          place(io, kept_alive, from) ? io.close : hold(io, kept_alive)
         rescue StandardError => e # SocketError: a datagram without its descriptor (EMFILE)
-          @log.warn("master: keep-alive hand-over failed: #{e.message}")
-        ensure
           io&.close
+          @log.warn("master: keep-alive hand-over failed: #{e.message}")
+        end
+
+        # Everything +from+ sent and the master has not read yet: before the
+        # master forgets a worker (closing its socket would drop them).
+        def drain(from)
+          forward(from) while from.channel.connection_waiting?
+        end
+
+        # Pass held connections to workers that serve again (the master's loop).
+        def place_held
+          @held.reject! do |io, kept_alive|
+            next false unless place(io, kept_alive, nil)
+
+            io.close
+            true
+          end
+        end
+
+        # For a hot restart's exec: [env, fd map] handing the held connections
+        # to the new master (the fds stay open across exec).
+        def exec_handover
+          return [{}, {}] if @held.empty?
+
+          env = { INHERIT_ENV => @held.map { |io, kept_alive| "#{io.fileno}:#{Channel::KEPT_ALIVE.fetch(kept_alive)}" }.join(",") }
+          [env, @held.to_h { |io, _| [io.fileno, io.fileno] }]
         end
 
         private
+
+        # Send to the serving worker with the fewest connections that takes it
+        # (+from+ itself when it is the only one serving). False: none did.
+        def place(io, kept_alive, from)
+          others = @roster.serving.select(&:booted?) - [from]
+          others << from if from && others.empty? && !from.stopping? && !from.mold?
+          return false if others.empty?
+
+          others.rotate!((@turn += 1) % others.size)
+          others = others.each_with_index.sort_by { |w, i| [connections_of(w), i] }.map(&:first) # fewest first
+          others.any? { |w| w.channel.send_connection_nonblock(io, kept_alive) }
+        end
+
+        def hold(io, kept_alive)
+          return @held << [io, kept_alive] if @held.size < @max_held
+
+          io.close
+          @log.warn("master: no worker took a handed-over connection and #{@max_held} wait already: closed")
+        end
+
+        def inherited(value)
+          value.to_s.split(",").filter_map do |entry|
+            fd, kind = entry.split(":")
+            [Socket.for_fd(Integer(fd, 10)).tap { |io| io.close_on_exec = true }, kind == Channel::KEPT_ALIVE[true]]
+          rescue ArgumentError, SystemCallError => e
+            @log.warn("master: inherited connection #{entry.inspect} unusable (#{e.message})")
+            nil
+          end
+        end
 
         def connections_of(worker)
           worker.index < @board.size ? @board.connections(worker.index) : 0

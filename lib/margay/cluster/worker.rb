@@ -92,7 +92,9 @@ module Margay
           @mold_requested = true # before balancing: a mold-to-be takes no more hand-overs
           return @server.stop
         end
-        @balancer.balance(now) if @config.balance_keepalive && !@mold_requested
+        # A worker told to stop (or to become the mold) hands nothing over:
+        # the master may have no serving worker left to take it.
+        @balancer.balance(now) if @config.balance_keepalive && !@mold_requested && !@terminating
       end
 
       def report_refork_due

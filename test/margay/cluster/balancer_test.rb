@@ -175,18 +175,76 @@ class BalancerTest < Minitest::Test
     assert_equal [[true], []], ends.map { |e| received_kinds(e) }
   end
 
-  def test_a_worker_that_cannot_take_it_is_skipped_and_with_no_taker_it_is_closed
+  def test_a_worker_that_cannot_take_it_is_skipped
     roster, ends = workers(3)
     forwarder = Cluster::Balancer::Forwarder.new(roster: roster, board: FakeBoard.new([0, 0, 9]), log: @log)
     ends[1].close # gone: the next one takes it
     hand_over(ends[0], kept_alive: true)
     forwarder.forward(roster.to_a[0])
     assert_equal [true], received_kinds(ends[2])
-    roster.to_a[0].stopping!(1.0)
-    ends[2].close
-    hand_over(ends[0], kept_alive: true)
+  end
+
+  # A hot restart: every worker is stopping, and a connection one of them
+  # handed over just before (its request may wait in the kernel) must not be
+  # closed: it waits in the master until a worker serves again.
+  def test_with_no_taker_it_is_held_until_a_worker_serves
+    roster, ends = workers(2)
+    roster.each { |w| w.stopping!(1.0) }
+    forwarder = Cluster::Balancer::Forwarder.new(roster: roster, board: FakeBoard.new([0, 0, 0]), log: @log)
+    hand_over(ends[0], kept_alive: false)
     forwarder.forward(roster.to_a[0])
-    assert_match(/WARN: master: no worker took a handed-over connection: closed/, @log_io.string)
+    forwarder.place_held
+    assert_equal [[], []], ends.map { |e| received_kinds(e) }, "nobody serves: nobody gets it"
+    assert_equal 1, forwarder.held
+    fresh = add_worker(roster, 2)
+    forwarder.place_held
+    assert_equal [false], received_kinds(fresh), "the first worker that serves gets it, new as it was"
+    assert_equal 0, forwarder.held
+    refute_match(/closed/, @log_io.string)
+  end
+
+  def test_what_cannot_be_held_any_more_is_closed_with_a_warning
+    roster, ends = workers(1)
+    roster.to_a[0].stopping!(1.0)
+    forwarder = Cluster::Balancer::Forwarder.new(roster: roster, board: FakeBoard.new([0]), log: @log, max_held: 1)
+    2.times do
+      hand_over(ends[0], kept_alive: true)
+      forwarder.forward(roster.to_a[0])
+    end
+    assert_equal 1, forwarder.held
+    assert_match(/WARN: master: no worker took a handed-over connection and 1 wait already: closed/, @log_io.string)
+  end
+
+  def test_a_worker_about_to_be_forgotten_is_drained
+    roster, ends = workers(2)
+    forwarder = Cluster::Balancer::Forwarder.new(roster: roster, board: FakeBoard.new([0, 0]), log: @log)
+    hand_over(ends[0], kept_alive: true)
+    hand_over(ends[0], kept_alive: false)
+    forwarder.drain(roster.to_a[0])
+    assert_equal [true, false], received_kinds(ends[1])
+  end
+
+  # Across a hot restart's exec the held connections go to the new master.
+  def test_held_connections_pass_to_the_next_master
+    roster, ends = workers(1)
+    roster.to_a[0].stopping!(1.0)
+    old = Cluster::Balancer::Forwarder.new(roster: roster, board: FakeBoard.new([0, 0]), log: @log)
+    hand_over(ends[0], kept_alive: true)
+    old.forward(roster.to_a[0])
+    env, fds = old.exec_handover
+    assert_equal [Cluster::Balancer::Forwarder::INHERIT_ENV], env.keys
+    assert_equal fds.keys, fds.values, "each descriptor keeps its number across exec"
+    # The new master (here: in the same process, with a duplicate of the descriptor).
+    fd = Integer(env.values.first[/\A(\d+):k\z/, 1], 10)
+    copy = IO.for_fd(fd, autoclose: false).dup
+    inherited = { Cluster::Balancer::Forwarder::INHERIT_ENV => "#{copy.fileno}:k" }
+    roster2, = workers(0)
+    successor = Cluster::Balancer::Forwarder.new(roster: roster2, board: FakeBoard.new([0]), log: @log, env: inherited)
+    assert_empty inherited, "the variable is consumed"
+    assert_equal 1, successor.held
+    fresh = add_worker(roster2, 0)
+    successor.place_held
+    assert_equal [true], received_kinds(fresh)
   end
 
   def test_a_datagram_without_its_descriptor_is_logged
@@ -215,13 +273,15 @@ class BalancerTest < Minitest::Test
   # +count+ booted workers in a roster: [roster, each worker's side of its channel].
   def workers(count)
     roster = Cluster::Roster.new
-    ends = Array.new(count) do |index|
-      master, worker = Cluster::Channel.pair
-      @closables.concat(master.ios + worker.ios)
-      roster.add(Cluster::WorkerRecord.new(index: index, pid: 100 + index, channel: master, now: 0.0)).booted!
-      worker
-    end
-    [roster, ends]
+    [roster, Array.new(count) { |index| add_worker(roster, index) }]
+  end
+
+  # One more booted worker in +roster+: the worker's side of its channel.
+  def add_worker(roster, index)
+    master, worker = Cluster::Channel.pair
+    @closables.concat(master.ios + worker.ios)
+    roster.add(Cluster::WorkerRecord.new(index: index, pid: 100 + index, channel: master, now: 0.0)).booted!
+    worker
   end
 
   # An idle connection the engine owns: [fd, kept_alive].
