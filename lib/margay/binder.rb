@@ -11,6 +11,9 @@ module Margay
   class Binder
     # "bind-url=fd,bind-url=fd": listeners a re-executed master inherits.
     INHERIT_ENV = "MARGAY_INHERIT_FDS"
+    # "fd:k,fd:n": client connections a re-executed cluster master inherits
+    # (held for its workers during the hot restart; Cluster::Balancer::Forwarder).
+    INHERIT_CONNECTIONS_ENV = "MARGAY_INHERIT_CONNECTIONS"
 
     # bind: the URL as configured; url: as bound (port 0 resolved).
     # activated: handed over by systemd (never unlinked or re-bound by us).

@@ -61,7 +61,7 @@ module Margay
       Native.child_subreaper
       app = preloaded_app || (@app_loader.call if @config.preload_app?)
       @spawner = Spawner.new(config: @config, log: @log, listeners: @listeners, roster: @workers, signals: @signals,
-                             board: @board, app: app, app_loader: @app_loader)
+                             board: @board, app: app, app_loader: @app_loader, forwarder: @forwarder)
       @signals.trap_all # again: a handler the app set while loading (HUP, say) is kept for the workers
       supervise until @stopping && @workers.empty?
       close_listeners
@@ -108,6 +108,7 @@ module Margay
       return if @stopping
 
       Systemd.notify("STOPPING=1")
+      @forwarder.close_held # no worker will serve again
       @log.info("master: graceful stop (#{@workers.size} workers)")
       @stopping = true
       @stop_deadline = Clock.now + @config.shutdown_timeout + 5
@@ -232,6 +233,8 @@ module Margay
       beats = @workers.map { |w| w.channel.beat }
       ready, = IO.select([@signals.wake, *beats, *handoffs.keys], nil, nil, 0.5)
       (ready || []).each do |io|
+        next if io.closed? # a worker forgotten earlier in this round (its hand-overs were drained then)
+
         if io == @signals.wake
           @signals.drain_wake
         elsif handoffs[io]

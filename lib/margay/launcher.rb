@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require_relative "binder"
 require_relative "errors"
 require_relative "configuration"
 require_relative "log"
@@ -50,6 +51,7 @@ module Margay
     private
 
     def run_single
+      close_inherited_connections
       app, description = load_app
       require_relative "server"
       @server = Server.new(app, @config, log: @log)
@@ -85,6 +87,15 @@ module Margay
       0
     ensure
       remove_pidfile
+    end
+
+    # A hot restart from cluster mode into single mode: the connections the old
+    # master held for its workers have nobody to serve them here.
+    def close_inherited_connections
+      return unless ENV.key?(Binder::INHERIT_CONNECTIONS_ENV)
+
+      require_relative "cluster/balancer"
+      Cluster::Balancer::Forwarder.close_inherited
     end
 
     # Returns [app, description for the banner].

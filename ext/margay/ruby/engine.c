@@ -18,6 +18,7 @@
 #include "core/listeners.h"
 #include "core/loop.h"
 #include <fcntl.h>
+#include <limits.h>
 #include <ruby/thread.h>
 
 VALUE mg_eClientGone, mg_eInvalidResponse;
@@ -103,14 +104,17 @@ static VALUE engine_initialize(VALUE self, VALUE values, VALUE env_template) {
   s->body_timeout_ms = setting_ms(values, MG_SET_body_timeout);
   s->keepalive_timeout_ms = setting_ms(values, MG_SET_keepalive_timeout);
   s->write_timeout_ms = setting_ms(values, MG_SET_write_timeout);
-  s->max_keepalive_requests = NUM2UINT(setting(values, MG_SET_max_keepalive_requests));
+  /* Configuration checks these are positive; beyond what the engine can count they mean "no
+   * smaller limit" (read wide and clamped, so a large value is never truncated). */
+  unsigned long long mkr = NUM2ULL(setting(values, MG_SET_max_keepalive_requests));
+  s->max_keepalive_requests = mkr > UINT_MAX ? UINT_MAX : (unsigned)mkr;
   s->response_buffer_limit = NUM2SIZET(setting(values, MG_SET_response_buffer_limit));
   VALUE tmp = setting(values, MG_SET_tmpdir);
   snprintf(s->tmpdir, sizeof s->tmpdir, "%s", StringValueCStr(tmp));
 
   int dflt_conns = mg_engine_size(e);
   VALUE mc = setting(values, MG_SET_max_connections);
-  s->max_connections = NIL_P(mc) || NUM2INT(mc) > dflt_conns ? dflt_conns : NUM2INT(mc);
+  s->max_connections = NIL_P(mc) || NUM2LL(mc) > dflt_conns ? dflt_conns : (int)NUM2LL(mc);
 
   VALUE backend = setting(values, MG_SET_event_backend);
   int kind = MG_EV_AUTO;

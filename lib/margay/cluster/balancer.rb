@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require_relative "../binder"
 require_relative "../runner"
 require_relative "channel"
 
@@ -106,8 +107,7 @@ module Margay
       # listeners (INHERIT_ENV).
       class Forwarder
         MAX_HELD = 256
-        # "fd:k,fd:n": connections a re-executed master inherits (k: kept alive, n: new).
-        INHERIT_ENV = "MARGAY_INHERIT_CONNECTIONS"
+        INHERIT_ENV = Binder::INHERIT_CONNECTIONS_ENV
 
         # @param roster [Roster] the master's workers
         # @param board [Native::IdleBoard] the cluster's idle board (connection counts)
@@ -150,6 +150,24 @@ module Margay
 
             io.close
             true
+          end
+        end
+
+        # Close every held connection: on a stop (no worker will serve again),
+        # and in a forked worker, whose copies would keep those sockets open
+        # after the worker that adopted one closed it (no FIN for its client).
+        def close_held
+          @held.each { |io, _| io.close unless io.closed? }
+          @held.clear
+        end
+
+        # A master re-executed into single mode has no worker to give inherited
+        # connections to: close them (their clients see the connection end).
+        def self.close_inherited(env = ENV)
+          env.delete(INHERIT_ENV).to_s.split(",").each do |entry|
+            IO.for_fd(Integer(entry[/\A\d+/], 10)).close
+          rescue ArgumentError, TypeError, SystemCallError
+            nil
           end
         end
 

@@ -22,7 +22,9 @@ module Margay
       # @param board [Native::IdleBoard] the cluster's idle board, shared with every worker
       # @param app [#call, nil] the app, when the master preloaded it
       # @param app_loader [#call] loads the app in each new worker otherwise
-      def initialize(config:, log:, listeners:, roster:, signals:, board:, app:, app_loader:)
+      # @param forwarder [Balancer::Forwarder] its held connections are the master's alone
+      def initialize(config:, log:, listeners:, roster:, signals:, board:, app:, app_loader:, forwarder:)
+        @forwarder = forwarder
         @config = config
         @log = log
         @listeners = listeners
@@ -72,6 +74,7 @@ module Margay
       # preloaded, and serves.
       def worker_main(index, mark, channel)
         @roster.close_channels
+        @forwarder.close_held # a copy here would keep those sockets open after their worker closed them
         @signals.in_worker(mark)
         app = @app || @app_loader.call
         Worker.new(index: index, app: app, config: @config, log: @log, listeners: @listeners, board: @board,

@@ -12,7 +12,10 @@ module Margay
     # into the socket's Ruby read buffer, so read, readpartial, read_nonblock,
     # gets, wait_readable and IO.select see them before anything newer.
     # (recv and sysread, which bypass that buffer, raise IOError while it
-    # holds bytes rather than skip them.)
+    # holds bytes rather than skip them. A poller that watches the descriptor
+    # itself, nio4r say, is not told about them: it learns of them with the
+    # client's next bytes. WebSocket clients wait for the 101 before they
+    # speak, so this matters only to protocols that do not.)
     class Hijack
       # The connection of +token+, taken from +engine+, as a Socket the caller owns.
       def self.take(engine, token)

@@ -27,6 +27,29 @@ class EngineTest < Minitest::Test
     assert engine::SETTINGS.frozen?
   end
 
+  # A limit larger than the engine can count means "no smaller limit": it is
+  # clamped, never truncated (a truncated max_keepalive_requests of 2**33 was
+  # 0) and never a RangeError at start.
+  def test_large_limits_are_clamped
+    config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], max_connections: 10**10,
+                                       max_keepalive_requests: 2**33)
+    default = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"])
+    big, small = [config, default].map do |c|
+      Margay::Native::Engine.new(Margay::Native::Engine::SETTINGS.map { |key| c.public_send(key) }, {})
+    end
+    assert_equal small.stats[:max_connections], big.stats[:max_connections], "capped at the descriptor limit's default"
+    with_server(->(_env) { [200, {}, ["ok"]] }, max_keepalive_requests: 2**33) do |_addr, port, _server|
+      TCPSocket.open("127.0.0.1", port) do |s|
+        2.times do
+          s.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+          assert_equal 200, read_response(s)[0], "keep-alive still allowed"
+        end
+      end
+    end
+  ensure
+    [big, small].each { |e| e&.close }
+  end
+
   # Connections opened one after another get the same descriptor number, and
   # each one goes through generations of its slot. A handle kept from the
   # first request must never reach a later client (with a narrow generation

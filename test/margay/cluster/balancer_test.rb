@@ -237,6 +237,7 @@ class BalancerTest < Minitest::Test
     # The new master (here: in the same process, with a duplicate of the descriptor).
     fd = Integer(env.values.first[/\A(\d+):k\z/, 1], 10)
     copy = IO.for_fd(fd, autoclose: false).dup
+    copy.autoclose = false # the successor takes the descriptor over by number and closes it
     inherited = { Cluster::Balancer::Forwarder::INHERIT_ENV => "#{copy.fileno}:k" }
     roster2, = workers(0)
     successor = Cluster::Balancer::Forwarder.new(roster: roster2, board: FakeBoard.new([0]), log: @log, env: inherited)
