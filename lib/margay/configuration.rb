@@ -183,9 +183,12 @@ module Margay
     end
 
     def validate_bind(url)
-      return if url.match?(%r{\Atcp://(\[[0-9a-fA-F:.]+\]|[^\s/:\[\]]+):\d{1,5}\z}) || url.match?(%r{\Aunix://\S+\z})
+      return if url.match?(%r{\Aunix://\S+\z})
 
-      raise ConfigError, "invalid bind #{url.inspect}: expected tcp://HOST:PORT or unix://PATH"
+      port = url[%r{\Atcp://(?:\[[0-9a-fA-F:.]+\]|[^\s/:\[\]]+):(\d{1,5})\z}, 1]
+      raise ConfigError, "invalid bind #{url.inspect}: expected tcp://HOST:PORT or unix://PATH" unless port
+      # Five digits are not a port: 99999 would bind whatever the kernel makes of it.
+      raise ConfigError, "invalid bind #{url.inspect}: port #{port} is not in 0..65535" if Integer(port, 10) > 65_535
     end
   end
 end

@@ -136,6 +136,7 @@ class CLITest < Minitest::Test
     assert_match(/threads must be MIN:MAX or N, got "2-8"/, assert_usage_error("-t", "2-8"))
     assert_match(/threads must be MIN:MAX with 0 <= MIN <= MAX/, assert_usage_error("-t", "8:2"))
     assert_match(/invalid bind "http:\/\/x"/, assert_usage_error("-b", "http://x"))
+    assert_match(/port 99999 is not in 0\.\.65535/, assert_usage_error("-b", "tcp://127.0.0.1:99999"))
   end
 
   def test_contradictions

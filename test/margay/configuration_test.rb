@@ -47,6 +47,7 @@ class ConfigurationTest < Minitest::Test
       { event_backend: :kqueue } => /event_backend must be :auto, :epoll or :poll/,
       { binds: [] } => /at least one bind is required/,
       { binds: ["http://x:1"] } => /invalid bind "http:\/\/x:1"/,
+      { binds: ["tcp://127.0.0.1:99999"] } => /invalid bind "tcp:\/\/127.0.0.1:99999": port 99999 is not in 0..65535/,
       { workers: -1 } => /workers must be a non-negative integer/,
       { hooks: { on_boot: [-> {}] } } => /unknown hook :on_boot/
     }.each do |settings, message|

@@ -40,7 +40,6 @@ module Margay
         supported_http_methods: "Margay passes every token method to the app",
         raise_exception_on_sigterm: "TERM is always a graceful stop",
         shutdown_debug: "stuck requests are logged by request_timeout",
-        ssl_bind: "Margay does not terminate TLS: put a TLS proxy in front",
         fiber_scheduler: "Margay runs apps on threads",
         enable_keep_alives: "keep-alive never holds a Margay thread",
         log_formatter: "Margay's log format is fixed",
@@ -60,6 +59,13 @@ module Margay
         define_method(puma_name) do |*_args, **_opts, &_block|
           warn_here("'#{puma_name}' is a Puma setting Margay does not have (#{why}); ignored")
         end
+      end
+
+      # Puma's TLS listener. Margay does not speak TLS yet, and serving plain
+      # HTTP where TLS was asked for is never right: the start is refused.
+      def ssl_bind(*_args, **_opts)
+        raise_here "ssl_bind: Margay does not speak TLS yet, and will not serve plain HTTP where TLS was " \
+                   "asked for; terminate TLS in a proxy in front of Margay and bind plain tcp:// instead"
       end
 
       # Puma's fork_worker: re-fork workers from worker 0 after N requests.

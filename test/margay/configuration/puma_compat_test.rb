@@ -63,4 +63,13 @@ class PumaCompatTest < Minitest::Test
     assert_match(/config\/puma\.rb:16: 'activate_control_app'/, lines[1])
     assert_match(/config\/puma\.rb:17: 'lowlevel_error_handler'/, lines[2])
   end
+
+  # Serving plain HTTP where TLS was asked for is never right: until Margay
+  # speaks TLS, ssl_bind stops the start with one line naming the file and line.
+  def test_ssl_bind_refuses_to_start
+    error = assert_raises(Margay::ConfigError) do
+      evaluate(%(bind "tcp://0.0.0.0:3000"\nssl_bind "0.0.0.0", "9443", key: "k.pem", cert: "c.pem"\n))
+    end
+    assert_match(/config\/puma\.rb:2: ssl_bind: Margay does not speak TLS yet, and will not serve plain HTTP/, error.message)
+  end
 end
