@@ -50,6 +50,26 @@ module Margay
       refork_after: nil,              # requests after which a warm worker becomes the mold (nil: only on URG)
       worker_timeout: 60,             # a worker silent this long is killed and replaced
       worker_boot_timeout: 60,        # a worker must report ready within this
+      # Puma's operational surface (docs/CONFIGURATION.md maps every Puma name):
+      control_url: nil,               # control app listener, "tcp://HOST:PORT" or "unix://PATH" (nil: off)
+      control_token: nil,             # the control app's auth token (nil: a random one; "none": no token)
+      state_path: nil,                # YAML state file for pumactl -S (pid, control_url, control_auth_token)
+      plugins: [].freeze,             # Puma plugin names to load (`plugin :tmp_restart`)
+      redirect_stdout: nil,           # path stdout is reopened to (stdout_redirect)
+      redirect_stderr: nil,           # path stderr is reopened to
+      redirect_append: false,         # append to the redirect files instead of truncating
+      tag: nil,                       # shown in the process title
+      directory: nil,                 # chdir here before loading the app (and on hot restart)
+      lowlevel_error_handler: nil,    # callable(error, env, status) => Rack response for a 500
+      log_formatter: nil,             # callable(String) => String for every server log line
+      custom_logger: nil,             # object with #write/#puts that receives the server log
+      remote_address: :socket,        # REMOTE_ADDR: :socket, :localhost, or a fixed String
+      remote_address_header: nil,     # REMOTE_ADDR from this request header (e.g. "X-Forwarded-For")
+      proxy_protocol: nil,            # :v1: each connection starts with a PROXY v1 line
+      idle_timeout: nil,              # stop after this many seconds without a request (nil: never)
+      force_shutdown_after: nil,      # seconds after a stop begins when requests are cut (nil: shutdown_timeout)
+      restart_command: nil,           # the command a hot restart re-executes (nil: the original argv)
+      worker_culling_strategy: :youngest, # which workers TTOU and a lower count stop first (:youngest, :oldest)
       hooks: {}.freeze                # name => [Proc]: before_fork, on_worker_boot, before_worker_shutdown,
                                       # on_worker_shutdown, on_restart
     }.freeze

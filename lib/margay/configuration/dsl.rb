@@ -69,7 +69,8 @@ module Margay
         # (a setting added there becomes a directive here). The others have
         # methods of their own below, hooks included.
         PLAIN = (Configuration::SETTINGS - %i[binds workers environment pidfile rackup quiet log_requests
-                                             event_backend tmpdir hooks preload_app]).freeze
+                                             event_backend tmpdir hooks preload_app] -
+                 PumaCompat::SETTINGS).freeze
 
         # Hook directives: the block runs at that point of a cluster's life.
         # on_worker_boot and on_worker_shutdown blocks receive the worker index.

@@ -8,6 +8,13 @@ module Margay
     # one warning each (never a failure). The mapping is documented in
     # docs/CONFIGURATION.md.
     module PumaCompat
+      # Settings that exist for Puma's directives (which set them, under
+      # Puma's names) and never become plain directives of their own.
+      SETTINGS = %i[control_url control_token state_path plugins redirect_stdout redirect_stderr
+                    redirect_append tag directory lowlevel_error_handler log_formatter custom_logger
+                    remote_address remote_address_header proxy_protocol idle_timeout
+                    force_shutdown_after restart_command worker_culling_strategy].freeze
+
       # Puma name => [Margay setting, conversion]
       MAPPED = {
         persistent_timeout: [:keepalive_timeout, :itself.to_proc],
