@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "socket"
+require_relative "errors"
 require_relative "systemd"
 
 module Margay
@@ -19,7 +20,66 @@ module Margay
     # activated: handed over by systemd (never unlinked or re-bound by us).
     Listener = Struct.new(:io, :bind, :url, :unix, :server_name, :server_port, :activated, keyword_init: true)
 
-    # @param binds [Array<String>] tcp://HOST:PORT or unix://PATH
+    # A parsed bind URL. options: Puma's query options, typed (:backlog,
+    # :low_latency, :reuse_port for tcp; :backlog, :umask, :mode for unix).
+    URL = Struct.new(:scheme, :host, :port, :path, :options, keyword_init: true)
+
+    # Query options each scheme takes, and how each value is read.
+    OPTIONS = {
+      tcp: { "backlog" => :positive, "low_latency" => :boolean, "reuse_port" => :boolean },
+      unix: { "backlog" => :positive, "umask" => :octal, "mode" => :octal }
+    }.freeze
+
+    # Parse "tcp://HOST:PORT[?opts]" or "unix://PATH[?opts]" (Puma's forms and
+    # query options). Strict: an unknown option, a repeated one, a bad value or
+    # a port outside 0..65535 raises ConfigError with one line.
+    # @return [URL]
+    def self.parse(url)
+      text = url.to_s
+      base, query = text.split("?", 2)
+      if (m = base.match(%r{\Atcp://(?:\[(?<v6>[0-9a-fA-F:.]+)\]|(?<host>[^\s/:\[\]?]+)):(?<port>\d{1,5})\z}))
+        port = Integer(m[:port], 10)
+        # Five digits are not a port: 99999 would bind whatever the kernel makes of it.
+        raise ConfigError, "invalid bind #{text.inspect}: port #{m[:port]} is not in 0..65535" if port > 65_535
+
+        URL.new(scheme: :tcp, host: m[:v6] || m[:host], port: port, options: parse_query(text, query, OPTIONS[:tcp]))
+      elsif (m = base.match(%r{\Aunix://(?<path>\S+)\z}))
+        URL.new(scheme: :unix, path: m[:path], options: parse_query(text, query, OPTIONS[:unix]))
+      else
+        raise ConfigError, "invalid bind #{text.inspect}: expected tcp://HOST:PORT or unix://PATH (with ?options)"
+      end
+    end
+
+    def self.parse_query(url, query, known)
+      return {} if query.nil?
+
+      query.split("&").each_with_object({}) do |pair, options|
+        name, value = pair.split("=", 2)
+        kind = known[name]
+        unless kind
+          raise ConfigError, "invalid bind #{url.inspect}: unknown option #{name.inspect} (known: #{known.keys.join(', ')})"
+        end
+        raise ConfigError, "invalid bind #{url.inspect}: option #{name} given twice" if options.key?(name.to_sym)
+
+        options[name.to_sym] = option_value(url, name, value, kind)
+      end
+    end
+
+    def self.option_value(url, name, value, kind)
+      case kind
+      when :positive
+        return Integer(value, 10) if value&.match?(/\A\d{1,9}\z/) && Integer(value, 10).positive?
+      when :boolean
+        return value == "true" if %w[true false].include?(value)
+      when :octal
+        return Integer(value, 8) if value&.match?(/\A0?[0-7]{3}\z/)
+      end
+      what = { positive: "a positive integer", boolean: "true or false", octal: "an octal mode such as 0111" }.fetch(kind)
+      raise ConfigError, "invalid bind #{url.inspect}: #{name} must be #{what}, got #{value.inspect}"
+    end
+    private_class_method :parse_query, :option_value
+
+    # @param binds [Array<String>] tcp://HOST:PORT or unix://PATH, with Puma's ?options
     # @param backlog [Integer] listen(2) backlog
     # @param inherited [String, nil] the INHERIT_ENV value, if any
     def initialize(binds, backlog:, inherited: nil)
@@ -77,16 +137,17 @@ module Margay
     # new ones, so a program the app runs does not keep the port open; those
     # whose bind is gone from the configuration are closed.
     def bind
-      listeners = @binds.map do |url|
+      listeners = expand(@binds).map do |url, parsed|
         fd = @inherited[url]
         io = if fd
-               (url.start_with?("unix://") ? UNIXServer.for_fd(fd) : TCPServer.for_fd(fd)).tap { |s| s.close_on_exec = true }
+               (parsed.scheme == :unix ? UNIXServer.for_fd(fd) : TCPServer.for_fd(fd)).tap { |s| s.close_on_exec = true }
              end
-        url.start_with?("unix://") ? bind_unix(url, io) : bind_tcp(url, io)
+        parsed.scheme == :unix ? bind_unix(url, parsed, io) : bind_tcp(url, parsed, io)
       end
-      (@inherited.keys - @binds).each { |url| close_fd(@inherited[url]) }
+      (@inherited.keys - listeners.map(&:bind)).each { |url| close_fd(@inherited[url]) }
       listeners
     rescue SystemCallError, SocketError => e
+      listeners&.each { |l| l.io.close unless l.io.closed? }
       raise ConfigError, "cannot bind: #{e.message}"
     end
 
@@ -96,11 +157,32 @@ module Margay
       self.class.parse_inherited(value)
     end
 
-    def bind_tcp(url, io)
-      host, port = url.delete_prefix("tcp://").match(/\A\[?(.*?)\]?:(\d+)\z/).captures
+    # [[url, URL]]: a "localhost" host becomes one bind per loopback address
+    # (127.0.0.1 and ::1, as Puma binds it), each its own listener.
+    def expand(binds)
+      binds.flat_map do |url|
+        parsed = self.class.parse(url)
+        next [[url, parsed]] unless parsed.scheme == :tcp && parsed.host == "localhost"
+
+        loopback_addresses.map do |address|
+          host = address.include?(":") ? "[#{address}]" : address
+          [url.sub("//localhost:", "//#{host}:"), parsed.dup.tap { |p| p.host = address }]
+        end
+      end
+    end
+
+    def loopback_addresses
+      found = Socket.ip_address_list.select { |a| a.ipv4_loopback? || a.ipv6_loopback? }.map(&:ip_address).uniq
+      found.empty? ? ["127.0.0.1"] : found.sort_by { |a| a.include?(":") ? 1 : 0 }
+    end
+
+    def bind_tcp(url, parsed, io)
+      host = parsed.host
       unless io
-        io = TCPServer.new(host, Integer(port, 10))
-        io.listen(@backlog)
+        # Port 0 on "localhost": ::1 listens on the port 127.0.0.1 was given.
+        port = parsed.port.zero? && @localhost_port && url.include?("[::1]") ? @localhost_port : parsed.port
+        io = listen_tcp(host, port, parsed.options)
+        @localhost_port = io.local_address.ip_port if host == "127.0.0.1"
       end
       actual = io.local_address.ip_port
       shown = host.include?(":") ? "[#{host}]" : host
@@ -109,14 +191,58 @@ module Margay
                    server_name: name, server_port: actual.to_s)
     end
 
-    def bind_unix(url, io)
-      path = url.delete_prefix("unix://")
+    # A listening TCPServer with the bind's options: SO_REUSEPORT before
+    # bind(2) (reuse_port=true), "::" dual stack (IPV6_V6ONLY off, whatever
+    # the sysctl says). low_latency: accepted sockets always get TCP_NODELAY
+    # from the engine, so only low_latency=false is worth a word.
+    def listen_tcp(host, port, options)
+      if options[:low_latency] == false
+        Kernel.warn("margay: bind #{host}:#{port}: low_latency=false ignored (Margay sets TCP_NODELAY on every " \
+                    "connection and writes each response in as few writes as it can)")
+      end
+      addresses = Addrinfo.getaddrinfo(host, port, nil, :STREAM, nil, Socket::AI_PASSIVE)
+      error = nil
+      addresses.each do |addr|
+        return listen_on(addr, options)
+      rescue SystemCallError => e
+        error = e
+      end
+      raise error || SocketError.new("no address for #{host}")
+    end
+
+    def listen_on(addr, options)
+      socket = Socket.new(addr.afamily, Socket::SOCK_STREAM, 0)
+      socket.setsockopt(Socket::SOL_SOCKET, Socket::SO_REUSEADDR, true)
+      socket.setsockopt(Socket::SOL_SOCKET, Socket::SO_REUSEPORT, true) if options[:reuse_port]
+      socket.setsockopt(Socket::IPPROTO_IPV6, Socket::IPV6_V6ONLY, false) if addr.ipv6? && addr.ipv6_unspecified?
+      socket.bind(addr)
+      socket.listen(options[:backlog] || @backlog)
+      TCPServer.for_fd(socket.fileno).tap do |server|
+        socket.autoclose = false # the TCPServer owns the descriptor now
+        server.close_on_exec = true
+      end
+    rescue SystemCallError
+      socket&.close
+      raise
+    end
+
+    # umask: applied while the socket file is created (Puma's ?umask=0111);
+    # mode: chmod after (?mode=0666).
+    def bind_unix(url, parsed, io)
+      path = parsed.path
+      options = parsed.options
       unless io
         File.unlink(path) if File.socket?(path) && !socket_in_use?(path)
-        io = UNIXServer.new(path)
-        io.listen(@backlog)
+        old_umask = File.umask(options[:umask]) if options[:umask]
+        begin
+          io = UNIXServer.new(path)
+        ensure
+          File.umask(old_umask) if old_umask
+        end
+        io.listen(options[:backlog] || @backlog)
+        File.chmod(options[:mode], path) if options[:mode]
       end
-      Listener.new(io: io, bind: url, url: url, unix: true, server_name: "localhost", server_port: "0")
+      Listener.new(io: io, bind: url, url: url.split("?", 2).first, unix: true, server_name: "localhost", server_port: "0")
     end
 
     def close_fd(fd)

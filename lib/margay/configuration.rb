@@ -1,7 +1,9 @@
 # frozen_string_literal: true
 
+require "socket"
 require "tmpdir"
 require_relative "errors"
+require_relative "binder"
 
 module Margay
   # The one frozen configuration object and THE list of settings and their
@@ -14,16 +16,40 @@ module Margay
     autoload :PumaCompat, File.expand_path("configuration/puma_compat", __dir__)
     autoload :Sources, File.expand_path("configuration/sources", __dir__)
 
+    # A value in the config file, a flag or an option is wrong. #setting names
+    # it (and #value the bind, for binds) so that Sources can point at the
+    # config file's line that set it.
+    class InvalidSetting < ConfigError
+      attr_reader :setting, :value
+
+      def initialize(message, setting:, value: nil)
+        super(message)
+        @setting = setting
+        @value = value
+      end
+    end
+
+    # The host a bare port listens on, as Puma chooses it: "::" (dual stack:
+    # IPv6 and IPv4 on one socket) when the machine has an IPv6 address other
+    # than the loopback, else "0.0.0.0".
+    # @param addresses [Array<Addrinfo>] the interfaces' addresses
+    def self.default_host(addresses = Socket.getifaddrs.map(&:addr).compact)
+      addresses.any? { |a| a.ipv6? && !a.ipv6_loopback? } ? "::" : "0.0.0.0"
+    rescue SystemCallError, NotImplementedError
+      "0.0.0.0"
+    end
+
     # Every setting with its default. Sizes are bytes, times are seconds.
     DEFAULTS = {
-      binds: ["tcp://0.0.0.0:9292"].freeze,
+      binds: ["tcp://#{(host = default_host).include?(':') ? "[#{host}]" : host}:9292"].freeze,
       rackup: "config.ru",
-      environment: nil, # resolved from RACK_ENV / RAILS_ENV / "development"
+      environment: nil, # resolved from APP_ENV / RACK_ENV / RAILS_ENV / "development", as Puma 8 does
       min_threads: 0,   # like Puma; one thread always waits for connections
       max_threads: 5,
       pidfile: nil,
-      quiet: false,
-      log_requests: false,
+      quiet: false,                   # no access log (Puma's quiet: the inverse of log_requests)
+      log_requests: false,            # one access-log line per request on stdout
+      silent: false,                  # nothing on stdout: no banner, info or access lines (Puma's -s)
       shutdown_timeout: 30,     # grace period for in-flight requests on TERM/INT
       header_timeout: 30,       # a request head must arrive within this (408)
       body_timeout: 30,         # longest pause while receiving a body (408)
@@ -62,7 +88,7 @@ module Margay
       directory: nil,                 # chdir here before loading the app (and on hot restart)
       lowlevel_error_handler: nil,    # callable(error, env, status) => Rack response for a 500
       log_formatter: nil,             # callable(String) => String for every server log line
-      custom_logger: nil,             # object with #write/#puts that receives the server log
+      custom_logger: nil,             # receives the server log: an object with #write or #puts, or a Logger (#info)
       remote_address: :socket,        # REMOTE_ADDR: :socket, :localhost, or a fixed String
       remote_address_header: nil,     # REMOTE_ADDR from this request header (e.g. "X-Forwarded-For")
       proxy_protocol: nil,            # :v1: each connection starts with a PROXY v1 line
@@ -70,6 +96,7 @@ module Margay
       force_shutdown_after: nil,      # seconds after a stop begins when requests are cut (nil: shutdown_timeout)
       restart_command: nil,           # the command a hot restart re-executes (nil: the original argv)
       worker_culling_strategy: :youngest, # which workers TTOU and a lower count stop first (:youngest, :oldest)
+      app: nil,                       # a Rack app from the config file (Puma's `app`), served instead of the rackup file
       hooks: {}.freeze                # name => [Proc]: before_fork, on_worker_boot, before_worker_shutdown,
                                       # on_worker_shutdown, on_restart
     }.freeze
@@ -83,7 +110,7 @@ module Margay
     # The host a bare port listens on (`-p`, `port 3000`, rackup's Port), and
     # the port when none is given: the default bind's.
     DEFAULT_BIND = DEFAULTS[:binds].first.match(%r{\Atcp://(?<host>.+):(?<port>\d+)\z})
-    DEFAULT_HOST = DEFAULT_BIND[:host]
+    DEFAULT_HOST = DEFAULT_BIND[:host].delete_prefix("[").delete_suffix("]")
     DEFAULT_PORT = Integer(DEFAULT_BIND[:port], 10)
     private_constant :DEFAULT_BIND
 
@@ -103,7 +130,7 @@ module Margay
       raise ConfigError, "unknown setting(s): #{unknown.join(', ')}" unless unknown.empty?
 
       DEFAULTS.merge(settings).each { |key, value| instance_variable_set(:"@#{key}", deep_freeze(value)) }
-      @environment ||= (ENV["RACK_ENV"] || ENV["RAILS_ENV"] || "development").dup.freeze
+      @environment ||= (ENV["APP_ENV"] || ENV["RACK_ENV"] || ENV["RAILS_ENV"] || "development").dup.freeze
       @tmpdir ||= Dir.tmpdir.dup.freeze
       validate!
       freeze
@@ -156,41 +183,99 @@ module Margay
     POSITIVE_INTEGERS = %i[max_threads max_keepalive_requests max_request_target max_header_size
                            max_headers body_buffer_size max_chunk_extensions backlog
                            response_buffer_limit].freeze
-    private_constant :POSITIVE, :POSITIVE_INTEGERS
+    # Positive Integers or nil (off).
+    OPTIONAL_POSITIVE_INTEGERS = {
+      worker_memory_limit: "a positive number of bytes", refork_after: "a positive number of requests",
+      max_connections: "a positive integer", idle_timeout: "a positive number of seconds"
+    }.freeze
+    BOOLEANS = %i[quiet log_requests silent balance_keepalive redirect_append].freeze
+    # Strings or nil.
+    STRINGS = %i[pidfile state_path redirect_stdout redirect_stderr tag directory restart_command
+                 control_token remote_address_header].freeze
+    # Settings holding a callable, and what it is called with.
+    CALLABLES = { lowlevel_error_handler: "(error, env, status)", log_formatter: "(line)", app: "(env)" }.freeze
+    private_constant :POSITIVE, :POSITIVE_INTEGERS, :OPTIONAL_POSITIVE_INTEGERS, :BOOLEANS, :STRINGS, :CALLABLES
+
+    def invalid(setting, message, value = nil)
+      raise InvalidSetting.new(message, setting: setting, value: value)
+    end
 
     def validate!
       POSITIVE.each do |key|
         value = public_send(key)
-        raise ConfigError, "#{key} must be a positive number, got #{value.inspect}" unless value.is_a?(Numeric) && value.positive?
+        invalid(key, "#{key} must be a positive number, got #{value.inspect}") unless value.is_a?(Numeric) && value.positive?
       end
       POSITIVE_INTEGERS.each do |key|
         value = public_send(key)
-        raise ConfigError, "#{key} must be a positive integer, got #{value.inspect}" unless value.is_a?(Integer) && value.positive?
+        invalid(key, "#{key} must be a positive integer, got #{value.inspect}") unless value.is_a?(Integer) && value.positive?
       end
       unless min_threads.is_a?(Integer) && min_threads >= 0 && min_threads <= max_threads
-        raise ConfigError, "threads must be MIN:MAX with 0 <= MIN <= MAX, got #{min_threads}:#{max_threads}"
+        invalid(:min_threads, "threads must be MIN:MAX with 0 <= MIN <= MAX, got #{min_threads}:#{max_threads}")
       end
       unless max_body_size.nil? || (max_body_size.is_a?(Integer) && max_body_size >= 0)
-        raise ConfigError, "max_body_size must be a non-negative integer or nil"
+        invalid(:max_body_size, "max_body_size must be a non-negative integer or nil")
       end
       unless request_timeout.nil? || (request_timeout.is_a?(Numeric) && request_timeout.positive?)
-        raise ConfigError, "request_timeout must be a positive number of seconds or nil"
+        invalid(:request_timeout, "request_timeout must be a positive number of seconds or nil")
       end
-      unless worker_memory_limit.nil? || (worker_memory_limit.is_a?(Integer) && worker_memory_limit.positive?)
-        raise ConfigError, "worker_memory_limit must be a positive number of bytes or nil"
+      OPTIONAL_POSITIVE_INTEGERS.each do |key, what|
+        value = public_send(key)
+        invalid(key, "#{key} must be #{what} or nil, got #{value.inspect}") unless value.nil? || (value.is_a?(Integer) && value.positive?)
       end
-      unless refork_after.nil? || (refork_after.is_a?(Integer) && refork_after.positive?)
-        raise ConfigError, "refork_after must be a positive number of requests or nil"
-      end
-      unless max_connections.nil? || (max_connections.is_a?(Integer) && max_connections.positive?)
-        raise ConfigError, "max_connections must be a positive integer or nil"
-      end
-      raise ConfigError, "event_backend must be :auto, :epoll or :poll" unless %i[auto epoll poll].include?(event_backend)
-      raise ConfigError, "at least one bind is required" if binds.empty?
+      invalid(:event_backend, "event_backend must be :auto, :epoll or :poll") unless %i[auto epoll poll].include?(event_backend)
+      invalid(:binds, "at least one bind is required") if binds.empty?
       binds.each { |url| validate_bind(url) }
-      raise ConfigError, "workers must be a non-negative integer" unless workers.is_a?(Integer) && workers >= 0
+      invalid(:workers, "workers must be a non-negative integer") unless workers.is_a?(Integer) && workers >= 0
+      validate_operational
 
       validate_hooks
+    end
+
+    # The settings behind Puma's operational directives.
+    def validate_operational
+      BOOLEANS.each do |key|
+        value = public_send(key)
+        invalid(key, "#{key} must be true or false, got #{value.inspect}") unless [true, false].include?(value)
+      end
+      invalid(:quiet, "quiet and log_requests contradict each other (quiet means no access log)") if quiet && log_requests
+      STRINGS.each do |key|
+        value = public_send(key)
+        invalid(key, "#{key} must be a String, got #{value.inspect}") unless value.nil? || (value.is_a?(String) && !value.empty?)
+      end
+      CALLABLES.each do |key, args|
+        value = public_send(key)
+        invalid(key, "#{key} must respond to call#{args}, got #{value.inspect}") unless value.nil? || value.respond_to?(:call)
+      end
+      unless custom_logger.nil? || %i[write puts info].any? { |m| custom_logger.respond_to?(m) }
+        invalid(:custom_logger, "custom_logger must respond to write, puts or info (a Logger), got #{custom_logger.inspect}")
+      end
+      unless plugins.is_a?(Array) && plugins.all? { |p| p.is_a?(String) && !p.empty? }
+        invalid(:plugins, "plugins must be a list of plugin names, got #{plugins.inspect}")
+      end
+      if control_url
+        invalid(:control_url, "control_url must be tcp://HOST:PORT or unix://PATH, got #{control_url.inspect}") unless control_url.is_a?(String)
+        validate_bind(control_url, :control_url)
+      end
+      validate_remote_address
+      unless force_shutdown_after.nil? || (force_shutdown_after.is_a?(Numeric) && force_shutdown_after >= 0)
+        invalid(:force_shutdown_after, "force_shutdown_after must be a number of seconds >= 0 or nil, got #{force_shutdown_after.inspect}")
+      end
+      return if %i[youngest oldest].include?(worker_culling_strategy)
+
+      invalid(:worker_culling_strategy, "worker_culling_strategy must be :youngest or :oldest, got #{worker_culling_strategy.inspect}")
+    end
+
+    def validate_remote_address
+      unless remote_address == :socket || remote_address == :localhost || (remote_address.is_a?(String) && !remote_address.empty?)
+        invalid(:remote_address, "remote_address must be :socket, :localhost or an address String, got #{remote_address.inspect}")
+      end
+      unless remote_address_header.nil? || remote_address_header.match?(/\A[A-Za-z0-9!#$%&'*+.^_`|~-]+\z/)
+        invalid(:remote_address_header, "remote_address_header must be a header name, got #{remote_address_header.inspect}")
+      end
+      invalid(:proxy_protocol, "proxy_protocol must be nil or :v1, got #{proxy_protocol.inspect}") unless [nil, :v1].include?(proxy_protocol)
+      return unless remote_address_header && proxy_protocol
+
+      invalid(:proxy_protocol, "remote_address_header and proxy_protocol contradict each other: choose one")
     end
 
     def validate_hooks
@@ -202,13 +287,10 @@ module Margay
       end
     end
 
-    def validate_bind(url)
-      return if url.match?(%r{\Aunix://\S+\z})
-
-      port = url[%r{\Atcp://(?:\[[0-9a-fA-F:.]+\]|[^\s/:\[\]]+):(\d{1,5})\z}, 1]
-      raise ConfigError, "invalid bind #{url.inspect}: expected tcp://HOST:PORT or unix://PATH" unless port
-      # Five digits are not a port: 99999 would bind whatever the kernel makes of it.
-      raise ConfigError, "invalid bind #{url.inspect}: port #{port} is not in 0..65535" if Integer(port, 10) > 65_535
+    def validate_bind(url, setting = :binds)
+      Binder.parse(url)
+    rescue ConfigError => e
+      invalid(setting, e.message, url)
     end
   end
 end

@@ -80,4 +80,81 @@ class BinderTest < Minitest::Test
     refute env.key?(Binder::INHERIT_ENV), "consumed: not passed on to children"
     assert_raises(Errno::EBADF) { IO.for_fd(dropped.fileno, autoclose: false) }
   end
+
+  # Puma's query options are parsed strictly: one line for anything unknown.
+  def test_parse_bind_options
+    url = Binder.parse("tcp://127.0.0.1:0?backlog=2048&low_latency=true&reuse_port=true")
+    assert_equal [:tcp, "127.0.0.1", 0, { backlog: 2048, low_latency: true, reuse_port: true }],
+                 [url.scheme, url.host, url.port, url.options]
+    url = Binder.parse("unix:///tmp/u.sock?umask=0111&mode=0666&backlog=5")
+    assert_equal [:unix, "/tmp/u.sock", { umask: 0o111, mode: 0o666, backlog: 5 }], [url.scheme, url.path, url.options]
+    assert_equal "::1", Binder.parse("tcp://[::1]:80").host
+    {
+      "tcp://127.0.0.1:1?umask=0111" => /unknown option "umask" \(known: backlog, low_latency, reuse_port\)/,
+      "unix:///tmp/u.sock?reuse_port=true" => /unknown option "reuse_port"/,
+      "tcp://127.0.0.1:1?backlog=0" => /backlog must be a positive integer, got "0"/,
+      "tcp://127.0.0.1:1?backlog" => /backlog must be a positive integer, got nil/,
+      "tcp://127.0.0.1:1?low_latency=yes" => /low_latency must be true or false/,
+      "unix:///tmp/u.sock?mode=999" => /mode must be an octal mode/,
+      "tcp://127.0.0.1:1?backlog=1&backlog=2" => /backlog given twice/,
+      "tcp://127.0.0.1:65536" => /port 65536 is not in 0\.\.65535/,
+      "ssl://127.0.0.1:1" => /expected tcp:\/\/HOST:PORT or unix:\/\/PATH/
+    }.each do |bind, pattern|
+      error = assert_raises(Margay::ConfigError, bind) { Binder.parse(bind) }
+      assert_match pattern, error.message
+      assert_equal 1, error.message.lines.size
+    end
+  end
+
+  def test_unix_umask_mode_and_backlog
+    Dir.mktmpdir do |dir|
+      masked = File.join(dir, "masked.sock")
+      moded = File.join(dir, "moded.sock")
+      before = File.umask
+      a, b = open(["unix://#{masked}?umask=0077&backlog=8", "unix://#{moded}?mode=0666"])
+      assert_equal before, File.umask, "the umask is restored"
+      assert_equal 0o700, File.stat(masked).mode & 0o777
+      assert_equal 0o666, File.stat(moded).mode & 0o777
+      assert_equal ["unix://#{masked}", "unix://#{masked}?umask=0077&backlog=8"], [a.url, a.bind]
+      refute File.exist?("#{masked}?umask=0077&backlog=8"), "the query is not part of the file name"
+      UNIXSocket.new(moded).close
+      assert b.io
+    end
+  end
+
+  def test_tcp_reuse_port_lets_two_listeners_share_a_port
+    first, = open(["tcp://127.0.0.1:0?reuse_port=true"])
+    port = first.io.local_address.ip_port
+    assert first.io.getsockopt(Socket::SOL_SOCKET, Socket::SO_REUSEPORT).bool
+    second, = open(["tcp://127.0.0.1:#{port}?reuse_port=true&backlog=4"])
+    assert_equal port, second.io.local_address.ip_port
+    error = assert_raises(Margay::ConfigError) { open(["tcp://127.0.0.1:#{port}"]) }
+    assert_match(/in use/i, error.message)
+  end
+
+  def test_low_latency_false_warns_that_nodelay_is_always_on
+    _, err = capture_io { open(["tcp://127.0.0.1:0?low_latency=false"]) }
+    assert_match(/\Amargay: bind 127\.0\.0\.1:0: low_latency=false ignored \(Margay sets TCP_NODELAY/, err)
+    _, err = capture_io { open(["tcp://127.0.0.1:0?low_latency=true"]) }
+    assert_equal "", err
+  end
+
+  # "::" is one dual-stack socket: IPv4 clients reach it too.
+  def test_the_unspecified_ipv6_host_is_dual_stack
+    skip "no IPv6 on this machine" unless Socket.ip_address_list.any?(&:ipv6?)
+    listener, = open(["tcp://[::]:0"])
+    assert_equal 0, listener.io.getsockopt(Socket::IPPROTO_IPV6, Socket::IPV6_V6ONLY).int
+    assert_equal "localhost", listener.server_name
+    TCPSocket.new("127.0.0.1", listener.io.local_address.ip_port).close
+    TCPSocket.new("::1", listener.io.local_address.ip_port).close
+  end
+
+  # Puma binds "localhost" to every loopback address (127.0.0.1 and ::1).
+  def test_localhost_listens_on_every_loopback_address
+    listeners = open(["tcp://localhost:0"])
+    loopbacks = Socket.ip_address_list.select { |a| a.ipv4_loopback? || a.ipv6_loopback? }.map(&:ip_address).uniq
+    assert_equal loopbacks.sort, listeners.map { |l| l.io.local_address.ip_address }.sort
+    assert_equal 1, listeners.map { |l| l.io.local_address.ip_port }.uniq.size, "one port for all of them"
+    assert_equal listeners.map(&:bind).uniq.size, listeners.size, "distinct binds: each can be handed over on restart"
+  end
 end

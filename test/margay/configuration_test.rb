@@ -29,11 +29,48 @@ class ConfigurationTest < Minitest::Test
   end
 
   def test_the_default_bind_names_the_default_host_and_port
-    assert_equal "tcp://#{Configuration::DEFAULT_HOST}:#{Configuration::DEFAULT_PORT}", Configuration::DEFAULTS[:binds].first
-    assert_equal "tcp://0.0.0.0:3000", Configuration.tcp_bind(3000)
+    assert_equal Configuration.tcp_bind(Configuration::DEFAULT_PORT), Configuration::DEFAULTS[:binds].first
+    assert_equal "tcp://0.0.0.0:3000", Configuration.tcp_bind(3000, "0.0.0.0")
     assert_equal "tcp://[::1]:80", Configuration.tcp_bind("80", "::1")
     assert_equal "tcp://[::1]:80", Configuration.tcp_bind(80, "[::1]")
     assert_raises(ArgumentError) { Configuration.tcp_bind("http") }
+  end
+
+  # Puma binds "::" (dual stack) when the machine has IPv6 beyond the
+  # loopback, else 0.0.0.0; Margay's default host is chosen the same way.
+  def test_default_host_is_dual_stack_when_ipv6_exists
+    v6 = Addrinfo.ip("fd00::2")
+    assert_equal "::", Configuration.default_host([Addrinfo.ip("127.0.0.1"), Addrinfo.ip("::1"), v6])
+    assert_equal "0.0.0.0", Configuration.default_host([Addrinfo.ip("127.0.0.1"), Addrinfo.ip("::1")])
+    assert_equal Configuration.default_host, Configuration::DEFAULT_HOST
+  end
+
+  # Puma's operational settings are checked as strictly as Margay's own.
+  def test_operational_settings_are_validated
+    {
+      { quiet: true, log_requests: true } => /quiet and log_requests contradict/,
+      { silent: "yes" } => /silent must be true or false/,
+      { plugins: [:tmp_restart] } => /plugins must be a list of plugin names/,
+      { control_url: "http://x" } => /invalid bind "http:\/\/x"/,
+      { lowlevel_error_handler: 1 } => /lowlevel_error_handler must respond to call/,
+      { app: "config.ru" } => /app must respond to call/,
+      { custom_logger: 1 } => /custom_logger must respond to write, puts or info/,
+      { remote_address: :header } => /remote_address must be :socket, :localhost or an address/,
+      { remote_address_header: "X Forwarded" } => /remote_address_header must be a header name/,
+      { proxy_protocol: :v2 } => /proxy_protocol must be nil or :v1/,
+      { proxy_protocol: :v1, remote_address_header: "X-Forwarded-For" } => /contradict/,
+      { idle_timeout: 0 } => /idle_timeout must be a positive number of seconds or nil/,
+      { force_shutdown_after: -1 } => /force_shutdown_after must be a number of seconds >= 0/,
+      { worker_culling_strategy: :random } => /worker_culling_strategy must be :youngest or :oldest/,
+      { tag: "" } => /tag must be a String/
+    }.each do |settings, pattern|
+      error = assert_raises(Margay::ConfigError, settings.inspect) { Configuration.new(**settings) }
+      assert_match pattern, error.message
+      assert_kind_of Configuration::InvalidSetting, error
+    end
+    config = Configuration.new(control_url: "unix:///tmp/ctl.sock", control_token: "none", plugins: ["tmp_restart"],
+                               app: ->(_env) { [200, {}, []] }, proxy_protocol: :v1, force_shutdown_after: 0)
+    assert_equal ["tmp_restart"], config.plugins
   end
 
   def test_mistakes_are_config_errors

