@@ -15,6 +15,8 @@ module Margay
   class CLI
     # Exit status of a usage or configuration mistake (sysexits.h EX_USAGE).
     EX_USAGE = 64
+    # Exit status when the native extension is not built (sysexits.h EX_UNAVAILABLE).
+    EX_UNAVAILABLE = 69
 
     # @param argv [Array<String>] the arguments (not modified)
     # @param out [IO] banner and access log
@@ -43,6 +45,11 @@ module Margay
     rescue ConfigError => e
       @err.puts("margay: #{e.message}")
       EX_USAGE
+    rescue LoadError => e
+      raise unless defined?(NativeMissing) && e.is_a?(NativeMissing)
+
+      @err.puts(e.message)
+      EX_UNAVAILABLE
     end
 
     # The Configuration from defaults, the config file and the flags (flags win).
@@ -61,6 +68,7 @@ module Margay
     private
 
     def launch
+      require_relative "native" # first: an unbuilt extension is one line, not a backtrace
       require_relative "launcher"
       config = configuration
       @out.sync = true if @out.respond_to?(:sync=)

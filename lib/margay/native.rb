@@ -2,8 +2,28 @@
 
 # The native extension (ext/margay): Margay::Native::Engine, Native::IdleBoard
 # and the parser's test bindings.
+module Margay
+  # The native extension is not built: a checkout used through
+  # `gem "margay", path: ...` (Bundler compiles no extension for a path gem),
+  # or a gem install whose compile failed. The message says what to run.
+  class NativeMissing < LoadError
+    # One line: what to run in +root+ (the gem's or the checkout's directory).
+    def self.advice(root)
+      if File.file?(File.join(root, "Rakefile"))
+        "margay: the native extension is not built: run `bundle install && bundle exec rake compile` in #{root} " \
+          "(Bundler does not compile a path: gem), or install the gem: `gem build margay.gemspec && gem install margay-*.gem`"
+      else
+        "margay: the native extension is not built in #{root}: reinstall the gem (`gem pristine margay`) " \
+          "and read the compiler's output"
+      end
+    end
+  end
+end
+
 begin
   require "margay/margay_native"
 rescue LoadError => e
-  raise LoadError, "margay: the native extension is not built (run `bundle exec rake compile`): #{e.message}"
+  raise e if e.is_a?(Margay::NativeMissing) || !e.message.include?("margay_native")
+
+  raise Margay::NativeMissing, Margay::NativeMissing.advice(File.expand_path("../..", __dir__))
 end

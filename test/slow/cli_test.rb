@@ -3,6 +3,7 @@
 require "test_helper"
 require "json"
 require "net/http"
+require "fileutils"
 require "open3"
 require "tmpdir"
 
@@ -197,5 +198,61 @@ class SlowCLITest < Minitest::Test
     assert_equal 1, status.exitstatus
     assert_match(/cannot load broken\.ru: RuntimeError: config\.ru is broken/, err)
     assert_match(/broken\.ru:1/, err, "the app's own backtrace helps here")
+  end
+
+  # A Procfile line written for Puma 8: -v is --log-requests (it printed the
+  # version and exited 0 before), -p listens dual stack on [::] like Puma.
+  def test_a_puma_procfile_line_serves_and_logs_requests
+    skip "no IPv6 on this machine" unless Margay::Configuration::DEFAULT_HOST == "::"
+    spawn_margay("-v", "-p", "0", "-t", "1:2", "app.ru")
+    port = wait_for_line(%r{Listening on tcp://\[::\]:(\d+)})[1].to_i
+    assert_equal "200", get(port, "/v4").code, "IPv4 clients reach the [::] listener"
+    response = Net::HTTP.start("::1", port) { |http| http.get("/v6") }
+    assert_equal "200", response.code
+    wait_for_line(%r{GET /v6})
+    assert_match(%r{GET /v4}, @output, "-v logs every request, as Puma's --log-requests")
+    Process.kill("TERM", @pid)
+    assert wait_exit.success?, @output
+  end
+
+  # -s: nothing on stdout, Puma's --silent.
+  def test_silent_prints_nothing_on_stdout
+    out_r, out_w = IO.pipe
+    @out_r = out_r
+    @pid = Process.spawn(ENV_FOR_CHILD, "bundle", "exec", EXE, "-s", "-b", "tcp://127.0.0.1:0", "--pidfile", "m.pid",
+                         "app.ru", chdir: @dir, out: out_w, err: File::NULL)
+    out_w.close
+    deadline = Margay::Clock.now + 20
+    sleep 0.05 until File.exist?(File.join(@dir, "m.pid")) || Margay::Clock.now > deadline
+    Process.kill("TERM", @pid)
+    assert wait_exit.success?
+    assert_equal "", @output
+  end
+
+  # `gem "margay", path:` on a checkout nobody compiled: one line saying
+  # what to run, not a LoadError backtrace.
+  def test_an_uncompiled_checkout_says_what_to_run
+    Dir.mktmpdir("margay-checkout-") do |checkout|
+      FileUtils.cp_r(%w[lib exe Rakefile margay.gemspec].map { |f| File.join(ROOT, f) }, checkout)
+      Dir[File.join(checkout, "lib", "**", "*.{so,bundle}")].each { |f| File.delete(f) }
+      out, err, status = Open3.capture3({ "RUBYOPT" => nil, "BUNDLE_GEMFILE" => nil, "BUNDLER_SETUP" => nil },
+                                        RbConfig.ruby, File.join(checkout, "exe", "margay"), "-b", "tcp://127.0.0.1:0",
+                                        chdir: @dir)
+      assert_equal 69, status.exitstatus, err
+      assert_equal "", out
+      assert_equal 1, err.lines.size, err
+      assert_match(/\Amargay: the native extension is not built: run `bundle install && bundle exec rake compile` in #{Regexp.escape(checkout)}/, err)
+    end
+  end
+
+  # A Puma config at config/puma.rb is read without -C, as Puma reads it.
+  def test_config_puma_rb_is_read_by_default
+    Dir.mkdir(File.join(@dir, "config"))
+    File.write(File.join(@dir, "config", "puma.rb"), "threads 2, 3\nbind 'tcp://127.0.0.1:0'\nplugin :tmp_restart\n")
+    spawn_margay("app.ru")
+    port_from_banner
+    assert_match(/Threads: 2:3/, @output)
+    Process.kill("TERM", @pid)
+    assert wait_exit.success?, @output
   end
 end

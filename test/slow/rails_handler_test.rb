@@ -58,6 +58,32 @@ class RailsHandlerTest < Minitest::Test
     end
   end
 
+  # The app's config/puma.rb (what `rails new` writes) is read by
+  # `bin/rails server -u margay`: RAILS_MAX_THREADS counts, and the -p the
+  # user typed wins over the file's `port`, as under Puma.
+  def test_rails_server_reads_the_apps_config_puma_rb
+    skip_unless_rails_bundle
+    puma_rb = File.join(RAILS_APP, "config", "puma.rb")
+    skip "the fixture has its own config/puma.rb" if File.exist?(puma_rb)
+    File.write(puma_rb, <<~RUBY)
+      threads_count = ENV.fetch("RAILS_MAX_THREADS", 3)
+      threads threads_count, threads_count
+      port ENV.fetch("PORT", 3000)
+      plugin :tmp_restart
+      pidfile ENV["PIDFILE"] if ENV["PIDFILE"]
+    RUBY
+    wrote = true
+    env = CLEAN.merge("BUNDLE_GEMFILE" => RAILS_GEMFILE, "RAILS_MAX_THREADS" => "4", "PORT" => nil)
+    start(env, "bin/rails", "server", "-u", "margay", "-b", "127.0.0.1", "-p", "0", chdir: RAILS_APP)
+    port = wait_for_line(%r{Listening on tcp://127\.0\.0\.1:(\d+)})[1].to_i
+    assert_match(/Threads: 4:4/, @output)
+    assert_equal "200", Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/")).code
+    Process.kill("TERM", @pid)
+    assert wait_exit.success?, @output
+  ensure
+    File.delete(puma_rb) if wrote
+  end
+
   def test_rackup_with_margay
     Dir.mktmpdir("margay-rackup-") do |dir|
       File.write(File.join(dir, "config.ru"), <<~'RUBY')
