@@ -45,6 +45,9 @@ module Margay
         URL.new(scheme: :tcp, host: m[:v6] || m[:host], port: port, options: parse_query(text, query, OPTIONS[:tcp]))
       elsif (m = base.match(%r{\Aunix://(?<path>\S+)\z}))
         URL.new(scheme: :unix, path: m[:path], options: parse_query(text, query, OPTIONS[:unix]))
+      elsif text.start_with?("ssl://")
+        raise ConfigError, "bind #{text.inspect}: Margay does not speak TLS yet, and will not serve plain HTTP where TLS " \
+                           "was asked for; terminate TLS in a proxy in front of Margay and bind plain tcp:// instead"
       else
         raise ConfigError, "invalid bind #{text.inspect}: expected tcp://HOST:PORT or unix://PATH (with ?options)"
       end

@@ -24,14 +24,16 @@ module Margay
         [DEFAULT_PATH, "config/puma/#{environment}.rb", "config/puma.rb"]
       end
 
-      # The config file to read: +named+ (it must exist), nil with
-      # +no_config+ (--no-config), else the first of #default_paths that exists.
+      # The config file to read: +named+ (it must exist; "-" means none, as
+      # in Puma), nil with +no_config+ (--no-config), else the first of
+      # #default_paths that exists.
       # @raise [ConfigError] +named+ is not a file
       def self.config_path(named, environment: nil, no_config: false, env: ENV)
         if named.nil?
           return nil if no_config
 
           default_paths(environment || default_environment(env)).find { |path| File.file?(path) }
+        elsif named == "-" then nil
         elsif File.file?(named) then named
         else raise ConfigError, "config file #{named} not found"
         end

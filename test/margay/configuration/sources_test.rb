@@ -97,6 +97,7 @@ class SourcesTest < Minitest::Test
         File.write("config/margay.rb", "")
         assert_equal "config/margay.rb", Sources.config_path(nil, env: env)
         assert_nil Sources.config_path(nil, no_config: true, env: env)
+        assert_nil Sources.config_path("-", env: env), "Puma's -C - : no config file"
       end
     end
   end
