@@ -210,6 +210,10 @@ module Margay
       rescue SystemCallError => e
         error = e
       end
+      # "::" where IPv6 turns out to be off (the default host is chosen from the
+      # interfaces): listen on 0.0.0.0, as Puma rewrites the bind.
+      return listen_tcp("0.0.0.0", port, options) if host == "::" && error.is_a?(Errno::EAFNOSUPPORT)
+
       raise error || SocketError.new("no address for #{host}")
     end
 

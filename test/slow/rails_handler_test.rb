@@ -104,6 +104,23 @@ class RailsHandlerTest < Minitest::Test
     end
   end
 
+  # rackup's default Host in development is localhost: like Puma's handler,
+  # Margay then listens on every loopback address (127.0.0.1 and ::1).
+  def test_rackup_default_host_listens_on_both_loopbacks
+    skip "no ::1 on this machine" unless Socket.ip_address_list.any?(&:ipv6_loopback?)
+    Dir.mktmpdir("margay-rackup-") do |dir|
+      File.write(File.join(dir, "config.ru"), "run ->(env) { [200, {}, [env['SERVER_NAME'].to_s]] }\n")
+      env = CLEAN.merge("BUNDLE_GEMFILE" => File.join(ROOT, "Gemfile"))
+      start(env, "bundle", "exec", "rackup", "-s", "margay", "-p", "0", chdir: dir)
+      port = wait_for_line(%r{Listening on tcp://127\.0\.0\.1:(\d+)})[1].to_i
+      wait_for_line(%r{Listening on tcp://\[::1\]:#{port}})
+      assert_equal "200", Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/")).code
+      assert_equal "200", Net::HTTP.start("::1", port) { |http| http.get("/") }.code
+      Process.kill("INT", @pid)
+      assert wait_exit.success?, @output
+    end
+  end
+
   private
 
   def skip_unless_rails_bundle
