@@ -188,6 +188,7 @@ module Margay
         @localhost_port = io.local_address.ip_port if host == "127.0.0.1"
       end
       actual = io.local_address.ip_port
+      host = io.local_address.ip_address if host == "::" && io.local_address.ipv4? # the fallback above
       shown = host.include?(":") ? "[#{host}]" : host
       name = %w[0.0.0.0 ::].include?(host) ? "localhost" : host
       Listener.new(io: io, bind: url, url: "tcp://#{shown}:#{actual}", unix: false,
