@@ -150,7 +150,6 @@ module Margay
       (@inherited.keys - listeners.map(&:bind)).each { |url| close_fd(@inherited[url]) }
       listeners
     rescue SystemCallError, SocketError => e
-      listeners&.each { |l| l.io.close unless l.io.closed? }
       raise ConfigError, "cannot bind: #{e.message}"
     end
 

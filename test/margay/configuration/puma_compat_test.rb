@@ -39,6 +39,56 @@ class PumaCompatTest < Minitest::Test
     Margay::Configuration::DSL.evaluate(source, "config/puma.rb")
   end
 
+  # What `rails new` generated in 6.1, 7.1 and 8.0 (7.2 is RAILS_7_2 above).
+  RAILS_TEMPLATES = {
+    "6.1" => <<~'RUBY',
+      max_threads_count = ENV.fetch("RAILS_MAX_THREADS") { 5 }
+      min_threads_count = ENV.fetch("RAILS_MIN_THREADS") { max_threads_count }
+      threads min_threads_count, max_threads_count
+      worker_timeout 3600 if ENV.fetch("RAILS_ENV", "development") == "development"
+      port ENV.fetch("PORT") { 3000 }
+      environment ENV.fetch("RAILS_ENV") { "development" }
+      pidfile ENV.fetch("PIDFILE") { "tmp/pids/server.pid" }
+      # workers ENV.fetch("WEB_CONCURRENCY") { 2 }
+      # preload_app!
+      plugin :tmp_restart
+    RUBY
+    "7.1" => <<~'RUBY',
+      max_threads_count = ENV.fetch("RAILS_MAX_THREADS") { 5 }
+      min_threads_count = ENV.fetch("RAILS_MIN_THREADS") { max_threads_count }
+      threads min_threads_count, max_threads_count
+      if ENV["RAILS_ENV"] == "production"
+        require "etc"
+        worker_count = Integer(ENV.fetch("WEB_CONCURRENCY") { Etc.nprocessors })
+        workers worker_count if worker_count > 1
+      end
+      worker_timeout 3600 if ENV.fetch("RAILS_ENV", "development") == "development"
+      port ENV.fetch("PORT") { 3000 }
+      environment ENV.fetch("RAILS_ENV") { "development" }
+      pidfile ENV.fetch("PIDFILE") { "tmp/pids/server.pid" }
+      plugin :tmp_restart
+    RUBY
+    "8.0" => <<~'RUBY'
+      threads_count = ENV.fetch("RAILS_MAX_THREADS", 3)
+      threads threads_count, threads_count
+      port ENV.fetch("PORT", 3000)
+      plugin :tmp_restart
+      plugin :solid_queue if ENV["SOLID_QUEUE_IN_PUMA"]
+      pidfile ENV["PIDFILE"] if ENV["PIDFILE"]
+    RUBY
+  }.freeze
+
+  def test_rails_templates_run_without_a_warning
+    RAILS_TEMPLATES.each do |version, source|
+      settings = nil
+      _, err = capture_io { settings = evaluate(source) }
+      config = Margay::Configuration.new(**settings)
+      assert_equal [Margay::Configuration.tcp_bind(3000)], config.binds, version
+      assert_includes config.plugins, "tmp_restart", version
+      assert_equal "", err, version
+    end
+  end
+
   def test_rails_default_puma_rb
     settings = nil
     _, err = capture_io { settings = evaluate(RAILS_7_2) }
