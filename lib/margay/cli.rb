@@ -127,7 +127,7 @@ module Margay
       o.on("-b", "--bind URL", "Listen on URL: tcp://HOST:PORT or unix://PATH, with Puma's ?options (repeatable)") do |v|
         @parsed[:binds] << v
       end
-      o.on("-p", "--port PORT", "Listen on tcp://[#{Configuration::DEFAULT_HOST}]:PORT (repeatable; with -b, adds)") do |v|
+      o.on("-p", "--port PORT", "Listen on #{Configuration.tcp_bind(0).sub(/:0\z/, ':PORT')} (repeatable; with -b, adds)") do |v|
         @parsed[:binds] << port_bind(v)
       end
       o.on("--bind-to-activated-sockets [only]", "Serve systemd's sockets (Margay always does when LISTEN_FDS is set)") do |v|
