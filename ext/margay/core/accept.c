@@ -28,7 +28,8 @@ static void no_delay(int fd) {
  * every worker is busy the full batch is taken: a saturated cluster would
  * otherwise accept one client per pass over its ready connections and leave
  * the others in the backlog for seconds. */
-static void accept_some(mg_engine *e, int li) {
+static int accept_some(mg_engine *e, int li) {
+  int first = -1;
   mg_listener *l = &e->listeners[li];
   int batch = ACCEPT_BATCH;
   if (mg_board_others_idle(e)) {
@@ -37,12 +38,12 @@ static void accept_some(mg_engine *e, int li) {
     if (batch > ACCEPT_BATCH) batch = ACCEPT_BATCH;
   }
   for (int i = 0; i < batch; i++) {
-    if (atomic_load(&e->stopping)) return; /* what is still queued is left to the backlog */
+    if (atomic_load(&e->stopping)) return first; /* what is still queued is left to the backlog */
     if (atomic_load(&e->nconns) >= e->cfg.max_connections) {
       atomic_store(&e->accept_paused, 1);
       /* a connection may have closed meanwhile */
       if (atomic_load(&e->nconns) < e->cfg.max_connections) mg_listeners_resume(e);
-      return;
+      return first;
     }
     struct sockaddr_storage peer;
     socklen_t plen = sizeof peer;
@@ -62,21 +63,37 @@ static void accept_some(mg_engine *e, int li) {
         /* out of descriptors: stop accepting briefly instead of spinning */
         atomic_store(&e->resume_accept_ms, mg_now_ms() + 100);
         atomic_store(&e->accept_paused, 2);
-        return;
+        return first;
       }
       break; /* EAGAIN or a listener error */
     }
     if (fd >= e->max_fds) { close(fd); continue; }
     if (!l->is_unix) no_delay(fd);
-    mg_conn_start(e, fd, li, (struct sockaddr *)&peer, plen, 0);
+    if (mg_conn_start(e, fd, li, (struct sockaddr *)&peer, plen, 0) == 0 && first < 0) first = fd;
   }
   if (!atomic_load(&e->accept_paused)) mg_listeners_arm(e, li);
+  return first;
 }
 
-void mg_accept_batch(mg_engine *e, int li) {
+/* The listener's event stood in the ready list where its oldest pending connection arrived;
+ * that connection's first request (usually sent with the handshake) is about as old, so this
+ * thread takes it now instead of sending it to the back of the ready list behind everything
+ * that became ready while the listener waited its turn (the others of the batch go there).
+ * Taken like an event would take it: a compare-and-swap from ARMED (or ARMING); if another
+ * thread got its event first, or it changed hands meanwhile, the swap fails. */
+static mg_conn *claim(mg_engine *e, int fd) {
+  mg_conn *c = e->conns[fd];
+  uint64_t s = atomic_load(&c->state);
+  int st = mg_state_st(s);
+  if (st != MG_ARMED && st != MG_ARMING) return NULL;
+  return atomic_compare_exchange_strong(&c->state, &s, (mg_state_gen(s) << 8) | MG_OWNED) ? c : NULL;
+}
+
+mg_conn *mg_accept_batch(mg_engine *e, int li) {
   mg_listeners_enter(e);
-  accept_some(e, li);
+  int first = accept_some(e, li);
   mg_listeners_leave(e);
+  return first >= 0 ? claim(e, first) : NULL;
 }
 
 int mg_accept_adopted(mg_engine *e, int fd, int kept_alive) {
