@@ -16,8 +16,18 @@ module MargayBench
         256.times { yield CHUNK }
       end
     end
+    # 50 ms of this thread's CPU time (the pipelining hog's request, and its victim's).
+    def burn(seconds)
+      stop = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) + seconds
+      x = 0
+      x += 1 while Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) < stop
+      x
+    end
     run lambda { |env|
       case env["PATH_INFO"]
+      when "/cpu"
+        burn(0.05)
+        [200, { "content-type" => "text/plain", "content-length" => "4" }, ["done"]]
       when "/big" then [200, { "content-type" => "text/plain", "content-length" => BIG.bytesize.to_s }, [BIG]]
       when "/stream" then [200, { "content-type" => "text/plain" }, Streamed.new]
       when "/echo"

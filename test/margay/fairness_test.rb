@@ -13,19 +13,33 @@ module Margay
     HOG_REQUESTS = 6
 
     # The app records every path in +order+; /hog/1 waits for the test (the other clients'
-    # requests are sent meanwhile), the hog's others take a little time each (sleep: its turn
-    # is over after each one), the rest answer at once.
+    # requests are sent meanwhile), and each of the hog's requests outlasts its turn on the
+    # thread; the rest answer at once.
     def recording_app(order, started, gate)
       lambda do |env|
         path = env["PATH_INFO"]
         order << path
-        if path == "/hog/1"
-          started << true
-          gate.pop
-        elsif path.start_with?("/hog/")
-          sleep 0.02
+        if path.start_with?("/hog/")
+          if path == "/hog/1"
+            started << true
+            gate.pop
+          end
+          sleep 0.02 # longer than a turn (MG_TURN_MS): the hog's next request waits its turn
         end
         [200, { "content-type" => "text/plain" }, [path]]
+      end
+    end
+
+    # Wait until the server's kernel has acknowledged everything written on +sock+ (so the
+    # server's event loop has seen those bytes arrive): TCP_INFO's tcpi_unacked is 0.
+    def wait_acked(sock)
+      deadline = Clock.now + 5
+      loop do
+        info = sock.getsockopt(Socket::IPPROTO_TCP, Socket::TCP_INFO).data
+        return if info.unpack("C8L5").last.zero?
+        flunk "the server never acknowledged the request" if Clock.now > deadline
+
+        sleep 0.005
       end
     end
 
@@ -34,13 +48,12 @@ module Margay
     end
 
     # Start the hog's pipeline, wait until its first request is in the app, let +others+ send
-    # their requests, release the hog, and return the order in which the app saw every request.
+    # their requests (it returns their sockets), release the hog once they arrived, and return the order in which the app saw every request.
     def served_order(port, order, started, gate, others)
       hog = TCPSocket.new("127.0.0.1", port)
       hog.write(pipeline(HOG_REQUESTS))
       pop_within(started)
-      others.call
-      sleep 0.05 # their bytes are in the server's kernel before the hog's first response
+      others.call.each { |sock| wait_acked(sock) } # in the server's kernel before the hog's first response
       gate << true
       yield
       HOG_REQUESTS.times do |i|
@@ -62,7 +75,7 @@ module Margay
         assert_equal 200, read_response(other).first
         assert_equal "/warm", pop_within(order)
 
-        served = served_order(port, order, started, gate, -> { other.write("GET /other HTTP/1.1\r\nHost: x\r\n\r\n") }) do
+        served = served_order(port, order, started, gate, -> { other.write("GET /other HTTP/1.1\r\nHost: x\r\n\r\n") && [other] }) do
           assert_equal [200, "/other"], read_response(other).values_at(0, 2)
         end
         assert_equal %w[/hog/1 /other], served.first(2), "served in arrival order: #{served.inspect}"
@@ -81,6 +94,7 @@ module Margay
         send_fresh = lambda do
           fresh = TCPSocket.new("127.0.0.1", port)
           fresh.write("GET /fresh HTTP/1.1\r\nHost: x\r\n\r\n")
+          [fresh]
         end
         served = served_order(port, order, started, gate, send_fresh) do
           assert_equal [200, "/fresh"], read_response(fresh).values_at(0, 2)
