@@ -12,7 +12,7 @@
 # server's CPU seconds during the measurement, and whether it was still alive.
 #
 #   ruby bench/attacks.rb [--servers margay,puma] [--attacks slowloris,slow-body,...]
-#                         [--duration 20] [--settle 3] [--json PATH]
+#                         [--duration 20] [--settle 3] [--threads MIN:MAX] [--json PATH]
 #
 # Attacks (all on loopback; every loop is bounded by the run's deadline):
 #   baseline        no attack
@@ -324,16 +324,17 @@ module MargayBench
 
   # Runs every (server, attack) pair and reports.
   class AttackBench
-    Options = Struct.new(:servers, :attacks, :duration, :settle, :json, keyword_init: true)
+    Options = Struct.new(:servers, :attacks, :duration, :settle, :threads, :json, keyword_init: true)
 
     def self.parse(argv)
-      opts = Options.new(servers: %w[margay], attacks: ATTACKS.keys, duration: 20.0, settle: 3.0, json: nil)
+      opts = Options.new(servers: %w[margay], attacks: ATTACKS.keys, duration: 20.0, settle: 3.0, threads: nil, json: nil)
       OptionParser.new do |o|
         o.banner = "usage: #{$PROGRAM_NAME} [options]"
         o.on("--servers LIST", Array, "margay,puma (default margay)") { |v| opts.servers = v }
         o.on("--attacks LIST", Array, "subset of #{ATTACKS.keys.join(',')}") { |v| opts.attacks = v }
         o.on("--duration S", Float, "seconds of measured requests per attack (20)") { |v| opts.duration = v }
         o.on("--settle S", Float, "seconds between starting the attack and measuring (3)") { |v| opts.settle = v }
+        o.on("--threads MIN:MAX", "both servers' threads (default: Margay's own, Puma 0:5)") { |v| opts.threads = v }
         o.on("--json PATH", "also write the results as JSON") { |v| opts.json = v }
       end.parse!(argv)
       unknown = opts.attacks - ATTACKS.keys
@@ -363,7 +364,7 @@ module MargayBench
     def run_one(server_name, attack)
       spec = ATTACKS.fetch(attack)
       dir = Dir.mktmpdir("margay-attack-")
-      server = TargetServer.new(server_name, dir, nofile: spec[:nofile]).start
+      server = TargetServer.new(server_name, dir, nofile: spec[:nofile], threads: @o.threads).start
       probe = Probe.new(server.port, **spec.fetch(:probe, {}))
       probe.connect if spec[:connect_first]
       attacker = start_attack(spec, server.port, dir)
@@ -455,7 +456,7 @@ module MargayBench
         puts "| #{r[:server]} | #{r[:attack]} | #{r[:requests]} | #{r[:p50_ms]} | #{r[:p99_ms]} | #{r[:max_ms]} | " \
              "#{r[:errors]} | #{r[:server_cpu_s]} | #{r[:alive] ? 'yes' : 'NO'} | #{sht || ''} |"
       end
-      File.write(@o.json, JSON.pretty_generate(machine: machine, duration: @o.duration, rows: @rows)) if @o.json
+      File.write(@o.json, JSON.pretty_generate(machine: machine, duration: @o.duration, threads: @o.threads, rows: @rows)) if @o.json
     end
 
     def machine
