@@ -105,6 +105,53 @@ module Margay
       end
     end
 
+    # The backlog is taken as it stands when the listener's turn comes (not 64 at a time, the
+    # listener going to the back of the ready list after each batch): no request of a keep-alive
+    # client sent after them overtakes the backlog's clients. 80 clients wait in the backlog
+    # while the only thread is busy; a keep-alive client's second request is sent while the
+    # second of them is in the app.
+    def test_a_kept_alive_client_does_not_overtake_a_deep_backlog
+      order = Queue.new
+      gates = { "/gate" => Queue.new, "/c/2" => Queue.new }
+      started = Queue.new
+      app = lambda do |env|
+        path = env["PATH_INFO"]
+        order << path
+        if (gate = gates[path])
+          started << path
+          gate.pop
+        end
+        [200, { "content-type" => "text/plain" }, [path]]
+      end
+      backlog = 80
+      with_server(app, min_threads: 1, max_threads: 1) do |_host, port|
+        kept = TCPSocket.new("127.0.0.1", port)
+        kept.write("GET /warm HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert_equal 200, read_response(kept).first
+        busy = TCPSocket.new("127.0.0.1", port)
+        busy.write("GET /gate HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert_equal "/gate", pop_within(started)
+        clients = Array.new(backlog) do |i|
+          TCPSocket.new("127.0.0.1", port).tap { |s| s.write("GET /c/#{i + 1} HTTP/1.1\r\nHost: x\r\n\r\n") }
+        end
+        clients.each { |s| wait_acked(s) }
+        kept.write("GET /k/1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        wait_acked(kept)
+        gates["/gate"] << true
+        assert_equal "/k/1", read_response(kept)[2]
+        assert_equal "/c/2", pop_within(started)
+        kept.write("GET /k/2 HTTP/1.1\r\nHost: x\r\n\r\n")
+        wait_acked(kept)
+        gates["/c/2"] << true
+        assert_equal "/k/2", read_response(kept)[2]
+        clients.each_with_index { |s, i| assert_equal "/c/#{i + 1}", read_response(s)[2] }
+        served = Array.new(backlog + 4) { pop_within(order) }
+        assert_equal "/k/2", served.last, "served: #{served.inspect}"
+      ensure
+        [kept, busy, *clients].each { |s| s&.close }
+      end
+    end
+
     # A lone pipelining client still gets every answer in order (its requests are served back
     # to back while its turn lasts, then through the event loop).
     def test_a_long_pipeline_is_answered_in_order

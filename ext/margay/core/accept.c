@@ -13,25 +13,32 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define ACCEPT_BATCH 64
+#define ACCEPT_BATCH 64   /* at most per event while another worker has a thread waiting */
+#define ACCEPT_DRAIN 1024 /* at most per event otherwise: the backlog as it stands */
 
 static void no_delay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-/* Up to ACCEPT_BATCH. A cluster worker (it counts its waiting threads on the
- * shared board) takes no more new clients at once than it has threads
- * waiting, this one included, while another worker has a thread waiting: that
+/* A cluster worker (it counts its waiting threads on the shared board) takes
+ * no more new clients at once than it has threads waiting, this one included
+ * (at most ACCEPT_BATCH), while another worker has a thread waiting: that
  * worker gets the rest, instead of one worker taking a whole burst of
- * connections (a load generator's, or a proxy's pool) and keeping them. When
- * every worker is busy the full batch is taken: a saturated cluster would
- * otherwise accept one client per pass over its ready connections and leave
- * the others in the backlog for seconds. */
+ * connections (a load generator's, or a proxy's pool) and keeping them.
+ * Otherwise (a single process, or every worker busy) it takes the backlog as
+ * it stands, up to ACCEPT_DRAIN: the listener's event has one place in the
+ * ready list, and after a partial batch it goes to the back again, so the
+ * clients still in the backlog waited one more pass over the ready
+ * connections per batch while the connections accepted before them were served
+ * again and again (a load generator opening 256 connections at once: the first
+ * requests of the last 64 waited up to four passes). Taken now, each waits one pass at
+ * most: its request joins the ready list behind what became ready before it
+ * was accepted. Returns the first connection accepted (its fd), or -1. */
 static int accept_some(mg_engine *e, int li) {
   int first = -1;
   mg_listener *l = &e->listeners[li];
-  int batch = ACCEPT_BATCH;
+  int batch = ACCEPT_DRAIN;
   if (mg_board_others_idle(e)) {
     batch = atomic_load(&e->idle_waiters);
     if (batch < 1) batch = 1;
