@@ -12,7 +12,7 @@
 # server's CPU seconds during the measurement, and whether it was still alive.
 #
 #   ruby bench/attacks.rb [--servers margay,puma] [--attacks slowloris,slow-body,...]
-#                         [--duration 20] [--settle 3] [--json PATH]
+#                         [--duration 20] [--settle 3] [--threads MIN:MAX] [--json PATH]
 #
 # Attacks (all on loopback; every loop is bounded by the run's deadline):
 #   baseline        no attack
@@ -24,6 +24,10 @@
 #   flood           server started with RLIMIT_NOFILE 1024; 2000 connections opened and held
 #                   (the normal client's connection is opened before the flood)
 #   disconnects     clients leaving mid-head, mid-body (tempfile-sized) and mid-response, ~300/s
+#   pipelining-hog  one connection pipelining 4 GET /cpu (50 ms of Ruby each) every 150 ms (more than
+#                   a core's worth: its backlog keeps growing); the normal client opens a fresh
+#                   connection for each of its own GET /cpu (issue 12 §1, CVE-2019-16770's class).
+#                   Also reported: how many responses the hog got (it must still be served).
 #   sht-slowloris, sht-slow-body, sht-slow-read  the same three with slowhttptest (Debian package)
 #
 # Puma (`--servers puma`) runs `puma -t 0:5` from bench/Gemfile (bundle install --gemfile bench/Gemfile).
@@ -53,12 +57,13 @@ module MargayBench
       end
     end
 
-    REQUEST = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-
-    def initialize(port, timeout: 5.0, pause: 0.005)
+    # +path+: what it asks for; +fresh+: a new connection for every request.
+    def initialize(port, timeout: 5.0, pause: 0.005, path: "/", fresh: false)
       @port = port
       @timeout = timeout
       @pause = pause
+      @request = "GET #{path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+      @fresh = fresh
       @sock = nil
     end
 
@@ -75,6 +80,7 @@ module MargayBench
         started = Procs.now
         if get
           latencies << Procs.now - started
+          reset if @fresh
         else
           errors += 1
           reset
@@ -96,7 +102,7 @@ module MargayBench
     # One request; true for a complete 200.
     def get
       connect_within
-      @sock.write(REQUEST)
+      @sock.write(@request)
       buf = +""
       deadline = Procs.now + @timeout
       until (head_end = buf.index("\r\n\r\n"))
@@ -230,6 +236,38 @@ module MargayBench
       socks.each(&:close)
     end
 
+    HOG_BURST = "GET /cpu HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 4
+
+    # One keep-alive connection pipelining 4 GET /cpu every 150 ms without waiting for the
+    # answers (it reads them as they come). Writes {sent:, served:} as JSON to +report+ at the end.
+    def pipelining_hog(port, deadline, report)
+      sock = connect(port) or return
+      sent = served = 0
+      carry = +""
+      next_burst = Procs.now
+      until Procs.now > deadline
+        if Procs.now >= next_burst
+          sock.write(HOG_BURST)
+          sent += 4
+          next_burst += 0.15
+        end
+        next unless sock.wait_readable([next_burst - Procs.now, 0].max)
+
+        chunk = sock.read_nonblock(65_536, exception: false)
+        break if chunk.nil?
+        next unless chunk.is_a?(String)
+
+        carry << chunk
+        served += carry.scan("HTTP/1.1 200").size
+        carry = carry[-11..] || carry # a status line cut between two reads
+      end
+    rescue IOError, SystemCallError
+      nil
+    ensure
+      sock&.close
+      File.write(report, JSON.generate(sent: sent, served: served)) if report
+    end
+
     HEAD_CUT = "GET /gone HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Partial: ab"
     BODY_CUT = "POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 400000\r\n\r\n#{'z' * 200_000}"
 
@@ -274,6 +312,7 @@ module MargayBench
     "idle-keepalive" => { method: :idle_keepalive },
     "flood" => { method: :flood, nofile: 1024, connect_first: true },
     "disconnects" => { method: :disconnects },
+    "pipelining-hog" => { method: :pipelining_hog, report: true, probe: { path: "/cpu", fresh: true } },
     "sht-slowloris" => { command: ->(port, secs) { %W[slowhttptest -H -c 1000 -r 200 -i 10 -x 24 -p 3 -l #{secs} -u http://127.0.0.1:#{port}/] } },
     "sht-slow-body" => { command: lambda { |port, secs|
       %W[slowhttptest -B -c 1000 -r 200 -i 10 -s 10000000 -x 10 -p 3 -l #{secs} -u http://127.0.0.1:#{port}/echo]
@@ -285,16 +324,17 @@ module MargayBench
 
   # Runs every (server, attack) pair and reports.
   class AttackBench
-    Options = Struct.new(:servers, :attacks, :duration, :settle, :json, keyword_init: true)
+    Options = Struct.new(:servers, :attacks, :duration, :settle, :threads, :json, keyword_init: true)
 
     def self.parse(argv)
-      opts = Options.new(servers: %w[margay], attacks: ATTACKS.keys, duration: 20.0, settle: 3.0, json: nil)
+      opts = Options.new(servers: %w[margay], attacks: ATTACKS.keys, duration: 20.0, settle: 3.0, threads: nil, json: nil)
       OptionParser.new do |o|
         o.banner = "usage: #{$PROGRAM_NAME} [options]"
         o.on("--servers LIST", Array, "margay,puma (default margay)") { |v| opts.servers = v }
         o.on("--attacks LIST", Array, "subset of #{ATTACKS.keys.join(',')}") { |v| opts.attacks = v }
         o.on("--duration S", Float, "seconds of measured requests per attack (20)") { |v| opts.duration = v }
         o.on("--settle S", Float, "seconds between starting the attack and measuring (3)") { |v| opts.settle = v }
+        o.on("--threads MIN:MAX", "both servers' threads (default: Margay's own, Puma 0:5)") { |v| opts.threads = v }
         o.on("--json PATH", "also write the results as JSON") { |v| opts.json = v }
       end.parse!(argv)
       unknown = opts.attacks - ATTACKS.keys
@@ -324,8 +364,8 @@ module MargayBench
     def run_one(server_name, attack)
       spec = ATTACKS.fetch(attack)
       dir = Dir.mktmpdir("margay-attack-")
-      server = TargetServer.new(server_name, dir, nofile: spec[:nofile]).start
-      probe = Probe.new(server.port)
+      server = TargetServer.new(server_name, dir, nofile: spec[:nofile], threads: @o.threads).start
+      probe = Probe.new(server.port, **spec.fetch(:probe, {}))
       probe.connect if spec[:connect_first]
       attacker = start_attack(spec, server.port, dir)
       sleep @o.settle
@@ -335,6 +375,7 @@ module MargayBench
       row = { server: server_name, attack: attack, **result.summary, server_cpu_s: cpu.round(2),
               alive: server.alive?, fds_during: server.fds, rss_mb: (server.rss_kb / 1024.0).round(1) }
       row[:slowhttptest] = finish_attack(attacker, dir)
+      row[:attacker] = attacker[:report] && File.exist?(attacker[:report]) ? JSON.parse(File.read(attacker[:report])) : nil
       warn format_row(row)
       row
     ensure
@@ -346,12 +387,15 @@ module MargayBench
     def start_attack(spec, port, dir)
       deadline_in = @o.settle + @o.duration + 2
       if spec[:method]
+        report = spec[:report] && File.join(dir, "attack.json")
         pid = fork do
-          Attacks.public_send(spec[:method], port, Procs.now + deadline_in)
+          args = [port, Procs.now + deadline_in]
+          args << report if report
+          Attacks.public_send(spec[:method], *args)
         ensure
           exit!(0) # no at_exit handlers of the parent in the child
         end
-        { pid: pid }
+        { pid: pid, report: report }
       elsif spec[:command]
         out = File.join(dir, "slowhttptest.out")
         cmd = spec[:command].call(port, deadline_in.ceil)
@@ -392,21 +436,27 @@ module MargayBench
     end
 
     def format_row(row)
-      format("%-7s %-17s reqs %6d  p50 %8.2f ms  p99 %8.2f ms  max %8.2f ms  errors %3d  cpu %5.2f s  %s",
-             row[:server], row[:attack], row[:requests], row[:p50_ms] || 0, row[:p99_ms] || 0, row[:max_ms] || 0,
-             row[:errors], row[:server_cpu_s], row[:alive] ? "alive" : "DEAD")
+      line = format("%-7s %-17s reqs %6d  p50 %8.2f ms  p99 %8.2f ms  max %8.2f ms  errors %3d  cpu %5.2f s  %s",
+                    row[:server], row[:attack], row[:requests], row[:p50_ms] || 0, row[:p99_ms] || 0,
+                    row[:max_ms] || 0, row[:errors], row[:server_cpu_s], row[:alive] ? "alive" : "DEAD")
+      row[:attacker] ? "#{line}  #{attacker_note(row[:attacker])}" : line
+    end
+
+    def attacker_note(report)
+      "attacker: #{report['served']} of #{report['sent']} answered"
     end
 
     def report
-      puts "| server | attack | requests | p50 ms | p99 ms | max ms | errors | server CPU s | alive | slowhttptest at the end |"
+      puts "| server | attack | requests | p50 ms | p99 ms | max ms | errors | server CPU s | alive | attacker at the end |"
       puts "|---|---|---:|---:|---:|---:|---:|---:|---|---|"
       @rows.each do |r|
         sht = r[:slowhttptest] && "#{r[:slowhttptest]['connected']} connected, #{r[:slowhttptest]['closed']} closed, " \
                                   "available: #{r[:slowhttptest]['service_available']}"
+        sht ||= r[:attacker] && attacker_note(r[:attacker])
         puts "| #{r[:server]} | #{r[:attack]} | #{r[:requests]} | #{r[:p50_ms]} | #{r[:p99_ms]} | #{r[:max_ms]} | " \
              "#{r[:errors]} | #{r[:server_cpu_s]} | #{r[:alive] ? 'yes' : 'NO'} | #{sht || ''} |"
       end
-      File.write(@o.json, JSON.pretty_generate(machine: machine, duration: @o.duration, rows: @rows)) if @o.json
+      File.write(@o.json, JSON.pretty_generate(machine: machine, duration: @o.duration, threads: @o.threads, rows: @rows)) if @o.json
     end
 
     def machine

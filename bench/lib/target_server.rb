@@ -16,8 +16,18 @@ module MargayBench
         256.times { yield CHUNK }
       end
     end
+    # 50 ms of this thread's CPU time (the pipelining hog's request, and its victim's).
+    def burn(seconds)
+      stop = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) + seconds
+      x = 0
+      x += 1 while Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) < stop
+      x
+    end
     run lambda { |env|
       case env["PATH_INFO"]
+      when "/cpu"
+        burn(0.05)
+        [200, { "content-type" => "text/plain", "content-length" => "4" }, ["done"]]
       when "/big" then [200, { "content-type" => "text/plain", "content-length" => BIG.bytesize.to_s }, [BIG]]
       when "/stream" then [200, { "content-type" => "text/plain" }, Streamed.new]
       when "/echo"
@@ -36,9 +46,11 @@ module MargayBench
     # @param name [String] "margay" or "puma"
     # @param dir [String] holds config.ru and the server's log
     # @param nofile [Integer, nil] RLIMIT_NOFILE for the server process
-    def initialize(name, dir, nofile: nil, app: ATTACK_APP)
+    # @param threads [String, nil] "MIN:MAX" for both servers (nil: Margay's default, Puma's 0:5)
+    def initialize(name, dir, nofile: nil, app: ATTACK_APP, threads: nil)
       super(name, tmp: dir, start_timeout: 30)
       @nofile = nofile
+      @threads = threads
       File.write(File.join(dir, "config.ru"), app)
     end
 
@@ -46,10 +58,11 @@ module MargayBench
       bind = "tcp://127.0.0.1:#{@port}"
       argv, env = case @name
                   when "margay"
-                    [["bundle", "exec", File.join(ROOT, "exe", "margay"), "-b", bind, "-e", "production", "config.ru"],
+                    [["bundle", "exec", File.join(ROOT, "exe", "margay"), "-b", bind, *(@threads ? ["-t", @threads] : []),
+                      "-e", "production", "config.ru"],
                      { "BUNDLE_GEMFILE" => File.join(ROOT, "Gemfile") }]
                   when "puma"
-                    [["bundle", "exec", "puma", "-b", bind, "-t", "0:5", "-e", "production", "config.ru"],
+                    [["bundle", "exec", "puma", "-b", bind, "-t", @threads || "0:5", "-e", "production", "config.ru"],
                      { "BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile") }]
                   else raise ArgumentError, "unknown server #{@name}"
                   end

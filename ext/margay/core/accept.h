@@ -7,8 +7,11 @@
 
 #include "core/engine.h"
 
-/* Accept what listener +li+ has queued (its event came), then arm it again. */
-void mg_accept_batch(mg_engine *e, int li);
+struct mg_conn;
+/* Accept what listener +li+ has queued (its event came), then arm it again. Returns the first
+ * connection accepted, owned by the caller (who handles it as if its event had come), or NULL
+ * (none, or another thread took it). */
+struct mg_conn *mg_accept_batch(mg_engine *e, int li);
 /* Serve connected socket +fd+ handed over by another worker (the engine owns it from now on):
  * one that served a request (+kept_alive+) or a new one. 0, or -1 (the fd is closed). */
 int mg_accept_adopted(mg_engine *e, int fd, int kept_alive);

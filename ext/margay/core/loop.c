@@ -13,6 +13,38 @@
 #include "core/sweep.h"
 #include <unistd.h>
 
+/* The connection this thread last took from the event loop, and when: its turn. While the turn
+ * lasts (MG_TURN_MS) the thread serves the connection's pipelined requests back to back;
+ * after that each one goes through the event loop (mg_loop_requeue). Thread-local: a turn
+ * belongs to the thread that took the connection (every thread that runs the loop is a Ruby
+ * thread, one native thread each). */
+static _Thread_local struct {
+  const mg_conn *c;
+  uint64_t gen;
+  int64_t since_ms;
+} turn;
+
+static void begin_turn(mg_conn *c) {
+  turn.c = c;
+  turn.gen = mg_state_gen(atomic_load(&c->state));
+  turn.since_ms = mg_now_ms();
+}
+
+int mg_loop_turn_left(const mg_conn *c) {
+  return turn.c == c && turn.gen == mg_state_gen(atomic_load(&c->state)) && mg_now_ms() - turn.since_ms < MG_TURN_MS;
+}
+
+/* Armed for writing, which a socket that just took a whole response is at once: the kernel
+ * queues the event at the tail of the ready list, behind every connection and listener that
+ * became ready before, and whichever thread reaches it frames the buffered request
+ * (handle_conn). A client that does not read its responses is not served more until it does
+ * (its socket is not writable then); write_timeout bounds that wait. */
+void mg_loop_requeue(mg_engine *e, mg_conn *c) {
+  assert(mg_conn_owned(c) && c->phase == MG_PH_IDLE && c->rlen > 0);
+  c->deadline_ms = mg_now_ms() + e->cfg.write_timeout_ms;
+  mg_conn_arm(e, c, MG_EV_OUT);
+}
+
 /* The connection's event came: do what its phase calls for. */
 static int handle_conn(mg_engine *e, mg_conn *c) {
   switch (c->phase) {
@@ -23,6 +55,11 @@ static int handle_conn(mg_engine *e, mg_conn *c) {
   case MG_PH_LINGER:
     mg_conn_linger(e, c);
     return MG_IN_DONE;
+  case MG_PH_IDLE:
+    /* Idle with bytes buffered: only a connection requeued with its next pipelined request
+     * (mg_loop_requeue; input.c leaves the idle phase as soon as it frames a byte). */
+    if (c->rlen > 0) return mg_input_continue(e, c) ? MG_IN_READY : MG_IN_DONE;
+    return mg_input_read(e, c);
   default:
     return mg_input_read(e, c);
   }
@@ -60,18 +97,24 @@ void *mg_wait_nogvl(void *p) {
       (void)r;
       continue;
     }
-    if (ev.data & MG_DATA_LISTENER) { mg_accept_batch(e, (int)(ev.data & 0xff)); continue; }
-    int fd = (int)(uint32_t)ev.data;
-    uint64_t gen = ev.data >> 32;
-    if (fd < 0 || fd >= e->max_fds || !e->conns[fd]) continue;
-    mg_conn *c = e->conns[fd];
-    uint64_t cur = atomic_load(&c->state);
-    int st = mg_state_st(cur);
-    if ((mg_state_gen(cur) & MG_GEN_MASK) != (gen & MG_GEN_MASK) || (st != MG_ARMED && st != MG_ARMING)) continue;
-    uint64_t expect = cur;
-    if (!atomic_compare_exchange_strong(&c->state, &expect, (mg_state_gen(cur) << 8) | MG_OWNED)) continue;
+    mg_conn *c;
+    if (ev.data & MG_DATA_LISTENER) {
+      c = mg_accept_batch(e, (int)(ev.data & 0xff)); /* its first connection: at once (core/accept.c) */
+      if (!c) continue;
+    } else {
+      int fd = (int)(uint32_t)ev.data;
+      uint64_t gen = ev.data >> 32;
+      if (fd < 0 || fd >= e->max_fds || !e->conns[fd]) continue;
+      c = e->conns[fd];
+      uint64_t cur = atomic_load(&c->state);
+      int st = mg_state_st(cur);
+      if ((mg_state_gen(cur) & MG_GEN_MASK) != (gen & MG_GEN_MASK) || (st != MG_ARMED && st != MG_ARMING)) continue;
+      uint64_t expect = cur;
+      if (!atomic_compare_exchange_strong(&c->state, &expect, (mg_state_gen(cur) << 8) | MG_OWNED)) continue;
+    }
     if (handle_conn(e, c) == MG_IN_READY) {
       assert(mg_conn_owned(c) && c->phase == MG_PH_APP);
+      begin_turn(c);
       a->conn = c;
       a->result = MG_WAIT_READY;
       break;

@@ -33,7 +33,9 @@ void mg_sweep(mg_engine *e, int64_t now) {
     if (!c) continue;
     uint64_t s = atomic_load(&c->state);
     if (mg_state_st(s) != MG_ARMED) continue;
-    int kept_alive = c->phase == MG_PH_IDLE && c->requests > 0;
+    /* (idle with bytes buffered: requeued with a pipelined request, core/loop.h; it is
+     * served, also on stop, and expires by its deadline only) */
+    int kept_alive = c->phase == MG_PH_IDLE && c->requests > 0 && c->rlen == 0;
     /* connections that have sent nothing for 2 s since they were accepted (a
      * flood's, a browser's speculative preconnect) */
     int silent = c->phase == MG_PH_IDLE && c->requests == 0 && c->rlen == 0 &&

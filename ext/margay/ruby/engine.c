@@ -215,7 +215,9 @@ static VALUE ready(mg_rb_engine *rb, mg_conn *c) {
  * Engine#next_request(continue_token = nil, idle_ms = nil)
  *   -> [token, env], :timeout (idle_ms passed without work), or nil (stopped)
  * Waits without the GVL. continue_token: the token #respond returned, when a
- * pipelined request is already buffered on that connection.
+ * pipelined request is already buffered on that connection: it is served at once while the
+ * thread's turn on the connection lasts (MG_TURN_MS since it took it from the event loop),
+ * else requeued behind the other ready connections and pending accepts.
  */
 static VALUE engine_next_request(int argc, VALUE *argv, VALUE self) {
   VALUE cont, idle;
@@ -223,8 +225,11 @@ static VALUE engine_next_request(int argc, VALUE *argv, VALUE self) {
   mg_rb_engine *rb = mg_rb_engine_get(self);
   mg_engine *e = &rb->core;
   if (!NIL_P(cont)) {
+    /* A pipelined request is buffered: served at once while this thread's turn on the
+     * connection lasts, else it goes behind the other ready connections (core/loop.h). */
     mg_conn *c = conn_lookup(e, cont, MG_PH_IDLE);
-    if (c && mg_input_continue(e, c)) return ready(rb, c);
+    if (c && !mg_loop_turn_left(c)) mg_loop_requeue(e, c);
+    else if (c && mg_input_continue(e, c)) return ready(rb, c);
   }
   mg_wait_args a = {e, NULL, NIL_P(idle) ? -1 : NUM2LL(idle), 0};
   for (;;) {
