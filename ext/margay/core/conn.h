@@ -20,6 +20,7 @@
 #include "core/output.h"
 #include "http/chunked.h"
 #include "http/parser.h"
+#include "http/proxy.h"
 
 /* ARMING: being handed back to the event loop (epoll_ctl in progress); an
  * event may claim it, the sweeper and detach_idle leave it alone. */
@@ -69,6 +70,10 @@ typedef struct mg_conn {
 
   struct sockaddr_storage peer;
   socklen_t peer_len;
+  /* proxy_protocol: the PROXY v1 line is read once, before the first request (never on a
+   * kept-alive connection), and its address is every request's REMOTE_ADDR */
+  int proxy_pending;      /* the next bytes must be the PROXY line */
+  char proxy_addr[MG_ADDR_MAX]; /* the source address it gave; "": none (UNKNOWN) */
 } mg_conn;
 
 /* Event data of a connection: its fd and generation (see MG_DATA_* in core/engine.h). */

@@ -44,7 +44,6 @@ module Margay
         directory: "start Margay in the app's directory",
         debug: "use --log-requests and the server log",
         early_hints: "rack.early_hints is always available",
-        supported_http_methods: "Margay passes every token method to the app",
         raise_exception_on_sigterm: "TERM is always a graceful stop",
         shutdown_debug: "stuck requests are logged by request_timeout",
         fiber_scheduler: "Margay runs apps on threads",
