@@ -82,6 +82,10 @@ static inline uint64_t mg_conn_data(int fd, uint64_t gen) { return ((gen & MG_GE
 static inline uint64_t mg_state_gen(uint64_t s) { return s >> 8; }
 static inline int mg_state_st(uint64_t s) { return (int)(s & 0xff); }
 
+/* Whether +c+ may be handed to another worker: not once a PROXY line gave it an address (the
+ * adopting worker would not know it; the line is read only once). */
+static inline int mg_conn_movable(const mg_conn *c) { return c->proxy_addr[0] == '\0'; }
+
 /* Whether the calling thread may touch +c+: it must own it (checked in debug builds). */
 static inline int mg_conn_owned(mg_conn *c) { return mg_state_st(atomic_load(&c->state)) == MG_OWNED; }
 
