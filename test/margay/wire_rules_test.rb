@@ -72,6 +72,22 @@ module Margay
       end
     end
 
+    # An IPv4 client of a dual-stack listener ([::], what Puma's -p binds) is shown as IPv4, as
+    # Puma shows it, not as ::ffff:127.0.0.1.
+    def test_ipv4_client_of_a_dual_stack_listener
+      config = Configuration.new(binds: ["tcp://[::]:0"], quiet: true, event_backend: BACKEND)
+      log = StringIO.new
+      server = Server.new(Rack::Lint.new(ECHO), config, log: Log.new(out: log, err: log))
+      server.bind
+      thread = Thread.new { server.run }
+      port = server.addresses.first[/:(\d+)\z/, 1].to_i
+      got = raw_exchange(port, "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+      assert_equal "127.0.0.1", JSON.parse(got.split("\r\n\r\n", 2).last)["REMOTE_ADDR"], log.string
+    ensure
+      server&.stop
+      thread&.join(10)
+    end
+
     def test_supported_http_methods_from_a_puma_config_file
       settings = Configuration::DSL.evaluate("supported_http_methods %w[GET PROPFIND]\n")
       assert_equal %w[GET PROPFIND], Configuration.new(**settings).supported_http_methods
