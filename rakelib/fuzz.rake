@@ -1,9 +1,10 @@
 # frozen_string_literal: true
 
-# libFuzzer runs of the pure-C parser and chunked decoder (ext/margay/http/, harnesses in ext/margay/fuzz/).
+# libFuzzer runs of the pure-C parser, chunked decoder and PROXY line parser (ext/margay/http/,
+# harnesses in ext/margay/fuzz/).
 #   rake fuzz[seconds]   build into tmp/fuzz/ and fuzz each harness that long (default 60);
 #                        fails when a harness finds a crash (reproducer in tmp/fuzz/artifacts/)
-#   rake fuzz:seeds      rewrite ext/margay/fuzz/seeds/{head,chunked}/ from the test inputs
+#   rake fuzz:seeds      rewrite ext/margay/fuzz/seeds/{head,chunked,proxy}/ from the test inputs
 # Needs clang with libFuzzer (Debian: apt-get install clang-14 libclang-rt-14-dev); CLANG=... overrides.
 require "fileutils"
 require "rbconfig"
@@ -11,11 +12,11 @@ require "rbconfig"
 module MargayFuzz
   SRC = "ext/margay"
   OUT = "tmp/fuzz"
-  HARNESSES = %w[head chunked].freeze
+  HARNESSES = %w[head chunked proxy].freeze
   FLAGS = %w[-g -O1 -std=gnu11 -Wall -Wextra
              -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined].freeze
   # What the harnesses link: the pure HTTP units only (no Ruby, no engine).
-  HTTP = %w[bytes parser chunked].freeze
+  HTTP = %w[bytes parser chunked proxy].freeze
 
   def self.clang
     ENV.fetch("CLANG") do
@@ -58,7 +59,7 @@ module MargayFuzz
   end
 end
 
-desc "Fuzz the C request parser and chunked decoder for [seconds] each (default 60)"
+desc "Fuzz the C request parser, chunked decoder and PROXY line parser for [seconds] each (default 60)"
 task :fuzz, [:seconds] do |_t, args|
   seconds = Integer(args[:seconds] || 60)
   failed = MargayFuzz::HARNESSES.reject { |name| MargayFuzz.run(name, seconds) }

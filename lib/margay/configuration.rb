@@ -62,6 +62,9 @@ module Margay
       max_body_size: 104_857_600,     # 100 MiB, larger body: 413 (nil: unlimited)
       body_buffer_size: 131_072,      # bodies above this go to an unlinked tempfile
       max_chunk_extensions: 4096,     # chunk-extension bytes per request: 400 beyond
+      # Methods served, case-sensitive (others: 501); Puma 8's default list. :any: every token
+      # of at most 20 bytes (longer: always 501).
+      supported_http_methods: %w[HEAD GET POST PUT DELETE OPTIONS TRACE PATCH].freeze,
       max_connections: nil,           # nil: from RLIMIT_NOFILE
       thread_idle_timeout: 10,        # a thread above min_threads idle this long exits
       backlog: 1024,
@@ -223,6 +226,12 @@ module Margay
         invalid(key, "#{key} must be #{what} or nil, got #{value.inspect}") unless value.nil? || (value.is_a?(Integer) && value.positive?)
       end
       invalid(:event_backend, "event_backend must be :auto, :epoll or :poll") unless %i[auto epoll poll].include?(event_backend)
+      methods = supported_http_methods
+      unless methods == :any || (methods.is_a?(Array) && methods.size.between?(1, 64) && methods.uniq == methods &&
+                                 methods.all? { |m| m.is_a?(String) && m.match?(/\A[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,20}\z/) })
+        invalid(:supported_http_methods, "supported_http_methods must be :any or 1..64 distinct method names " \
+                                         "(tokens of 1..20 bytes), got #{methods.inspect}")
+      end
       invalid(:binds, "at least one bind is required") if binds.empty?
       binds.each { |url| validate_bind(url) }
       invalid(:workers, "workers must be a non-negative integer") unless workers.is_a?(Integer) && workers >= 0

@@ -7,8 +7,8 @@ module Margay
     # The apps the conformance corpus runs against (internal to the tests).
     module Apps
       # Env keys the echo app reports, besides every HTTP_* key.
-      ECHO_KEYS = %w[REQUEST_METHOD PATH_INFO QUERY_STRING SERVER_NAME SERVER_PORT SERVER_PROTOCOL
-                     CONTENT_LENGTH CONTENT_TYPE].freeze
+      ECHO_KEYS = %w[REQUEST_METHOD PATH_INFO QUERY_STRING REQUEST_URI SERVER_NAME SERVER_PORT SERVER_PROTOCOL
+                     CONTENT_LENGTH CONTENT_TYPE REMOTE_ADDR].freeze
 
       # Bytes to JSON text without loss: each byte becomes the code point of
       # the same value (ISO-8859-1), so NUL, CR and obs-text survive the trip.

@@ -20,6 +20,7 @@
 #include "core/output.h"
 #include "http/chunked.h"
 #include "http/parser.h"
+#include "http/proxy.h"
 
 /* ARMING: being handed back to the event loop (epoll_ctl in progress); an
  * event may claim it, the sweeper and detach_idle leave it alone. */
@@ -69,6 +70,10 @@ typedef struct mg_conn {
 
   struct sockaddr_storage peer;
   socklen_t peer_len;
+  /* proxy_protocol: the PROXY v1 line is read once, before the first request (never on a
+   * kept-alive connection), and its address is every request's REMOTE_ADDR */
+  int proxy_pending;      /* the next bytes must be the PROXY line */
+  char proxy_addr[MG_ADDR_MAX]; /* the source address it gave; "": none (UNKNOWN) */
 } mg_conn;
 
 /* Event data of a connection: its fd and generation (see MG_DATA_* in core/engine.h). */
@@ -76,6 +81,10 @@ typedef struct mg_conn {
 static inline uint64_t mg_conn_data(int fd, uint64_t gen) { return ((gen & MG_GEN_MASK) << 32) | (uint32_t)fd; }
 static inline uint64_t mg_state_gen(uint64_t s) { return s >> 8; }
 static inline int mg_state_st(uint64_t s) { return (int)(s & 0xff); }
+
+/* Whether +c+ may be handed to another worker: not once a PROXY line gave it an address (the
+ * adopting worker would not know it; the line is read only once). */
+static inline int mg_conn_movable(const mg_conn *c) { return c->proxy_addr[0] == '\0'; }
 
 /* Whether the calling thread may touch +c+: it must own it (checked in debug builds). */
 static inline int mg_conn_owned(mg_conn *c) { return mg_state_st(atomic_load(&c->state)) == MG_OWNED; }

@@ -24,7 +24,8 @@
 #define MG_ENGINE_SETTINGS(X)                                                                     \
   X(max_request_target) X(max_header_size) X(max_headers) X(max_body_size) X(body_buffer_size)  \
   X(max_chunk_extensions) X(header_timeout) X(body_timeout) X(keepalive_timeout) X(write_timeout) \
-  X(max_keepalive_requests) X(response_buffer_limit) X(max_connections) X(tmpdir) X(event_backend)
+  X(max_keepalive_requests) X(response_buffer_limit) X(max_connections) X(tmpdir) X(event_backend) \
+  X(supported_http_methods) X(remote_address) X(remote_address_header) X(proxy_protocol)
 #define MG_SETTING_INDEX(name) MG_SET_##name,
 enum mg_setting { MG_ENGINE_SETTINGS(MG_SETTING_INDEX) MG_SETTINGS_COUNT };
 #undef MG_SETTING_INDEX
@@ -39,6 +40,11 @@ typedef struct {
   size_t response_buffer_limit;
   int max_connections;
   char tmpdir[4096];
+  /* the wire's rules (docs/SECURITY.md) and where REMOTE_ADDR comes from */
+  char methods[64 * 21 + 1];  /* supported_http_methods, each name and one space; "": any token */
+  int proxy_protocol;         /* 1: each connection starts with a PROXY v1 line (http/proxy.h) */
+  char remote_value[256];     /* REMOTE_ADDR of every request when not "" (remote_address) */
+  char remote_header[256];    /* REMOTE_ADDR from this field when not "": lowercase, '_' as '-' */
 } mg_settings;
 
 typedef struct {

@@ -84,6 +84,21 @@ static int start_body(mg_engine *e, mg_conn *c) {
   return 0;
 }
 
+/* The PROXY v1 line a connection starts with (proxy_protocol): its address is kept for every
+ * request, the line dropped. MG_IN_READY once taken, MG_IN_AGAIN while incomplete; anything but
+ * a valid line within its 107 bytes closes the connection (no answer: the peer is not speaking
+ * the protocol it was configured for, and guessing is what the spec forbids). */
+static int take_proxy_line(mg_engine *e, mg_conn *c) {
+  mg_proxy px;
+  long r = mg_proxy_parse(c->rbuf, c->rlen, &px);
+  if (r == 0) return MG_IN_AGAIN;
+  if (r < 0) { mg_conn_close(e, c); return MG_IN_DONE; }
+  memcpy(c->proxy_addr, px.addr, sizeof c->proxy_addr);
+  drop_input(c, 0, (size_t)r);
+  c->proxy_pending = 0;
+  return MG_IN_READY;
+}
+
 /* Frame what is buffered. Returns MG_IN_READY, MG_IN_AGAIN, or MG_IN_DONE after an error. */
 static int process_input(mg_engine *e, mg_conn *c) {
   if (!c->head_done) {
@@ -92,6 +107,11 @@ static int process_input(mg_engine *e, mg_conn *c) {
       c->phase = MG_PH_HEAD;
       c->deadline_ms = mg_now_ms() + e->cfg.header_timeout_ms;
     }
+    if (c->proxy_pending) {
+      int pr = take_proxy_line(e, c);
+      if (pr != MG_IN_READY) return pr;
+      if (c->rlen == 0) return MG_IN_AGAIN;
+    }
     /* Re-parse only when a line ended or a limit may be crossed: bounded work per byte.
      * A request line that never ends is parsed once it is longer than the target limit (414). */
     if (c->rlen <= e->cfg.max_head && !memchr(c->rbuf + c->scanned, '\n', c->rlen - c->scanned)) {
@@ -99,7 +119,8 @@ static int process_input(mg_engine *e, mg_conn *c) {
       c->scanned = c->rlen;
       if (!(line_open && c->rlen > e->cfg.max_target + 32)) return MG_IN_AGAIN;
     }
-    mg_limits lim = {e->cfg.max_target, e->cfg.max_head, e->cfg.max_headers};
+    mg_limits lim = {e->cfg.max_target, e->cfg.max_head, e->cfg.max_headers,
+                     e->cfg.methods[0] ? e->cfg.methods : NULL};
     long r = mg_parse_head(c->rbuf, c->rlen, &lim, &c->req);
     if (r < 0) return error_out(e, c, (int)-r);
     if (r == 0) {

@@ -1,11 +1,13 @@
 /*
  * fuzz_head.c - libFuzzer harness for mg_parse_head (http/parser.c), no Ruby needed.
  *
- * The input is a raw request head. Each input is parsed under default limits and under tight
- * limits derived from the input, and these invariants are checked (abort() on a violation):
+ * The input is a raw request head. Each input is parsed under default limits (with Puma's method
+ * list) and under tight limits derived from the input (a one-method list or none), and these
+ * invariants are checked (abort() on a violation):
  *   - the result is 0, a head length within the input and the head limit, or a known -status;
  *   - on success every span lies inside the head, values carry no surrounding OWS, the counts and
- *     framing fields are consistent (chunked excludes Content-Length, ...);
+ *     framing fields are consistent (chunked excludes Content-Length, ...), the method is at most
+ *     MG_MAX_METHOD bytes and in the list when there is one, the target holds no fragment;
  *   - a prefix of the input answers 0 or exactly what the whole input answers (incremental
  *     feeding agrees with feeding at once); prefixes are copied to exact-size heap buffers so
  *     ASan catches any read past the end.
@@ -48,7 +50,14 @@ static void check_request(const uint8_t *b, size_t len, long r, const mg_limits 
   CHECK(r > 0 && (size_t)r <= len && (size_t)r <= lim->max_head);
   CHECK(q->head_len == (size_t)r);
   CHECK(b[r - 1] == '\n' && b[r - 2] == '\r');
-  CHECK(q->method.len > 0 && q->target.len > 0 && q->target.len <= lim->max_target);
+  CHECK(q->method.len > 0 && q->method.len <= MG_MAX_METHOD && q->target.len > 0 && q->target.len <= lim->max_target);
+  CHECK(memchr(b + q->target.off, '#', q->target.len) == NULL); /* a fragment is dropped */
+  if (lim->methods) {
+    int listed = 0;
+    for (const char *p = lim->methods; *p; p = strchr(p, ' ') + 1)
+      listed |= (size_t)(strchr(p, ' ') - p) == q->method.len && memcmp(p, b + q->method.off, q->method.len) == 0;
+    CHECK(listed);
+  }
   check_span(q->method, r);
   check_span(q->target, r);
   check_span(q->path, r);
@@ -113,11 +122,11 @@ static void run(const uint8_t *data, size_t size, const mg_limits *lim, uint32_t
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint32_t h = fnv1a(data, size);
-  mg_limits def = {8192, 65536, 100};
+  mg_limits def = {8192, 65536, 100, "HEAD GET POST PUT DELETE OPTIONS TRACE PATCH "};
   run(data, size, &def, h);
-  mg_limits tight = {1 + h % 64, 16 + (h >> 6) % 512, (h >> 15) % 12};
+  mg_limits tight = {1 + h % 64, 16 + (h >> 6) % 512, (h >> 15) % 12, (h & 1) ? "GET " : NULL};
   run(data, size, &tight, h >> 3);
-  mg_limits hard = {SIZE_MAX, SIZE_MAX, MG_MAX_HEADERS_HARD};
+  mg_limits hard = {SIZE_MAX, SIZE_MAX, MG_MAX_HEADERS_HARD, NULL};
   run(data, size, &hard, h >> 5);
   return 0;
 }

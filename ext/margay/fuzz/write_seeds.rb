@@ -2,7 +2,8 @@
 
 # Writes the fuzz seed corpus (run by `rake fuzz:seeds`, with -Ilib -Itest): the request heads of
 # test/ext/http/parser_test.rb and the bodies of test/ext/http/chunked_test.rb, plus the requests of
-# the conformance corpus test/corpus/cases.rb when it exists. Files are named by content digest,
+# the conformance corpus test/corpus/cases.rb when it exists; the PROXY v1 inputs (proxy/) are the
+# corpus requests of a proxy_protocol server and the lines of test/margay/wire_rules_test.rb. Files are named by content digest,
 # so rewriting is idempotent and duplicates collapse. Inputs above MAX_SEED bytes are left out
 # (the fuzzers run with -max_len=4096, and big seeds would bloat the repository).
 require "digest"
@@ -18,8 +19,11 @@ root = File.expand_path("../../..", __dir__)
 require File.join(root, "test/ext/http/parser_test")
 require File.join(root, "test/ext/http/chunked_test")
 
+require File.join(root, "test/margay/wire_rules_test")
+
 heads = Margay::ParserTest::CASES.map(&:first)
 bodies = Margay::ChunkedTest::CASES.map(&:first)
+proxies = Margay::WireRulesTest::BAD_LINES.values.map(&:b)
 
 corpus = File.join(root, "test/corpus/cases.rb")
 if File.exist?(corpus)
@@ -29,13 +33,14 @@ if File.exist?(corpus)
     next if raw.empty?
 
     heads << raw
+    proxies << raw if c.dig(:settings, :proxy_protocol)
     r = Margay::Native.parse_head(raw, *Margay::Configuration::DEFAULTS.values_at(:max_request_target, :max_header_size,
                                                                                  :max_headers))
     bodies << raw.byteslice(r[:head_len]..) if r.is_a?(Hash) && r[:chunked]
   end
 end
 
-{ "head" => heads, "chunked" => bodies }.each do |kind, inputs|
+{ "head" => heads, "chunked" => bodies, "proxy" => proxies }.each do |kind, inputs|
   dir = File.join(__dir__, "seeds", kind)
   FileUtils.rm_rf(dir)
   FileUtils.mkdir_p(dir)

@@ -1,9 +1,10 @@
 /*
  * http/parser.c - HTTP/1.1 request head parser (RFC 9112 sections 2-3, 5-6; RFC 9110 field rules).
  *
- * One forward pass over the buffer, each byte checked once against a constant class table, then
- * a pass over the (few) collected fields for framing semantics. The parser keeps no state between
- * calls: the caller re-parses from the start when more bytes arrive, which costs O(n) per call.
+ * One forward pass over the buffer, each byte checked once against a constant class table; each
+ * field line is judged for framing semantics as soon as it ends, the whole head once at the end.
+ * The parser keeps no state between calls: the caller re-parses from the start when more bytes
+ * arrive, which costs O(n) per call.
  *
  * Every check that can fail while the head is still incomplete (a byte class, a length limit)
  * is made at the byte where it becomes decidable, and checks that need a whole line or the whole
@@ -74,30 +75,21 @@ static int host_ok(const uint8_t *p, size_t n, int need_host) {
   return 1;
 }
 
-/* Content-Length value: 1*DIGIT or a list of equal 1*DIGIT. Returns 0 and sets *out, or -status. */
+/* Content-Length value: 1*DIGIT (leading zeros allowed). RFC 9112 6.3 lets a recipient take a
+ * list of equal values as one; nginx, Puma and llhttp reject it, and so does Margay: a proxy in
+ * front may have read the list differently. Returns 0 and sets *out, or -status. */
 static long content_length(const uint8_t *p, size_t n, int64_t *out) {
-  size_t i = 0;
-  int64_t first = -1;
-  for (;;) {
-    size_t d0 = i, sig = 0;
-    int64_t v = 0;
-    while (i < n && MG_IS(p[i], MG_C_DIGIT)) {
-      if (sig || p[i] != '0') {
-        if (++sig > 18) return -413;
-        v = v * 10 + (p[i] - '0');
-      }
-      i++;
+  size_t i = 0, sig = 0;
+  int64_t v = 0;
+  while (i < n && MG_IS(p[i], MG_C_DIGIT)) {
+    if (sig || p[i] != '0') {
+      if (++sig > 18) return -413;
+      v = v * 10 + (p[i] - '0');
     }
-    if (i == d0) return -400;
-    if (first >= 0 && v != first) return -400;
-    first = v;
-    while (i < n && MG_IS_OWS(p[i])) i++;
-    if (i == n) break;
-    if (p[i] != ',') return -400;
     i++;
-    while (i < n && MG_IS_OWS(p[i])) i++;
   }
-  *out = first;
+  if (i == 0 || i != n) return -400;
+  *out = v;
   return 0;
 }
 
@@ -178,70 +170,75 @@ static long transfer_encoding(const uint8_t *p, size_t n, te_state *te) {
   return here ? 0 : -400;
 }
 
-/* Framing and semantics from the collected fields (RFC 9112 6.1-6.3, 9.3; RFC 9110 7.2, 10.1.1). */
-static long semantics(const char *buf, mg_request *req) {
+/* What the fields seen so far established (the parser keeps it on its stack for one call). */
+typedef struct {
+  size_t hosts, te_fields, cl_fields;
+  te_state te;
+  int ka_token, close_token;
+} fields_state;
+
+/* One field line, judged as soon as it ends (RFC 9112 6.1-6.3, 9.3; RFC 9110 7.2, 10.1.1): every
+ * rule that a later line cannot change answers here, so an incomplete head that is already
+ * invalid is answered at once, and a prefix never answers differently from the whole head. */
+static long field(const char *buf, mg_request *req, size_t h, fields_state *st) {
   const uint8_t *b = (const uint8_t *)buf;
-  size_t hosts = 0, te_fields = 0, cl_fields = 0;
-  te_state te = {0, 0, 0};
-  int ka_token = 0, close_token = 0;
-
-  for (size_t h = 0; h < req->nheaders; h++) {
-    mg_span nm = req->headers[h].name, v = req->headers[h].value;
-    const uint8_t *vp = b + v.off;
-    long r;
-    switch (nm.len) {
-    case 4:
-      if (!mg_span_ieq(buf, nm, "host")) break;
-      if (++hosts > 1) return -400;
-      if (!host_ok(vp, v.len, 0)) return -400;
-      req->host = v;
-      break;
-    case 6:
-      if (!mg_span_ieq(buf, nm, "expect") || req->minor == 0 || v.len == 0) break;
-      if (!mg_span_ieq(buf, v, "100-continue")) return -417;
-      req->expect_continue = 1;
-      break;
-    case 10:
-      if (!mg_span_ieq(buf, nm, "connection")) break;
-      for (size_t i = 0; i < v.len;) {
-        size_t e0, e1;
-        while (i < v.len && (MG_IS_OWS(vp[i]) || vp[i] == ',')) i++;
-        e0 = i;
-        while (i < v.len && vp[i] != ',') i++;
-        e1 = i;
-        while (e1 > e0 && MG_IS_OWS(vp[e1 - 1])) e1--;
-        mg_span el = span(v.off + e0, e1 - e0);
-        if (mg_span_ieq(buf, el, "close")) close_token = 1;
-        else if (mg_span_ieq(buf, el, "keep-alive")) ka_token = 1;
-      }
-      break;
-    case 14:
-      if (!mg_span_ieq(buf, nm, "content-length")) break;
-      {
-        int64_t cl = -1;
-        if ((r = content_length(vp, v.len, &cl)) < 0) return r;
-        if (cl_fields++ && cl != req->content_length) return -400;
-        req->content_length = cl;
-      }
-      break;
-    case 17:
-      if (!mg_span_ieq(buf, nm, "transfer-encoding")) break;
-      te_fields++;
-      if ((r = transfer_encoding(vp, v.len, &te)) < 0) return r;
-      break;
-    default:
-      break;
+  mg_span nm = req->headers[h].name, v = req->headers[h].value;
+  const uint8_t *vp = b + v.off;
+  long r;
+  switch (nm.len) {
+  case 4:
+    if (!mg_span_ieq(buf, nm, "host")) break;
+    if (++st->hosts > 1) return -400;
+    if (!host_ok(vp, v.len, 0)) return -400;
+    req->host = v;
+    break;
+  case 6:
+    if (!mg_span_ieq(buf, nm, "expect") || req->minor == 0 || v.len == 0) break;
+    if (!mg_span_ieq(buf, v, "100-continue")) return -417;
+    req->expect_continue = 1;
+    break;
+  case 10:
+    if (!mg_span_ieq(buf, nm, "connection")) break;
+    for (size_t i = 0; i < v.len;) {
+      size_t e0, e1;
+      while (i < v.len && (MG_IS_OWS(vp[i]) || vp[i] == ',')) i++;
+      e0 = i;
+      while (i < v.len && vp[i] != ',') i++;
+      e1 = i;
+      while (e1 > e0 && MG_IS_OWS(vp[e1 - 1])) e1--;
+      mg_span el = span(v.off + e0, e1 - e0);
+      if (mg_span_ieq(buf, el, "close")) st->close_token = 1;
+      else if (mg_span_ieq(buf, el, "keep-alive")) st->ka_token = 1;
     }
+    break;
+  case 14:
+    if (!mg_span_ieq(buf, nm, "content-length")) break;
+    /* a second Content-Length field, even an equal one, or one beside Transfer-Encoding */
+    if (st->cl_fields++ || st->te_fields) return -400;
+    if ((r = content_length(vp, v.len, &req->content_length)) < 0) return r;
+    break;
+  case 17:
+    if (!mg_span_ieq(buf, nm, "transfer-encoding")) break;
+    st->te_fields++;
+    if (req->minor == 0 || st->cl_fields) return -400;
+    if ((r = transfer_encoding(vp, v.len, &st->te)) < 0) return r;
+    if (st->te.chunked_seen > 1) return -400;
+    break;
+  default:
+    break;
   }
+  return 0;
+}
 
-  if (req->minor == 1 && hosts == 0) return -400;
-  if (te_fields) {
-    if (req->minor == 0 || cl_fields) return -400;
-    if (te.chunked_seen > 1 || !te.last_plain_chunked) return -400;
-    if (te.codings > 1) return -501;
+/* What only the whole head decides: Host required, the last coding, the connection. */
+static long semantics(mg_request *req, const fields_state *st) {
+  if (req->minor == 1 && st->hosts == 0) return -400;
+  if (st->te_fields) {
+    if (!st->te.last_plain_chunked) return -400;
+    if (st->te.codings > 1) return -501;
     req->chunked = 1;
   }
-  req->keep_alive = close_token ? 0 : (req->minor == 1 || ka_token);
+  req->keep_alive = st->close_token ? 0 : (req->minor == 1 || st->ka_token);
   return 0;
 }
 
@@ -278,6 +275,18 @@ static long target_form(const char *buf, mg_request *req) {
   return 0;
 }
 
+/* Whether method m[0..n) is one of +list+ ("GET HEAD ": each name followed by one space). */
+static int method_listed(const char *list, const char *m, size_t n) {
+  for (const char *p = list; *p;) {
+    const char *sp = strchr(p, ' ');
+    size_t len = sp ? (size_t)(sp - p) : strlen(p);
+    if (len == n && memcmp(p, m, n) == 0) return 1;
+    if (!sp) break;
+    p = sp + 1;
+  }
+  return 0;
+}
+
 /* Byte i is needed: past the head limit the head is too large, past the data we need more. */
 #define NEED(i)                                                                                 \
   do {                                                                                          \
@@ -291,7 +300,9 @@ long mg_parse_head(const char *buf, size_t len, const mg_limits *lim, mg_request
   size_t end = len < max_head ? len : max_head;
   size_t i = 0, start;
   long r;
+  fields_state st;
 
+  memset(&st, 0, sizeof st);
   memset(req, 0, offsetof(mg_request, headers));
   req->content_length = -1;
   req->chunked = req->keep_alive = req->expect_continue = 0;
@@ -307,21 +318,28 @@ long mg_parse_head(const char *buf, size_t len, const mg_limits *lim, mg_request
     i += 2;
   }
 
-  /* method SP */
+  /* method SP: a token of at most MG_MAX_METHOD bytes (501 beyond: Passenger's CVE-2025-26803
+   * was a denial of service by method); one of lim->methods is checked with the version below */
   start = i;
-  while (i < end && MG_IS(b[i], MG_C_TCHAR)) i++;
+  while (i < end && i - start <= MG_MAX_METHOD && MG_IS(b[i], MG_C_TCHAR)) i++;
+  if (i - start > MG_MAX_METHOD) return -501;
   NEED(i);
   if (b[i] != ' ' || i == start) return -400;
   req->method = span(start, i - start);
 
-  /* request-target SP */
+  /* request-target [ "#" fragment ] SP: a fragment is no part of the request-target (RFC 9112
+   * 3.2), but clients send one; it is accepted and dropped, and counts towards the limit */
   start = ++i;
-  size_t stop = end - start > lim->max_target ? start + lim->max_target : end;
-  while (i < stop && MG_IS(b[i], MG_C_TARGET)) i++;
+  size_t stop = end - start > lim->max_target ? start + lim->max_target : end, hash = 0;
+  for (; i < stop; i++) {
+    if (MG_IS(b[i], MG_C_TARGET)) continue;
+    if (b[i] != '#' || hash) break;
+    hash = i;
+  }
   NEED(i);
   if (b[i] != ' ') return i - start >= lim->max_target ? -414 : -400;
-  if (i == start) return -400;
-  req->target = span(start, i - start);
+  if ((hash ? hash : i) == start) return -400;
+  req->target = span(start, (hash ? hash : i) - start);
 
   /* HTTP-version CRLF: "HTTP/" DIGIT "." DIGIT, checked as the bytes arrive */
   start = ++i;
@@ -336,6 +354,9 @@ long mg_parse_head(const char *buf, size_t len, const mg_limits *lim, mg_request
   i += 2;
   if (b[start + 5] != '1') return -505;
   req->minor = b[start + 7] == '0' ? 0 : 1;
+  /* the whole request line is in: its version first (505 for an HTTP/2 preface), then whether
+   * the method is served */
+  if (lim->methods && !method_listed(lim->methods, buf + req->method.off, req->method.len)) return -501;
   if (req->method.len == 7 && memcmp(buf + req->method.off, "CONNECT", 7) == 0) return -501;
   if ((r = target_form(buf, req)) < 0) return r;
 
@@ -368,11 +389,11 @@ long mg_parse_head(const char *buf, size_t len, const mg_limits *lim, mg_request
     for (v1 = i; v1 > v0 && MG_IS_OWS(b[v1 - 1]); v1--) {}
     req->headers[req->nheaders].name = name;
     req->headers[req->nheaders].value = span(v0, v1 - v0);
-    req->nheaders++;
+    if ((r = field(buf, req, req->nheaders++, &st)) < 0) return r;
     i += 2;
   }
 
   req->head_len = i;
-  if ((r = semantics(buf, req)) < 0) return r;
+  if ((r = semantics(req, &st)) < 0) return r;
   return (long)i;
 }

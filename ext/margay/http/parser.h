@@ -15,6 +15,11 @@
 /* Hard cap on header fields; mg_limits.max_headers must not exceed it. */
 #define MG_MAX_HEADERS_HARD 256
 
+/* Longest method accepted (-501 beyond it, whatever the method list says). The longest method
+ * in IANA's registry is 17 bytes (UPDATEREDIRECTREF) and Puma's grammar stops at 20: every
+ * method Puma accepts passes. */
+#define MG_MAX_METHOD 20
+
 /* A byte range of the caller's buffer. */
 typedef struct { uint32_t off, len; } mg_span;
 
@@ -22,13 +27,16 @@ typedef struct {
   size_t max_target;   /* request-target longer than this: -414 */
   size_t max_head;     /* whole head (request line .. empty line) longer: -431 */
   size_t max_headers;  /* more header fields than this: -431 (<= MG_MAX_HEADERS_HARD) */
+  const char *methods; /* the methods served, each followed by one space ("GET HEAD "), case
+                          sensitive; another method: -501. NULL: every token (up to MG_MAX_METHOD) */
 } mg_limits;
 
 enum mg_target_form { MG_ORIGIN_FORM, MG_ABSOLUTE_FORM, MG_AUTHORITY_FORM, MG_ASTERISK_FORM };
 
 typedef struct {
   mg_span method;
-  mg_span target;      /* the request-target as sent */
+  mg_span target;      /* the request-target as sent, without a fragment ("#..." is accepted
+                          and dropped, as llhttp, nginx and Puma do) */
   mg_span path;        /* origin-form path, or the path of an absolute-form target (len 0 when
                           empty: spans index the caller's buffer, so the caller uses "/");
                           len 0 for authority- and asterisk-form */
@@ -54,10 +62,15 @@ typedef struct {
  * Returns:
  *   > 0   the head is complete; the value is head_len (the body starts at buf + head_len)
  *   0     incomplete, more bytes are needed (limits already checked on what is there)
- *   < 0   -status: -400 malformed/ambiguous, -413 Content-Length above 18 digits, -414 target
- *         too long, -417 Expect other than 100-continue (HTTP/1.1), -431 head or field count
- *         too large, -501 unsupported transfer coding or CONNECT, -505 HTTP major version not 1.
+ *   < 0   -status: -400 malformed/ambiguous (a repeated Content-Length field or a list in one,
+ *         even of equal values), -413 Content-Length above 18 digits, -414 target too long, -417
+ *         Expect other than 100-continue (HTTP/1.1), -431 head or field count too large, -501
+ *         unsupported transfer coding, CONNECT, a method longer than MG_MAX_METHOD or not in
+ *         lim->methods, -505 HTTP major version not 1.
  * Leading empty lines before the request line (RFC 9112 2.2) are skipped and counted in head_len.
+ * A field line is judged as soon as it ends (duplicates, Content-Length, Transfer-Encoding with
+ * Content-Length or on HTTP/1.0, Host, Expect): an incomplete head that is already invalid gets
+ * its answer without waiting for the rest.
  */
 long mg_parse_head(const char *buf, size_t len, const mg_limits *lim, mg_request *req);
 

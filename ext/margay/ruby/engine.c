@@ -17,6 +17,7 @@
 #include "core/input.h"
 #include "core/listeners.h"
 #include "core/loop.h"
+#include <ctype.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <ruby/thread.h>
@@ -81,6 +82,52 @@ mg_rb_engine *mg_rb_engine_get(VALUE self) {
 static VALUE setting(VALUE values, enum mg_setting i) { return RARRAY_AREF(values, i); }
 static int64_t setting_ms(VALUE values, enum mg_setting i) { return (int64_t)(NUM2DBL(setting(values, i)) * 1000.0); }
 
+/* Copy String +v+ into out[cap], or raise naming +what+. */
+static void copy_setting(char *out, size_t cap, VALUE v, const char *what) {
+  StringValue(v);
+  if ((size_t)RSTRING_LEN(v) >= cap || memchr(RSTRING_PTR(v), 0, (size_t)RSTRING_LEN(v)))
+    rb_raise(rb_eArgError, "%s: at most %zu bytes, no NUL", what, cap - 1);
+  memcpy(out, RSTRING_PTR(v), (size_t)RSTRING_LEN(v));
+  out[RSTRING_LEN(v)] = '\0';
+}
+
+/* The wire's rules and REMOTE_ADDR's source: supported_http_methods (:any or Strings),
+ * remote_address (:socket, :localhost or a String), remote_address_header (nil or a field name),
+ * proxy_protocol (nil or :v1). */
+static void wire_settings(mg_settings *s, VALUE values) {
+  VALUE m = setting(values, MG_SET_supported_http_methods);
+  s->methods[0] = '\0';
+  if (!SYMBOL_P(m)) {
+    Check_Type(m, T_ARRAY);
+    size_t at = 0;
+    for (long i = 0; i < RARRAY_LEN(m); i++) {
+      VALUE name = rb_ary_entry(m, i);
+      StringValue(name);
+      size_t n = (size_t)RSTRING_LEN(name);
+      if (n == 0 || n > MG_MAX_METHOD || at + n + 2 > sizeof s->methods)
+        rb_raise(rb_eArgError, "supported_http_methods: at most 64 names of 1..%d bytes", MG_MAX_METHOD);
+      memcpy(s->methods + at, RSTRING_PTR(name), n);
+      at += n;
+      s->methods[at++] = ' ';
+    }
+    s->methods[at] = '\0';
+  }
+  VALUE ra = setting(values, MG_SET_remote_address);
+  s->remote_value[0] = '\0';
+  if (SYMBOL_P(ra) && SYM2ID(ra) == rb_intern("localhost")) snprintf(s->remote_value, sizeof s->remote_value, "127.0.0.1");
+  else if (!SYMBOL_P(ra)) copy_setting(s->remote_value, sizeof s->remote_value, ra, "remote_address");
+  VALUE rh = setting(values, MG_SET_remote_address_header);
+  s->remote_header[0] = '\0';
+  if (!NIL_P(rh)) {
+    copy_setting(s->remote_header, sizeof s->remote_header, rh, "remote_address_header");
+    for (char *p = s->remote_header; *p; p++) *p = *p == '_' ? '-' : (char)tolower((unsigned char)*p);
+  }
+  VALUE pp = setting(values, MG_SET_proxy_protocol);
+  if (!NIL_P(pp) && !(SYMBOL_P(pp) && SYM2ID(pp) == rb_intern("v1")))
+    rb_raise(rb_eArgError, "proxy_protocol: nil or :v1");
+  s->proxy_protocol = !NIL_P(pp);
+}
+
 /* Engine.new(values, env_template_hash): +values+ holds one value per name
  * of Engine::SETTINGS, in that order (Margay::Configuration validated them;
  * nil where a setting means "no limit" or "derive it"). */
@@ -111,6 +158,7 @@ static VALUE engine_initialize(VALUE self, VALUE values, VALUE env_template) {
   s->response_buffer_limit = NUM2SIZET(setting(values, MG_SET_response_buffer_limit));
   VALUE tmp = setting(values, MG_SET_tmpdir);
   snprintf(s->tmpdir, sizeof s->tmpdir, "%s", StringValueCStr(tmp));
+  wire_settings(s, values);
 
   int dflt_conns = mg_engine_size(e);
   VALUE mc = setting(values, MG_SET_max_connections);
@@ -195,7 +243,7 @@ typedef struct { mg_rb_engine *rb; mg_conn *c; VALUE out; } build_args;
 
 static VALUE build_request(VALUE p) {
   build_args *b = (build_args *)p;
-  VALUE env = mg_env_build(b->rb->env_template, &b->rb->servers[b->c->listener], b->c);
+  VALUE env = mg_env_build(b->rb->env_template, &b->rb->servers[b->c->listener], &b->rb->core.cfg, b->c);
   mg_input_consume_head(b->c);
   b->out = rb_assoc_new(mg_conn_token(b->c), env);
   return b->out;

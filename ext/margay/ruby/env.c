@@ -53,16 +53,46 @@ static void set_server(VALUE env, const char *p, size_t n, int https) {
   rb_hash_aset(env, k_SERVER_PORT, port_len ? rb_str_new(port, (long)port_len) : https ? v_port443 : v_port80);
 }
 
-static VALUE remote_addr(mg_conn *c) {
+/* The socket's peer; an IPv4 client of a dual-stack listener as IPv4 (::ffff:1.2.3.4 is 1.2.3.4,
+ * as Puma gives it). */
+static VALUE peer_addr(mg_conn *c) {
   char ip[INET6_ADDRSTRLEN];
   if (c->peer.ss_family == AF_INET) {
     struct sockaddr_in *a = (struct sockaddr_in *)&c->peer;
     if (inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip)) return rb_str_new_cstr(ip);
   } else if (c->peer.ss_family == AF_INET6) {
     struct sockaddr_in6 *a = (struct sockaddr_in6 *)&c->peer;
-    if (inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip)) return rb_str_new_cstr(ip);
+    if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
+      if (inet_ntop(AF_INET, a->sin6_addr.s6_addr + 12, ip, sizeof ip)) return rb_str_new_cstr(ip);
+    } else if (inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip)) {
+      return rb_str_new_cstr(ip);
+    }
   }
   return rb_str_new_cstr("127.0.0.1"); /* Unix sockets, like Puma */
+}
+
+/* Whether field name +s+ is +want+ (lowercase, '-'; see remote_header in core/engine.h). A name
+ * with '_' never matches: X_Forwarded_For cannot stand in for X-Forwarded-For (CVE-2024-45614). */
+static int is_field(const char *b, mg_span s, const char *want) {
+  return memchr(b + s.off, '_', s.len) == NULL && mg_span_ieq(b, s, want);
+}
+
+/* REMOTE_ADDR (docs/CONFIGURATION.md): a fixed value; else the last address of the configured
+ * forwarding field (the one the nearest proxy added: every earlier one is the client's to
+ * choose); else the PROXY line's address; else the socket's peer. */
+static VALUE remote_addr(const mg_settings *cfg, mg_conn *c) {
+  if (cfg->remote_value[0]) return rb_str_new_cstr(cfg->remote_value);
+  if (cfg->remote_header[0]) {
+    const mg_request *r = &c->req;
+    for (size_t i = r->nheaders; i-- > 0;) {
+      if (!is_field(c->rbuf, r->headers[i].name, cfg->remote_header)) continue;
+      char ip[MG_ADDR_MAX];
+      if (mg_forwarded_last(c->rbuf + r->headers[i].value.off, r->headers[i].value.len, ip)) return rb_str_new_cstr(ip);
+      break; /* the last line decides: an earlier one is no better than the socket */
+    }
+  }
+  if (c->proxy_addr[0]) return rb_str_new_cstr(c->proxy_addr);
+  return peer_addr(c);
 }
 
 /* HTTP_<NAME> for a field name; NULL key (Qnil) when the name must be dropped. */
@@ -95,7 +125,7 @@ static VALUE make_input(mg_conn *c) {
   return rb_class_new_instance(1, &str, cStringIO);
 }
 
-VALUE mg_env_build(VALUE env_template, const mg_env_server *server, mg_conn *c) {
+VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_settings *cfg, mg_conn *c) {
   const char *b = c->rbuf;
   mg_request *r = &c->req;
   VALUE env = rb_hash_dup(env_template);
@@ -107,7 +137,7 @@ VALUE mg_env_build(VALUE env_template, const mg_env_server *server, mg_conn *c) 
   rb_hash_aset(env, k_QUERY_STRING, r->query.len ? span_str(b, r->query) : rb_str_new(NULL, 0));
   rb_hash_aset(env, k_REQUEST_URI, span_str(b, r->target));
   rb_hash_aset(env, k_SERVER_PROTOCOL, r->minor ? v_HTTP_1_1 : v_HTTP_1_0);
-  rb_hash_aset(env, k_REMOTE_ADDR, remote_addr(c));
+  rb_hash_aset(env, k_REMOTE_ADDR, remote_addr(cfg, c));
 
   for (size_t i = 0; i < r->nheaders; i++) {
     const char *name = b + r->headers[i].name.off;

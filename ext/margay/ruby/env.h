@@ -15,7 +15,7 @@ typedef struct {
 
 void mg_env_init(void);
 /* The env of the request whose head +c+ holds: a copy of +env_template+ plus the request's
- * keys, rack.input (the body) included. */
-VALUE mg_env_build(VALUE env_template, const mg_env_server *server, mg_conn *c);
+ * keys, rack.input (the body) included; REMOTE_ADDR as +cfg+ says. */
+VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_settings *cfg, mg_conn *c);
 
 #endif

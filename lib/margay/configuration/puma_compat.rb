@@ -35,7 +35,6 @@ module Margay
         prune_bundler: "not needed by Margay's hot restart",
         extra_runtime_dependencies: "not needed by Margay's hot restart",
         debug: "use --log-requests and the server log",
-        supported_http_methods: "Margay passes every token method to the app",
         raise_exception_on_sigterm: "TERM is always a graceful stop",
         shutdown_debug: "stuck requests are logged by request_timeout",
         fiber_scheduler: "Margay runs apps on threads",
