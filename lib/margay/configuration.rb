@@ -281,10 +281,9 @@ module Margay
       unless remote_address_header.nil? || remote_address_header.match?(/\A[A-Za-z0-9!#$%&'*+.^_`|~-]+\z/)
         invalid(:remote_address_header, "remote_address_header must be a header name, got #{remote_address_header.inspect}")
       end
+      # Both together is a chain (a PROXY v1 balancer in front of an HTTP proxy): the
+      # header's address wins where the request has one, else the PROXY line's.
       invalid(:proxy_protocol, "proxy_protocol must be nil or :v1, got #{proxy_protocol.inspect}") unless [nil, :v1].include?(proxy_protocol)
-      return unless remote_address_header && proxy_protocol
-
-      invalid(:proxy_protocol, "remote_address_header and proxy_protocol contradict each other: choose one")
     end
 
     def validate_hooks

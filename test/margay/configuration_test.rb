@@ -58,7 +58,6 @@ class ConfigurationTest < Minitest::Test
       { remote_address: :header } => /remote_address must be :socket, :localhost or an address/,
       { remote_address_header: "X Forwarded" } => /remote_address_header must be a header name/,
       { proxy_protocol: :v2 } => /proxy_protocol must be nil or :v1/,
-      { proxy_protocol: :v1, remote_address_header: "X-Forwarded-For" } => /contradict/,
       { idle_timeout: 0 } => /idle_timeout must be a positive number of seconds or nil/,
       { force_shutdown_after: -1 } => /force_shutdown_after must be a number of seconds >= 0/,
       { worker_culling_strategy: :random } => /worker_culling_strategy must be :youngest or :oldest/,
