@@ -35,7 +35,7 @@ int mg_detach_idle(mg_engine *e, int *out, int *kept_alive, int max, int pending
     mg_conn *c = e->conns[fd];
     if (!c) continue;
     uint64_t s = atomic_load(&c->state);
-    if (mg_state_st(s) != MG_ARMED || c->phase != MG_PH_IDLE || c->rlen != 0) continue;
+    if (mg_state_st(s) != MG_ARMED || c->phase != MG_PH_IDLE || c->rlen != 0 || !mg_conn_movable(c)) continue;
     uint64_t owned = (mg_state_gen(s) << 8) | MG_OWNED;
     if (!atomic_compare_exchange_strong(&c->state, &s, owned)) continue;
     if (pending_only) {
