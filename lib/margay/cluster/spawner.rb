@@ -37,7 +37,7 @@ module Margay
 
       # Fork worker +index+ from the master. Returns its record; raises
       # SystemCallError when the process or its links cannot be made (fork:
-      # EAGAIN, ENOMEM; pipes: EMFILE). The caller runs before_fork first.
+      # EAGAIN, ENOMEM; pipes: EMFILE). The caller runs the fork hooks around it.
       def fork_child(index)
         master_side, worker_side = Channel.pair
         mark = @signals.mark
@@ -53,7 +53,7 @@ module Margay
       end
 
       # Order worker +index+ from +mold+ (the ready mold's record; the mold
-      # runs before_fork itself: it is the process that forks). Returns the
+      # runs the fork hooks itself: it is the process that forks). Returns the
       # new worker's record, or nil when the mold failed (logged: the caller
       # drops the mold).
       def order_from_mold(mold, index)

@@ -51,11 +51,6 @@ module Margay
         enable_keep_alives: "keep-alive never holds a Margay thread",
         log_formatter: "Margay's log format is fixed",
         custom_logger: "Margay's log goes to stdout/stderr",
-        on_booted: "use on_worker_boot", after_booted: "use on_worker_boot",
-        on_stopped: "not available", after_stopped: "not available",
-        on_refork: "not available", after_refork: "not available",
-        on_thread_start: "not available", on_thread_exit: "not available",
-        on_worker_fork: "use before_fork", out_of_band: "not available"
       }.freeze
 
       MAPPED.each do |puma_name, (setting, convert)|

@@ -56,7 +56,7 @@ class PumaCompatTest < Minitest::Test
     assert_equal [30, 20, 15, 25, 500],
                  [config.worker_timeout, config.keepalive_timeout, config.header_timeout, config.shutdown_timeout,
                   config.refork_after]
-    assert_equal %i[before_fork on_worker_boot on_worker_shutdown on_restart].sort, config.hooks.keys.sort
+    assert_equal %i[before_fork before_worker_boot before_worker_shutdown before_restart].sort, config.hooks.keys.sort
     lines = err.lines
     assert_equal 3, lines.size, err
     assert_match(/config\/puma\.rb:15: 'stdout_redirect' is a Puma setting/, lines[0])
