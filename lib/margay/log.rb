@@ -75,7 +75,7 @@ module Margay
     private
 
     def write(io, line)
-      line = @formatter.call(line.chomp).to_s if @formatter
+      line = line.each_line(chomp: true).map { |l| "#{@formatter.call(l)}\n" }.join if @formatter # each line, as Puma
       io.write(line.end_with?("\n") ? line : "#{line}\n")
     rescue IOError, SystemCallError
       nil # a closed or broken log stream must never take a request down
