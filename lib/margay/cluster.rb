@@ -118,7 +118,7 @@ module Margay
       @forwarder.close_held # no worker will serve again
       @log.info("master: graceful stop (#{@workers.size} workers)")
       @stopping = true
-      @stop_deadline = Clock.now + @config.shutdown_timeout + 5
+      @stop_deadline = Clock.now + grace_period + 5
       signal_workers(:TERM)
       close_listeners # the workers close theirs as they stop: then new clients are refused
     end
@@ -167,7 +167,7 @@ module Margay
       @log.info("master: hot restart")
       Systemd.notify("RELOADING=1")
       signal_workers(:TERM)
-      deadline = Clock.now + @config.shutdown_timeout + 5
+      deadline = Clock.now + grace_period + 5
       until @workers.empty?
         force_stop if Clock.now > deadline
         wait_for_events
@@ -316,13 +316,13 @@ module Margay
 
     # A worker that stopped reporting is killed, unless it was told to stop:
     # while it finishes its requests it does not report, and it has
-    # shutdown_timeout + 5 s for that, however short worker_timeout is.
+    # grace_period + 5 s for that, however short worker_timeout is.
     def check_heartbeats
       @workers.each do |w|
         if w.stop_at
-          next if Clock.now - w.stop_at < @config.shutdown_timeout + 5
+          next if Clock.now - w.stop_at < grace_period + 5
 
-          @log.error("master: #{w} still stopping after #{@config.shutdown_timeout + 5}s: killing it")
+          @log.error("master: #{w} still stopping after #{grace_period + 5}s: killing it")
           w.stop_at = Clock.now # one kill per grace period
         else
           limit = w.heartbeat_timeout(@config)

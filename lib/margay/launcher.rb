@@ -220,7 +220,7 @@ module Margay
 
     # Trap context: no mutexes. Server#stop is trap-safe; the log line is best effort.
     def graceful_stop(signal)
-      say("SIG#{signal} received: stopping gracefully (up to #{@config.shutdown_timeout}s for requests in flight" \
+      say("SIG#{signal} received: stopping gracefully (up to #{@server.grace_period}s for requests in flight" \
           "#{'; Ctrl-C again to force' if signal == 'INT'})")
       @server.stop
     end

@@ -47,6 +47,15 @@ module Margay
       self
     end
 
+    # Seconds requests in flight get after a stop: Puma's force_shutdown_after
+    # when set (negative: forever, 0: at once), else shutdown_timeout.
+    def grace_period
+      limit = @config.force_shutdown_after
+      return @config.shutdown_timeout if limit.nil?
+
+      limit.negative? ? Float::INFINITY : limit
+    end
+
     # The addresses actually bound, e.g. ["tcp://127.0.0.1:43121"].
     def addresses
       (@listeners || []).map(&:url)

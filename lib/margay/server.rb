@@ -167,15 +167,6 @@ module Margay
       nil
     end
 
-    # Seconds requests in flight get after a stop: Puma's force_shutdown_after
-    # when set (-1: forever, 0: at once), else shutdown_timeout.
-    def grace_period
-      limit = @config.force_shutdown_after
-      return @config.shutdown_timeout if limit.nil?
-
-      limit.negative? ? Float::INFINITY : limit
-    end
-
     def close_listeners
       @listeners.each do |l|
         next if l.io.closed?

@@ -126,4 +126,15 @@ class SingleSettingsTest < Minitest::Test
     assert_match(/\A\[custom\] Margay .* pid #{@master}\n/, log_text)
     assert get("/").end_with?("from the app setting")
   end
+
+  def test_single_mode_runs_the_launcher_hooks_and_warns_about_cluster_ones
+    start("{ hooks: { before_fork: [-> { puts 'RAN before_fork' }], after_booted: [-> { puts \"BOOTED \#{Process.pid}\" }], " \
+          "after_stopped: [-> { puts 'STOPPED' }] } }")
+    wait_for_log(/BOOTED #{@master}/)
+    assert_match(/WARN: the before_fork hook only runs in cluster mode/, log_text)
+    stop_cluster
+    assert_predicate @thread.value, :success?
+    assert_match(/STOPPED\n\z/, log_text)
+    refute_match(/RAN before_fork/, log_text)
+  end
 end
