@@ -70,15 +70,14 @@ module Margay
 
       # The first code of a forked worker; never returns into the master's
       # code. It closes what belongs to the master, sheds the master's
-      # signal handling (Signals#in_worker), loads the app unless it was
-      # preloaded, and serves.
+      # signal handling (Signals#in_worker), and runs the Worker (which
+      # loads the app unless it was preloaded).
       def worker_main(index, mark, channel)
         @roster.close_channels
         @forwarder.close_held # a copy here would keep those sockets open after their worker closed them
         @signals.in_worker(mark)
-        app = @app || @app_loader.call
-        Worker.new(index: index, app: app, config: @config, log: @log, listeners: @listeners, board: @board,
-                   channel: channel).run
+        Worker.new(index: index, app: @app, app_loader: @app_loader, config: @config, log: @log, listeners: @listeners,
+                   board: @board, channel: channel).run
       rescue Exception => e # rubocop:disable Lint/RescueException -- a child must never return into the master's code
         @log.exception(e.cause || e, "worker #{index} failed to boot")
         exit!(1)

@@ -22,16 +22,18 @@ module Margay
       HEARTBEAT_INTERVAL = 1.0
 
       # @param index [Integer] the worker's slot
-      # @param app [#call] the Rack app
+      # @param app [#call, nil] the Rack app (nil: +app_loader+ loads it, after before_worker_boot as in Puma)
+      # @param app_loader [#call, nil] loads the app when +app+ is nil
       # @param config [Configuration]
       # @param log [Log]
       # @param listeners [Array<Binder::Listener>] the master's, inherited
       # @param channel [Channel] the worker's side of its links to the master
       # @param board [Native::IdleBoard, nil] the cluster's count of waiting
       #   threads and connections per worker
-      def initialize(index:, app:, config:, log:, listeners:, channel:, board: nil)
+      def initialize(index:, app:, config:, log:, listeners:, channel:, board: nil, app_loader: nil)
         @index = index
         @app = app
+        @app_loader = app_loader
         @config = config
         @log = log
         @listeners = listeners
@@ -52,6 +54,7 @@ module Margay
       def run
         Process.setproctitle(title("worker #{@index}"))
         hook(:before_worker_boot, @index)
+        @app ||= @app_loader.call
         idle_board = [@board, @index] if @board && @index < @board.size
         @server = Server.new(@app, @config, log: @log, listeners: @listeners, on_tick: method(:tick),
                                             on_stuck: -> { @server.stop }, idle_board: idle_board)
@@ -65,7 +68,7 @@ module Margay
         hook(:before_worker_shutdown, @index) # connections are drained; the app is still loaded
         exit!(0)
       rescue Exception => e # rubocop:disable Lint/RescueException -- a child must never return into the master's code
-        @log.exception(e, "worker #{@index} failed")
+        @log.exception(e.is_a?(AppLoadError) && e.cause ? e.cause : e, "worker #{@index} failed#{' to boot' unless @server}")
         exit!(1)
       end
 

@@ -104,4 +104,15 @@ class ClusterHooksTest < Minitest::Test
     assert_equal 2, forks.size, "the mold runs the fork hooks for the workers it forks"
     assert(named(:after_refork).all? { |h| h[1] == mold })
   end
+
+  def test_without_preload_before_worker_boot_runs_before_the_app_loads
+    @dir = Dir.mktmpdir("margay-hooks-")
+    File.write(File.join(@dir, "margay.rb"), "$stdout.sync = true\npreload_app false\n" \
+                                             "on_worker_boot { |i| puts \"HOOK before_worker_boot \#{Process.pid} \#{i}\" }\n")
+    spawn_master("-w", "1", "-b", "tcp://127.0.0.1:0", "-C", File.join(@dir, "margay.rb"),
+                 File.expand_path("../support/single_app.ru", __dir__))
+    wait_for_log(/booted/)
+    pid = named(:before_worker_boot).first[1]
+    assert_operator log_text.index("HOOK before_worker_boot #{pid}"), :<, log_text.index("APP loaded in #{pid}")
+  end
 end

@@ -2,6 +2,7 @@
 
 # The app the single-mode lifecycle tests serve through the real executable.
 $stdout.sync = true
+puts "APP loaded in #{Process.pid}"
 run lambda { |env|
   case env["PATH_INFO"]
   when "/slow"
