@@ -67,6 +67,7 @@ module Margay
       @spawner = Spawner.new(config: @config, log: @log, listeners: @listeners, roster: @workers, signals: @signals,
                              board: @board, app: app, app_loader: @app_loader, forwarder: @forwarder)
       @signals.trap_all # again: a handler the app set while loading (HUP, say) is kept for the workers
+      @log.warn("idle_timeout is not applied in cluster mode yet (single mode only); ignored") if @config.idle_timeout
       hook(:before_fork, nil) # once, before the first workers (Puma's moment)
       supervise until @stopping && @workers.empty?
       close_listeners
@@ -76,6 +77,12 @@ module Margay
     # Graceful stop of the whole cluster (trap-safe).
     def stop
       @signals.request("TERM")
+    end
+
+    # Ask for what +sig+ (a name of Signals::MASTER) does, as if it had
+    # arrived: "USR2" a hot restart, "USR1" a phased one (trap-safe).
+    def request(sig)
+      @signals.request(sig)
     end
 
     private

@@ -34,6 +34,7 @@ module Margay
       @app_name = app_name
       @rackup_given = rackup_given
       @server = nil
+      @cluster = nil
       @pid_written = nil
       @restart = nil
     end
@@ -51,16 +52,32 @@ module Margay
       run_single(&block)
     end
 
-    # Single mode, from a trap: finish the requests in flight, then re-execute
-    # in place (same pid) with the listeners inherited (USR2, USR1). Returns
-    # false when there is no command line to re-execute (the rackup handler).
+    # Hot restart (USR2), trap-safe. Single mode: finish the requests in
+    # flight, then re-execute in place (same pid) with the listeners
+    # inherited. Cluster mode: the master's hot restart. Returns false when
+    # there is no command line to re-execute (the rackup handler) or nothing runs yet.
     def restart
-      return false unless @restart_argv && @server
+      return false unless @restart_argv && (@cluster || @server)
+      return !@cluster.request("USR2").nil? if @cluster
 
       @restart = true
       @server.keep_listeners_on_stop!
       @server.stop
       true
+    end
+
+    # Phased restart (USR1) in cluster mode; in single mode a restart, as in Puma. Trap-safe.
+    def phased_restart
+      return restart unless @cluster
+
+      @cluster.request("USR1")
+      true
+    end
+
+    # Graceful stop (TERM), trap-safe.
+    def stop
+      @cluster ? @cluster.stop : @server&.stop
+      nil
     end
 
     private
@@ -123,7 +140,7 @@ module Margay
         app, description = load_app
         app
       end
-      cluster = Cluster.new(@config, log: @log, app_loader: loader, restart_argv: @restart_argv, launcher: self)
+      cluster = @cluster = Cluster.new(@config, log: @log, app_loader: loader, restart_argv: @restart_argv, launcher: self)
       cluster.bind
       write_pidfile
       app = loader.call if @config.preload_app? # load errors surface here, before any fork

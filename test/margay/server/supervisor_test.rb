@@ -140,6 +140,7 @@ class SupervisorTest < Minitest::Test
   def test_requests_or_a_busy_thread_keep_idle_timeout_away
     [[0, true], [1, false]].each do |busy, counting|
       @ticks = 0
+      @pool = Pool.new
       @pool.define_singleton_method(:busy) { busy }
       engine = CountingEngine.new
       on_tick = lambda do
