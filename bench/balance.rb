@@ -40,7 +40,7 @@ SERVERS = ENV.fetch("BALANCE_SERVERS", "margay,margay-off,puma").split(",")
 APP = "bench/apps/balance.ru"
 
 def command(server, port, threads, tmp)
-  common = %W[-b tcp://127.0.0.1:#{port} -e production -q -w 2 -t #{threads}:#{threads}]
+  common = %W[-b tcp://127.0.0.1:#{port} -e production -s -w 2 -t #{threads}:#{threads}]
   case server
   when "margay" then %w[bundle exec exe/margay] + common + [APP]
   when "margay-off"

@@ -26,7 +26,7 @@ module Margay
     def with_server(app, lint: true, **settings)
       log_io = @server_log = StringIO.new
       settings = { event_backend: BACKEND }.merge(settings)
-      config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], quiet: true, **settings)
+      config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], silent: true, **settings)
       wrapped = lint ? Rack::Lint.new(app) : app
       server = Margay::Server.new(wrapped, config, log: Margay::Log.new(out: log_io, err: log_io))
       server.bind

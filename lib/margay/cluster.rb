@@ -1,10 +1,11 @@
 # frozen_string_literal: true
 
 require "rbconfig"
-require "margay/margay_native"
+require_relative "native"
 require_relative "runner"
 require_relative "binder"
 require_relative "clock"
+require_relative "log"
 require_relative "systemd"
 require_relative "cluster/balancer"
 require_relative "cluster/roster"
@@ -38,10 +39,13 @@ module Margay
     # @param app_loader [#call] returns the Rack app (called in the master when
     #   preloading, else in each worker)
     # @param restart_argv [Array<String>] the command line re-executed on USR2
-    def initialize(config, log:, app_loader:, restart_argv: nil)
+    # @param launcher [Launcher, nil] what the before_restart hook receives (as in Puma)
+    def initialize(config, log:, app_loader:, restart_argv: nil, launcher: nil)
       super(config, log: log)
       @app_loader = app_loader
       @restart_argv = restart_argv
+      @launcher = launcher
+      @exited = {} # pid => [Roster::ExitedWorker, since]: after_worker_shutdown waits for the exit status
       @workers = Roster.new
       @target = config.workers
       @signals = Signals.new
@@ -63,13 +67,22 @@ module Margay
       @spawner = Spawner.new(config: @config, log: @log, listeners: @listeners, roster: @workers, signals: @signals,
                              board: @board, app: app, app_loader: @app_loader, forwarder: @forwarder)
       @signals.trap_all # again: a handler the app set while loading (HUP, say) is kept for the workers
+      @log.warn("idle_timeout is not applied in cluster mode yet (single mode only); ignored") if @config.idle_timeout
+      hook(:before_fork, nil) # once, before the first workers (Puma's moment)
       supervise until @stopping && @workers.empty?
       close_listeners
+      report_exits(flush: true)
     end
 
     # Graceful stop of the whole cluster (trap-safe).
     def stop
       @signals.request("TERM")
+    end
+
+    # Ask for what +sig+ (a name of Signals::MASTER) does, as if it had
+    # arrived: "USR2" a hot restart, "USR1" a phased one (trap-safe).
+    def request(sig)
+      @signals.request(sig)
     end
 
     private
@@ -84,6 +97,7 @@ module Margay
         handle_signal(sig)
       end
       reap
+      report_exits
       check_heartbeats
       check_memory
       watchdog_ping
@@ -99,7 +113,7 @@ module Margay
       when "TTOU" then shrink
       when "USR1" then phased_restart
       when "USR2" then hot_restart
-      when "HUP" then signal_workers(:HUP)
+      when "HUP" then hangup
       when "URG" then promote(@workers.serving.select { |w| w.booted? && !w.retiring? }.min_by(&:index))
       end
     end
@@ -111,7 +125,7 @@ module Margay
       @forwarder.close_held # no worker will serve again
       @log.info("master: graceful stop (#{@workers.size} workers)")
       @stopping = true
-      @stop_deadline = Clock.now + @config.shutdown_timeout + 5
+      @stop_deadline = Clock.now + grace_period + 5
       signal_workers(:TERM)
       close_listeners # the workers close theirs as they stop: then new clients are refused
     end
@@ -128,8 +142,15 @@ module Margay
       return if @target <= 1
 
       @target -= 1
-      victim = @workers.serving.max_by(&:index)
+      victim = @workers.cull(@config.worker_culling_strategy)
       retire(victim) if victim
+    end
+
+    # HUP: reopen the redirected stdout/stderr (here and, through their own
+    # HUP handler, in the workers), and pass the signal to the workers.
+    def hangup
+      Log.redirect(@config, append: true)
+      signal_workers(:HUP)
     end
 
     # USR1: replace workers one at a time. The mold goes too, so that new
@@ -140,7 +161,6 @@ module Margay
       @log.info("master: phased restart of #{@workers.serving.size} workers")
       Systemd.notify("RELOADING=1")
       @ready = false
-      hook(:on_restart)
       @workers.each { |w| w.mold? ? retire(w) : w.retire_later! }
     end
 
@@ -153,9 +173,8 @@ module Margay
 
       @log.info("master: hot restart")
       Systemd.notify("RELOADING=1")
-      hook(:on_restart)
       signal_workers(:TERM)
-      deadline = Clock.now + @config.shutdown_timeout + 5
+      deadline = Clock.now + grace_period + 5
       until @workers.empty?
         force_stop if Clock.now > deadline
         wait_for_events
@@ -163,6 +182,8 @@ module Margay
         watchdog_ping
         return abandon_hot_restart if @signals.stop_queued?
       end
+      report_exits(flush: true)
+      hook(:before_restart, @launcher) # Puma's moment: the workers are gone, the exec is next
       reexec
     end
 
@@ -171,12 +192,9 @@ module Margay
     # that fails (the Ruby binary or the script was removed, say), the master
     # carries on: the supervision loop starts new workers.
     def reexec
-      inherit = @listeners.map { |l| "#{l.bind}=#{l.io.fileno}" }.join(",")
-      fds = @listeners.to_h { |l| [l.io.fileno, l.io.fileno] }
-      env = { Binder::INHERIT_ENV => inherit, Binder::ACTIVATED_ENV => (@listeners.any?(&:activated) ? "1" : nil) }
       held_env, held_fds = @forwarder.exec_handover # connections handed over as the workers stopped
       Systemd.notify("WATCHDOG=1")
-      exec(env.merge(held_env), RbConfig.ruby, *@restart_argv, fds.merge(held_fds).merge(close_others: false))
+      super(@restart_argv, env: held_env, fds: held_fds)
     rescue SystemCallError => e
       @log.error("master: hot restart failed: cannot re-execute (#{e.message}); starting workers again")
       @ready = false
@@ -213,10 +231,11 @@ module Margay
       index = @workers.free_index(@target)
       mold = @workers.mold
       if mold&.ready_mold?
-        retire(mold) unless @spawner.order_from_mold(mold, index) # the mold runs before_fork itself
+        retire(mold) unless @spawner.order_from_mold(mold, index) # the mold runs the fork hooks itself
       else
-        hook(:before_fork, index)
+        hook(:before_worker_fork, index)
         @spawner.fork_child(index)
+        hook(:after_worker_fork, index)
       end
     rescue SystemCallError => e # fork: EAGAIN (process limit), ENOMEM; pipes: EMFILE
       @log.error("master: cannot start worker #{index}: #{e.message}")
@@ -266,6 +285,7 @@ module Margay
       return if @ready || @workers.serving.count(&:booted?) < @target
 
       @ready = Systemd.notify("READY=1") || true # once every worker of a generation serves
+      hook(:after_booted) # Puma's moment: every worker booted, at start and after each phased restart
     end
 
     # ---- reforking ----
@@ -303,13 +323,13 @@ module Margay
 
     # A worker that stopped reporting is killed, unless it was told to stop:
     # while it finishes its requests it does not report, and it has
-    # shutdown_timeout + 5 s for that, however short worker_timeout is.
+    # grace_period + 5 s for that, however short worker_timeout is.
     def check_heartbeats
       @workers.each do |w|
         if w.stop_at
-          next if Clock.now - w.stop_at < @config.shutdown_timeout + 5
+          next if Clock.now - w.stop_at < grace_period + 5
 
-          @log.error("master: #{w} still stopping after #{@config.shutdown_timeout + 5}s: killing it")
+          @log.error("master: #{w} still stopping after #{grace_period + 5}s: killing it")
           w.stop_at = Clock.now # one kill per grace period
         else
           limit = w.heartbeat_timeout(@config)
@@ -349,6 +369,7 @@ module Margay
 
         worker = @workers[pid]
         forget(worker, status) if worker
+        @exited[pid][0].process_status ||= status if @exited[pid] # its pipe's EOF came first
       end
     rescue Errno::ECHILD
       nil
@@ -357,6 +378,7 @@ module Margay
     def forget(worker, status)
       return unless @workers.delete(worker)
 
+      exited(worker, status)
       @forwarder.drain(worker) # what it handed over (or back) before it exited
       worker.channel.close
       @board.clear(worker.index) if !worker.mold? && worker.index < @board.size # a killed worker cannot count itself out
@@ -384,11 +406,41 @@ module Margay
       end
     end
 
+    # ---- after_worker_shutdown ----
+
+    # A worker is gone: after_worker_shutdown runs once its exit status is
+    # collected (its pipe's EOF usually comes first), or a second later
+    # without one (a process that is not the master's child).
+    def exited(worker, status)
+      return if worker.mold? || @config.hooks[:after_worker_shutdown].nil?
+
+      handle = Roster::ExitedWorker.new(index: worker.index, pid: worker.pid, process_status: status,
+                                        booted: worker.booted?)
+      @exited[worker.pid] = [handle, Clock.now]
+      report_exits
+    end
+
+    # Run after_worker_shutdown for the exits whose status is known, or
+    # waited for long enough (+flush+: all of them, before a stop or an exec).
+    def report_exits(flush: false)
+      @exited.delete_if do |pid, (handle, since)|
+        handle.process_status ||= collect_status(pid)
+        next false unless handle.process_status || flush || Clock.now - since > 1
+
+        hook(:after_worker_shutdown, handle)
+        true
+      end
+    end
+
+    def collect_status(pid)
+      Process.wait2(pid, Process::WNOHANG)&.last
+    rescue Errno::ECHILD
+      nil
+    end
+
     # A user hook run in the master: its failure is logged, never fatal to the master.
     def hook(name, *args)
-      @config.run_hook(name, *args)
-    rescue StandardError => e
-      @log.exception(e, "#{name} hook failed")
+      @config.run_hook(name, *args, log: @log)
     end
   end
 end

@@ -100,12 +100,28 @@ module Margay
       restart_command: nil,           # the command a hot restart re-executes (nil: the original argv)
       worker_culling_strategy: :youngest, # which workers TTOU and a lower count stop first (:youngest, :oldest)
       app: nil,                       # a Rack app from the config file (Puma's `app`), served instead of the rackup file
-      hooks: {}.freeze                # name => [Proc]: before_fork, on_worker_boot, before_worker_shutdown,
-                                      # on_worker_shutdown, on_restart
+      hooks: {}.freeze                # name (one of HOOKS) => [callable or Hook]
     }.freeze
 
-    # Hook names a config file may register blocks for.
-    HOOKS = %i[before_fork on_worker_boot before_worker_shutdown on_worker_shutdown on_restart].freeze
+    # Hook names (Puma 8's canonical ones) a config file may register blocks
+    # for; docs/CONFIGURATION.md "Hooks" says where and when each runs.
+    HOOKS = %i[before_fork before_worker_fork after_worker_fork before_worker_boot before_worker_shutdown
+               after_worker_shutdown before_restart before_refork after_refork before_thread_start
+               before_thread_exit after_booted after_stopped out_of_band].freeze
+
+    # Hooks that only run in cluster mode: a single process warns about them
+    # at start, like Puma, and never runs them.
+    CLUSTER_HOOKS = %i[before_fork before_worker_fork after_worker_fork before_worker_boot before_worker_shutdown
+                       after_worker_shutdown before_refork].freeze
+
+    # A hook block registered with Puma's +key+ (`before_worker_boot(:db) { |index, data| }`):
+    # it also receives a Hash kept per key for the life of the worker process.
+    Hook = Struct.new(:key, :block) do
+      # Call the block with +args+, plus the key's Hash from +data+ (a Hash of Hashes) when there is one.
+      def call(*args, data: nil)
+        data ? block.call(*args, data[key] ||= {}) : block.call(*args)
+      end
+    end
 
     # The names of every setting.
     SETTINGS = DEFAULTS.keys.freeze
@@ -165,9 +181,22 @@ module Margay
       preload_app.nil? ? workers.positive? : preload_app
     end
 
-    # Run the blocks registered for hook +name+ with +args+.
-    def run_hook(name, *args)
-      (hooks[name] || []).each { |block| block.call(*args) }
+    # Run the blocks registered for hook +name+ with +args+, in order. A
+    # block that raises is logged (on +log+, or stderr) and the next one runs:
+    # a hook never takes the process down, as in Puma.
+    # @param data [Hash, nil] the calling process's per-key hook data (Hook)
+    def run_hook(name, *args, log: nil, data: nil)
+      (hooks[name] || []).each do |block|
+        block.is_a?(Hook) ? block.call(*args, data: data || {}) : block.call(*args)
+      rescue StandardError => e
+        log ? log.exception(e, "#{name} hook failed") : Kernel.warn("margay: #{name} hook failed: #{e.class}: #{e.message}")
+      end
+      nil
+    end
+
+    # The cluster-only hooks this configuration registers (a single process never runs them).
+    def cluster_only_hooks
+      CLUSTER_HOOKS.select { |name| hooks.key?(name) && !hooks[name].empty? }
     end
 
     private

@@ -25,16 +25,18 @@ module Margay
     #   missing file is an error rather than a reason to serve the demo app
     # @param restart_argv [Array<String>, nil] the command line a cluster master
     #   re-executes on USR2 (hot restart)
-    def initialize(config, log: Log.new(quiet: config.quiet), app: nil, app_name: "application", rackup_given: false,
+    def initialize(config, log: Log.new(quiet: config.silent), app: nil, app_name: "application", rackup_given: false,
                    restart_argv: nil)
       @config = config
       @restart_argv = restart_argv
-      @log = log
+      @log = log.configured(config)
       @app = app
       @app_name = app_name
       @rackup_given = rackup_given
       @server = nil
+      @cluster = nil
       @pid_written = nil
+      @restart = nil
     end
 
     # Serve until TERM or INT. Yields the bound server before serving when a
@@ -43,29 +45,90 @@ module Margay
     # @raise [AppLoadError] the rackup file raised
     def run(&block)
       ENV["RACK_ENV"] = @config.environment
+      Log.redirect(@config, append: @config.redirect_append || ENV.delete(Runner::REDIRECTED_ENV))
+      Dir.chdir(@config.directory) if @config.directory
       return run_cluster if @config.workers.positive?
 
       run_single(&block)
+    end
+
+    # Hot restart (USR2), trap-safe. Single mode: finish the requests in
+    # flight, then re-execute in place (same pid) with the listeners
+    # inherited. Cluster mode: the master's hot restart. Returns false when
+    # there is no command line to re-execute (the rackup handler) or nothing runs yet.
+    def restart
+      return false unless @restart_argv && (@cluster || @server)
+      return !@cluster.request("USR2").nil? if @cluster
+
+      @restart = true
+      @server.keep_listeners_on_stop!
+      @server.stop
+      true
+    end
+
+    # Phased restart (USR1) in cluster mode; in single mode a restart, as in Puma. Trap-safe.
+    def phased_restart
+      return restart unless @cluster
+
+      @cluster.request("USR1")
+      true
+    end
+
+    # Graceful stop (TERM), trap-safe.
+    def stop
+      @cluster ? @cluster.stop : @server&.stop
+      nil
     end
 
     private
 
     def run_single
       close_inherited_connections
+      warn_cluster_hooks
       app, description = load_app
       require_relative "server"
       @server = Server.new(app, @config, log: @log)
       @server.bind
       write_pidfile
       banner(description, @server.addresses)
+      set_title(@server.addresses)
       yield @server if block_given?
       previous = trap_signals
-      @server.run
+      @server.run { @config.run_hook(:after_booted, log: @log) }
+      return restart! if @restart
+
       @log.info("Margay stopped")
+      @config.run_hook(:after_stopped, log: @log)
       0
     ensure
       previous&.each { |signal, handler| Signal.trap(signal, handler || "DEFAULT") }
+      remove_pidfile unless @restart
+    end
+
+    # The requests in flight are done and the listeners still open: become
+    # the new process. If exec fails the listeners are closed and the process
+    # exits 1 (it has stopped serving).
+    def restart!
+      @log.info("Margay restarting in place (pid #{Process.pid})")
+      Systemd.notify("RELOADING=1")
+      @config.run_hook(:before_restart, self, log: @log)
+      @server.reexec(@restart_argv)
+    rescue SystemCallError => e
+      @log.error("restart failed: cannot re-execute (#{e.message}); stopping")
+      @server.listeners.each { |l| l.io.close unless l.io.closed? }
       remove_pidfile
+      1
+    end
+
+    # Puma prints the same: these hooks run only in cluster mode.
+    def warn_cluster_hooks
+      @config.cluster_only_hooks.each do |name|
+        @log.warn("the #{name} hook only runs in cluster mode (workers > 0): it will not run in this single process")
+      end
+    end
+
+    def set_title(addresses)
+      Process.setproctitle(Runner.title(@config, addresses))
     end
 
     # Cluster mode: the master binds, (pre)loads and supervises; it traps the
@@ -77,13 +140,15 @@ module Margay
         app, description = load_app
         app
       end
-      cluster = Cluster.new(@config, log: @log, app_loader: loader, restart_argv: @restart_argv)
+      cluster = @cluster = Cluster.new(@config, log: @log, app_loader: loader, restart_argv: @restart_argv, launcher: self)
       cluster.bind
       write_pidfile
       app = loader.call if @config.preload_app? # load errors surface here, before any fork
       banner(description || "#{@config.rackup} (loaded by each worker)", cluster.addresses)
+      set_title(cluster.addresses)
       cluster.run(preloaded_app: app)
       @log.info("Margay stopped")
+      @config.run_hook(:after_stopped, log: @log)
       0
     ensure
       remove_pidfile
@@ -101,6 +166,7 @@ module Margay
     # Returns [app, description for the banner].
     def load_app
       return [@app, @app_name] if @app
+      return [@config.app, "#{@config.app.class} (the config's app)"] if @config.app
 
       path = @config.rackup
       if File.file?(path)
@@ -135,8 +201,10 @@ module Margay
       @log.info(lines.join("\n"))
     end
 
-    # TERM and INT stop gracefully; a second INT exits at once. Returns the
-    # previous handlers so that #run can put them back.
+    # Single mode, as Puma's: TERM and INT stop gracefully (a second INT
+    # exits at once); USR2 and USR1 restart in place; HUP reopens the
+    # redirected stdout/stderr, or stops gracefully when nothing is
+    # redirected. Returns the previous handlers so that #run can put them back.
     def trap_signals
       interrupted = false
       previous = {}
@@ -146,12 +214,30 @@ module Margay
         interrupted = true
         graceful_stop("INT")
       end
+      previous["USR2"] = Signal.trap("USR2") { restart_signal("USR2") }
+      previous["USR1"] = Signal.trap("USR1") { restart_signal("USR1") }
+      previous["HUP"] = Signal.trap("HUP") { hangup }
       previous
+    end
+
+    def restart_signal(signal)
+      phased = " (no phased restart in single mode: restarting)" if signal == "USR1"
+      return say("SIG#{signal} ignored: no command line to re-execute") unless @restart_argv
+
+      say("SIG#{signal} received#{phased}: finishing requests in flight, then restarting in place")
+      restart
+    end
+
+    # Reopening files takes locks a trap may not: a thread does it.
+    def hangup
+      return graceful_stop("HUP") unless @config.redirect_stdout || @config.redirect_stderr
+
+      Thread.new { Log.redirect(@config, append: true) }
     end
 
     # Trap context: no mutexes. Server#stop is trap-safe; the log line is best effort.
     def graceful_stop(signal)
-      say("SIG#{signal} received: stopping gracefully (up to #{@config.shutdown_timeout}s for requests in flight" \
+      say("SIG#{signal} received: stopping gracefully (up to #{@server.grace_period}s for requests in flight" \
           "#{'; Ctrl-C again to force' if signal == 'INT'})")
       @server.stop
     end

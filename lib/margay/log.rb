@@ -15,10 +15,35 @@ module Margay
     # @param out [IO] banner, events and access lines
     # @param err [IO] warnings and errors
     # @param quiet [Boolean] drop info lines (warnings and errors still go out)
-    def initialize(out: $stdout, err: $stderr, quiet: false)
-      @out = out
-      @err = err
+    # @param formatter [#call, nil] every line passes through it (Puma's log_formatter)
+    # @param logger [#write, nil] receives every line instead of out and err (Puma's custom_logger)
+    def initialize(out: $stdout, err: $stderr, quiet: false, formatter: nil, logger: nil)
+      @out = logger || out
+      @err = logger || err
       @quiet = quiet
+      @formatter = formatter
+    end
+
+    # This log with +config+'s log_formatter and custom_logger applied (self when it sets neither).
+    def configured(config)
+      return self unless config.log_formatter || config.custom_logger
+
+      Log.new(out: @out, err: @err, quiet: @quiet, formatter: config.log_formatter, logger: config.custom_logger)
+    end
+
+    # Reopen $stdout and $stderr to +config+'s redirect_stdout/redirect_stderr
+    # files (Puma's stdout_redirect). +append+: keep what the files hold (a
+    # HUP, a hot restart) instead of following redirect_append. Returns
+    # whether anything is redirected.
+    def self.redirect(config, append: config.redirect_append)
+      mode = append ? "a" : "w"
+      { $stdout => config.redirect_stdout, $stderr => config.redirect_stderr }.each do |io, path|
+        next unless path
+
+        io.reopen(path, mode)
+        io.sync = true
+      end
+      !(config.redirect_stdout || config.redirect_stderr).nil?
     end
 
     # An event line (dropped when quiet).
@@ -50,9 +75,18 @@ module Margay
     private
 
     def write(io, line)
+      line = line.each_line(chomp: true).map { |l| "#{@formatter.call(l)}\n" }.join if @formatter # each line, as Puma
       io.write(line.end_with?("\n") ? line : "#{line}\n")
     rescue IOError, SystemCallError
       nil # a closed or broken log stream must never take a request down
+    rescue StandardError => e # a formatter or custom logger that raises: the line still goes out, unformatted
+      fallback(line, e)
+    end
+
+    def fallback(line, error)
+      $stderr.write("#{line.chomp} (log_formatter/custom_logger raised #{error.class}: #{error.message})\n")
+    rescue IOError, SystemCallError
+      nil
     end
   end
 end

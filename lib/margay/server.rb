@@ -36,7 +36,7 @@ module Margay
     # @param idle_board [Array(Native::IdleBoard, Integer), nil] a cluster
     #   worker's board and slot: its waiting threads are counted there, and
     #   it balances load only when another worker has a thread free
-    def initialize(app, config, log: Log.new(quiet: config.quiet), listeners: nil, on_tick: nil, on_stuck: nil,
+    def initialize(app, config, log: Log.new(quiet: config.silent), listeners: nil, on_tick: nil, on_stuck: nil,
                    idle_board: nil)
       super(config, log: log, listeners: listeners)
       @idle_board = idle_board
@@ -50,10 +50,12 @@ module Margay
       @counters = { errors: 0 }
       @stop_r, @stop_w = IO.pipe
       @started_at = nil
+      @oob_lock = Mutex.new
     end
 
-    # Serve until #stop is called. Returns after in-flight requests finished
-    # (or the grace period passed).
+    # Serve until #stop is called (or idle_timeout passed without a
+    # request). Yields once serving, when a block is given. Returns after
+    # in-flight requests finished (or the grace period passed).
     def run
       bind
       # The engine names the settings it reads; their values (and defaults) come from the configuration.
@@ -62,15 +64,18 @@ module Margay
       @listeners.each { |l| @engine.add_listener(l.io.fileno, l.unix, l.server_name, l.server_port) }
       @engine.publish_idle(*@idle_board) if @idle_board
       deadline = (Deadline.new(@config.request_timeout, log: @log, on_stuck: @on_stuck) if @config.request_timeout)
-      handler = RequestHandler.new(@app, @engine, @config, @log, @counters, deadline: deadline)
+      handler = RequestHandler.new(@app, @engine, @config, @log, @counters, deadline: deadline,
+                                   out_of_band: (method(:out_of_band) if @config.hooks[:out_of_band]))
       @pool = ThreadPool.new(min: @config.effective_min_threads, max: @config.max_threads,
-                             idle_timeout: @config.thread_idle_timeout) { |pool| handler.serve(pool) }
+                             idle_timeout: @config.thread_idle_timeout) { |pool| serve_thread(handler, pool) }
       supervisor = Supervisor.new(pool: @pool, engine: @engine, deadline: deadline, on_tick: @on_tick,
-                                  watchdog: (Systemd.watchdog_interval if @owns_listeners))
+                                  watchdog: (Systemd.watchdog_interval if @owns_listeners),
+                                  idle_timeout: (@config.idle_timeout if @owns_listeners), log: @log)
       @started_at = Clock.now
       @engine.start
       @pool.start
       notify("READY=1")
+      yield self if block_given?
       supervisor.run(@stop_r)
       notify("STOPPING=1")
       shutdown
@@ -92,6 +97,16 @@ module Margay
       @close_listeners_on_stop = true
     end
 
+    # A restart in place (single mode) keeps the listeners open as it stops:
+    # the process that exec replaces this one with inherits them (trap-safe).
+    def keep_listeners_on_stop!
+      @close_listeners_on_stop = false
+    end
+
+    # The pool's size limits, what Puma's before_thread_start hook receives
+    # (its ServerPluginControl).
+    ThreadControl = Struct.new(:min_threads, :max_threads)
+
     # Live counters for the demo app and monitoring.
     def stats
       base = { requests: 0, connections: 0, threads: 0, busy_threads: 0, errors: @counters[:errors] }
@@ -107,6 +122,27 @@ module Margay
 
     private
 
+    # What each pool thread runs: the thread hooks around the request loop.
+    def serve_thread(handler, pool)
+      @config.run_hook(:before_thread_start, ThreadControl.new(@pool.min, @pool.max), log: @log)
+      handler.serve(pool)
+    ensure
+      @config.run_hook(:before_thread_exit, log: @log)
+    end
+
+    # Puma's out_of_band: the hooks run when no request is running; the
+    # thread that finished the last one runs them (one at a time; the
+    # other threads keep serving meanwhile).
+    def out_of_band
+      return unless @pool.busy.zero? && @oob_lock.try_lock
+
+      begin
+        @config.run_hook(:out_of_band, log: @log)
+      ensure
+        @oob_lock.unlock
+      end
+    end
+
     # sd_notify, from a standalone server only (a cluster's master speaks for its workers).
     def notify(state)
       Systemd.notify(state) if @owns_listeners
@@ -120,8 +156,8 @@ module Margay
     def shutdown
       @engine.stop
       close_listeners if @close_listeners_on_stop
-      unless @pool.join(@config.shutdown_timeout)
-        @log.warn("grace period of #{@config.shutdown_timeout}s over: closing remaining connections")
+      unless @pool.join(grace_period)
+        @log.warn("grace period of #{grace_period}s over: closing remaining connections")
         @engine.stop(true)
         @pool.force_stop unless @pool.join(1)
       end

@@ -94,9 +94,25 @@ class ConfigurationTest < Minitest::Test
 
   def test_hooks_run_in_order_with_their_arguments
     seen = []
-    c = Configuration.new(hooks: { on_worker_boot: [->(i) { seen << [:a, i] }, ->(i) { seen << [:b, i] }] })
-    c.run_hook(:on_worker_boot, 3)
+    c = Configuration.new(hooks: { before_worker_boot: [->(i) { seen << [:a, i] }, ->(i) { seen << [:b, i] }] })
+    c.run_hook(:before_worker_boot, 3)
     c.run_hook(:before_fork)
     assert_equal [[:a, 3], [:b, 3]], seen
+  end
+
+  def test_a_hook_that_raises_is_logged_and_the_next_one_still_runs
+    seen = []
+    log = Object.new
+    log.define_singleton_method(:exception) { |e, context| seen << [context, e.message] }
+    c = Configuration.new(hooks: { after_booted: [-> { raise "boom" }, -> { seen << :second }] })
+    assert_nil c.run_hook(:after_booted, log: log)
+    assert_equal [["after_booted hook failed", "boom"], :second], seen
+    _, err = capture_io { c.run_hook(:after_booted) }
+    assert_match(/margay: after_booted hook failed: RuntimeError: boom/, err)
+  end
+
+  def test_cluster_only_hooks_are_named_for_the_single_mode_warning
+    c = Configuration.new(hooks: { before_fork: [-> {}], after_booted: [-> {}], before_worker_boot: [->(_) {}] })
+    assert_equal %i[before_fork before_worker_boot], c.cluster_only_hooks
   end
 end

@@ -17,8 +17,10 @@ module Margay
       # @param log [Log]
       # @param channel [Channel] the worker's side of its links to the master
       # @param beat_interval [Float] seconds between heartbeats
-      def initialize(index:, config:, log:, channel:, beat_interval:)
+      # @param hook_data [Hash] the worker's per-key hook data (Configuration::Hook)
+      def initialize(index:, config:, log:, channel:, beat_interval:, hook_data: {})
         @index = index
+        @hook_data = hook_data
         @config = config
         @log = log
         @channel = channel
@@ -45,12 +47,17 @@ module Margay
 
       private
 
+      def hook(name, *args)
+        @config.run_hook(name, *args, log: @log, data: @hook_data)
+      end
+
       # Fork worker +index+ twice over: the new worker is re-parented away
       # from the mold; the middle process answers the master and exits at
-      # once. before_fork runs here, in the process that forks (the master
-      # runs it only for its own forks).
+      # once. The fork hooks run here, in the process that forks (as in
+      # Puma's fork_worker, where worker 0 runs them): before_worker_fork and
+      # after_worker_fork around the fork, then after_refork.
       def double_fork(index)
-        @config.run_hook(:before_fork, index)
+        hook(:before_worker_fork, index)
         master_side, worker_side = Channel.pair
         middle = fork do
           pid = fork do
@@ -64,6 +71,8 @@ module Margay
           exit!(0)
         end
         Process.wait(middle)
+        hook(:after_worker_fork, index)
+        hook(:after_refork, nil)
       rescue StandardError => e # a fork or hook failure: the master's wait for the answer times out
         @log.exception(e, "mold: cannot fork worker #{index}")
       ensure

@@ -10,6 +10,27 @@ module Margay
     class Roster
       include Enumerable
 
+      # What Puma's after_worker_shutdown hook receives about a worker that
+      # exited (the methods of Puma's WorkerHandle that still mean something
+      # then). process_status: its Process::Status, nil when the master could
+      # not collect it (a worker the mold forked, on a system without a
+      # child subreaper).
+      ExitedWorker = Struct.new(:index, :pid, :process_status, :booted, keyword_init: true) do
+        def booted?
+          booted
+        end
+
+        # Always true: it is gone.
+        def term?
+          true
+        end
+
+        # Phases are not counted by Margay.
+        def phase
+          0
+        end
+      end
+
       def initialize
         @by_pid = {}
       end
@@ -50,6 +71,12 @@ module Margay
       # The workers that serve, or will (booting ones too): not the mold, not stopping.
       def serving
         select(&:serving?)
+      end
+
+      # The serving worker TTOU stops first: the most recently started one
+      # (+strategy+ :youngest, Puma's default) or the longest running (:oldest).
+      def cull(strategy)
+        strategy == :oldest ? serving.first : serving.last
       end
 
       # The mold (pending or ready) unless it was told to stop; nil when there is none.

@@ -37,7 +37,7 @@ module Margay
 
       # Fork worker +index+ from the master. Returns its record; raises
       # SystemCallError when the process or its links cannot be made (fork:
-      # EAGAIN, ENOMEM; pipes: EMFILE). The caller runs before_fork first.
+      # EAGAIN, ENOMEM; pipes: EMFILE). The caller runs the fork hooks around it.
       def fork_child(index)
         master_side, worker_side = Channel.pair
         mark = @signals.mark
@@ -53,7 +53,7 @@ module Margay
       end
 
       # Order worker +index+ from +mold+ (the ready mold's record; the mold
-      # runs before_fork itself: it is the process that forks). Returns the
+      # runs the fork hooks itself: it is the process that forks). Returns the
       # new worker's record, or nil when the mold failed (logged: the caller
       # drops the mold).
       def order_from_mold(mold, index)
@@ -70,15 +70,14 @@ module Margay
 
       # The first code of a forked worker; never returns into the master's
       # code. It closes what belongs to the master, sheds the master's
-      # signal handling (Signals#in_worker), loads the app unless it was
-      # preloaded, and serves.
+      # signal handling (Signals#in_worker), and runs the Worker (which
+      # loads the app unless it was preloaded).
       def worker_main(index, mark, channel)
         @roster.close_channels
         @forwarder.close_held # a copy here would keep those sockets open after their worker closed them
         @signals.in_worker(mark)
-        app = @app || @app_loader.call
-        Worker.new(index: index, app: app, config: @config, log: @log, listeners: @listeners, board: @board,
-                   channel: channel).run
+        Worker.new(index: index, app: @app, app_loader: @app_loader, config: @config, log: @log, listeners: @listeners,
+                   board: @board, channel: channel).run
       rescue Exception => e # rubocop:disable Lint/RescueException -- a child must never return into the master's code
         @log.exception(e.cause || e, "worker #{index} failed to boot")
         exit!(1)

@@ -22,16 +22,18 @@ module Margay
       HEARTBEAT_INTERVAL = 1.0
 
       # @param index [Integer] the worker's slot
-      # @param app [#call] the Rack app
+      # @param app [#call, nil] the Rack app (nil: +app_loader+ loads it, after before_worker_boot as in Puma)
+      # @param app_loader [#call, nil] loads the app when +app+ is nil
       # @param config [Configuration]
       # @param log [Log]
       # @param listeners [Array<Binder::Listener>] the master's, inherited
       # @param channel [Channel] the worker's side of its links to the master
       # @param board [Native::IdleBoard, nil] the cluster's count of waiting
       #   threads and connections per worker
-      def initialize(index:, app:, config:, log:, listeners:, channel:, board: nil)
+      def initialize(index:, app:, config:, log:, listeners:, channel:, board: nil, app_loader: nil)
         @index = index
         @app = app
+        @app_loader = app_loader
         @config = config
         @log = log
         @listeners = listeners
@@ -44,33 +46,58 @@ module Margay
         @last_beat = nil
         @orphaned = false
         @terminating = false
+        @hook_data = {} # Puma's per-key hook data, for this worker's life
         @beat_interval = [HEARTBEAT_INTERVAL, config.worker_timeout / 4.0].min
       end
 
       # Serve until told to stop (or to become the mold); never returns.
       def run
-        $PROGRAM_NAME = "margay: worker #{@index}"
-        @config.run_hook(:on_worker_boot, @index)
+        Process.setproctitle(title("worker #{@index}"))
+        hook(:before_worker_boot, @index)
+        @app ||= @app_loader.call
         idle_board = [@board, @index] if @board && @index < @board.size
         @server = Server.new(@app, @config, log: @log, listeners: @listeners, on_tick: method(:tick),
                                             on_stuck: -> { @server.stop }, idle_board: idle_board)
         @balancer = Balancer.new(server: @server, channel: @channel, log: @log, index: @index)
         Signals::STOP.each { |sig| trap(sig) { terminate } }
         (Signals::MASTER - Signals::STOP - %w[HUP]).each { |sig| trap(sig, "IGNORE") }
-        app_hup = trap("HUP", "IGNORE") # HUP never kills a worker ...
-        trap("HUP", app_hup) if app_hup.is_a?(Proc) # ... and an app's own handler (reopening logs) stays
+        trap_hup
         @server.run
         @balancer.return_handed_over
         become_mold if @mold_requested && !@terminating
-        @config.run_hook(:before_worker_shutdown, @index) # connections are drained; the app is still loaded
-        @config.run_hook(:on_worker_shutdown, @index)
+        hook(:before_worker_shutdown, @index) # connections are drained; the app is still loaded
         exit!(0)
       rescue Exception => e # rubocop:disable Lint/RescueException -- a child must never return into the master's code
-        @log.exception(e, "worker #{@index} failed")
+        @log.exception(e.is_a?(AppLoadError) && e.cause ? e.cause : e, "worker #{@index} failed#{' to boot' unless @server}")
         exit!(1)
       end
 
       private
+
+      def hook(name, *args)
+        @config.run_hook(name, *args, log: @log, data: @hook_data)
+      end
+
+      # "margay: worker 0 [tag]": the tag as in the master's title (Runner.title).
+      def title(what)
+        tag = @config.tag || File.basename(Dir.pwd)
+        "margay: #{what}#{" [#{tag}]" unless tag.to_s.empty?}"
+      end
+
+      # HUP never kills a worker: it reopens the redirected stdout/stderr
+      # (the master reopened its own), and an app's own handler (reopening
+      # its logs) still runs.
+      def trap_hup
+        app_hup = trap("HUP", "IGNORE")
+        redirected = @config.redirect_stdout || @config.redirect_stderr
+        return trap("HUP", app_hup) if app_hup.is_a?(Proc) && !redirected
+        return unless redirected
+
+        trap("HUP") do |signo|
+          Thread.new { Log.redirect(@config, append: true) } # reopening takes locks a trap may not
+          app_hup.call(signo) if app_hup.is_a?(Proc)
+        end
+      end
 
       # TERM/INT/QUIT: stop serving, and do not become the mold either, if that
       # was asked for (the master is stopping or replacing this worker).
@@ -122,10 +149,12 @@ module Margay
       # (its engine and pool threads are gone: nothing forks while they run)
       # and forks the new workers from now on; never returns.
       def become_mold
-        $PROGRAM_NAME = "margay: mold (from worker #{@index})"
+        Process.setproctitle(title("mold (from worker #{@index})"))
         Signals::STOP.each { |sig| trap(sig) { exit!(0) } }
         exit!(0) if @terminating # told to stop while it was draining
-        mold = Mold.new(index: @index, config: @config, log: @log, channel: @channel, beat_interval: @beat_interval)
+        hook(:before_refork, nil) # Puma's moment: it stopped serving, the re-forks come next
+        mold = Mold.new(index: @index, config: @config, log: @log, channel: @channel, beat_interval: @beat_interval,
+                        hook_data: @hook_data)
         mold.run do |index, channel|
           Worker.new(index: index, app: @app, config: @config, log: @log, listeners: @listeners, channel: channel,
                      board: @board).run

@@ -91,12 +91,22 @@ module Margay
                                              event_backend tmpdir hooks preload_app app] -
                  PumaCompat::SETTINGS).freeze
 
-        # Hook directives: the block runs at that point of a cluster's life.
-        # on_worker_boot and on_worker_shutdown blocks receive the worker index.
+        # Hook directives, Puma 8's names and every older alias => the hook
+        # (Configuration::HOOKS). docs/CONFIGURATION.md "Hooks" has the table.
         HOOK_ALIASES = {
-          before_fork: :before_fork, on_worker_boot: :on_worker_boot, after_worker_fork: :on_worker_boot,
-          before_worker_boot: :on_worker_boot, before_worker_shutdown: :before_worker_shutdown,
-          on_worker_shutdown: :on_worker_shutdown, on_restart: :on_restart
+          before_fork: :before_fork,
+          before_worker_fork: :before_worker_fork, on_worker_fork: :before_worker_fork,
+          after_worker_fork: :after_worker_fork, after_worker_boot: :after_worker_fork,
+          before_worker_boot: :before_worker_boot, on_worker_boot: :before_worker_boot,
+          before_worker_shutdown: :before_worker_shutdown, on_worker_shutdown: :before_worker_shutdown,
+          after_worker_shutdown: :after_worker_shutdown,
+          before_restart: :before_restart, on_restart: :before_restart,
+          before_refork: :before_refork, on_refork: :before_refork, after_refork: :after_refork,
+          before_thread_start: :before_thread_start, on_thread_start: :before_thread_start,
+          before_thread_exit: :before_thread_exit, on_thread_exit: :before_thread_exit,
+          after_booted: :after_booted, on_booted: :after_booted,
+          after_stopped: :after_stopped, on_stopped: :after_stopped,
+          out_of_band: :out_of_band
         }.freeze
 
         # The config files evaluated so far (the first, then those it `load`s).
@@ -268,11 +278,14 @@ module Margay
           @mode_blocks << [:cluster, block]
         end
 
+        # Puma's optional +key+ (a String or Symbol): the block then also
+        # receives a Hash kept per key in the worker (Configuration::Hook).
         HOOK_ALIASES.each do |directive, hook|
-          define_method(directive) do |&block|
+          define_method(directive) do |key = nil, &block|
             raise_here "#{directive} needs a block" unless block
+            raise_here "#{directive}: the key must be a String or Symbol" unless key.nil? || key.is_a?(String) || key.is_a?(Symbol)
             hooks = (@settings[:hooks] ||= {})
-            (hooks[hook] ||= []) << block
+            (hooks[hook] ||= []) << (key ? Configuration::Hook.new(key.to_sym, block) : block)
           end
         end
 

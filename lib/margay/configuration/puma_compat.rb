@@ -46,12 +46,7 @@ module Margay
         mutate_stdout_and_stderr_to_sync_on_write: "Margay writes each log line with one write call",
         state_permission: "the state file is created with the process umask",
         daemonize: "Margay does not daemonize: run it under a process manager (systemd, foreman, a container)",
-        tcp_mode: "Margay speaks HTTP only", tcp_mode!: "Margay speaks HTTP only",
-        on_booted: "use on_worker_boot", after_booted: "use on_worker_boot",
-        on_stopped: "not available", after_stopped: "not available",
-        on_refork: "not available", after_refork: "not available",
-        on_thread_start: "not available", on_thread_exit: "not available",
-        on_worker_fork: "use before_fork", out_of_band: "not available"
+        tcp_mode: "Margay speaks HTTP only", tcp_mode!: "Margay speaks HTTP only"
       }.freeze
 
       MAPPED.each do |puma_name, (setting, convert)|

@@ -58,8 +58,11 @@ module Margay
       # @param log [Log]
       # @param counters [Hash] the server's {errors:} counter, incremented here
       # @param deadline [Deadline, nil] enforces request_timeout when set
-      def initialize(app, engine, config, log, counters, deadline: nil)
+      # @param out_of_band [#call, nil] called by a thread after each request (Server#out_of_band)
+      def initialize(app, engine, config, log, counters, deadline: nil, out_of_band: nil)
         @app = app
+        @out_of_band = out_of_band
+        @error_handler = config.lowlevel_error_handler
         @engine = engine
         @log = log
         @deadline = deadline
@@ -128,6 +131,7 @@ module Margay
           ensure
             pool.idle!
           end
+          @out_of_band&.call unless continue_with
         end
       rescue Exception # rubocop:disable Lint/RescueException -- unwinding between two requests: free the connection
         @engine.abort(continue_with) if continue_with
@@ -205,7 +209,7 @@ module Margay
         @counters[:errors] += 1
         return abort_started(token) if @engine.response_started?(token)
 
-        send_error(token, status_for(error), error)
+        send_error(token, status_for(error), error, env)
       rescue ClientGone
         nil
       end
@@ -218,9 +222,18 @@ module Margay
         end
       end
 
-      # Answer +status+; in development a 500 shows the error and its
-      # backtrace. Returns the status.
-      def send_error(token, status, error)
+      # Answer +status+: a 500 is the lowlevel_error_handler's response when
+      # there is one; else in development a 500 shows the error and its
+      # backtrace. Returns the status sent.
+      def send_error(token, status, error, env)
+        if status == 500 && @error_handler && (response = handled_error(error, env))
+          begin
+            @engine.respond(token, *response)
+            return response[0]
+          rescue InvalidResponse => e
+            @log.error("invalid response from lowlevel_error_handler: #{e.message}")
+          end
+        end
         if status == 500 && @development
           text = "#{error.class}: #{error.message}\n\n#{(error.backtrace || []).join("\n")}\n"
           @engine.respond(token, 500, { "content-type" => "text/plain; charset=utf-8", "connection" => "close" }, [text])
@@ -228,6 +241,23 @@ module Margay
           @engine.error_response(token, status)
         end
         status
+      end
+
+      # The lowlevel_error_handler's response, called like Puma calls it
+      # (with the error, the env and the status, as many as it takes), as
+      # [status, headers, Array body]; nil when it raised or answered
+      # nonsense (logged: the plain 500 goes out).
+      def handled_error(error, env)
+        args = [error, env, 500]
+        arity = @error_handler.respond_to?(:arity) ? @error_handler.arity : -1
+        status, headers, body = @error_handler.call(*(arity.negative? ? args : args.first(arity)))
+        chunks = []
+        body.each { |chunk| chunks << chunk.to_s }
+        body.close if body.respond_to?(:close)
+        [Integer(status), headers.to_h, chunks]
+      rescue *APP_ERRORS => e
+        @log.exception(e, "lowlevel_error_handler raised")
+        nil
       end
 
       def abort_started(token)

@@ -22,23 +22,33 @@ module Margay
       # @param deadline [Deadline, nil] request_timeout, when set
       # @param on_tick [#call, nil] called every tick
       # @param watchdog [Numeric, nil] seconds between WATCHDOG=1 pings (nil: none)
-      def initialize(pool:, engine:, deadline: nil, on_tick: nil, watchdog: nil)
+      # @param idle_timeout [Numeric, nil] return after this many seconds
+      #   without a request (Puma's idle_timeout; nil: never)
+      # @param log [Log, nil] says why it returned after idling
+      def initialize(pool:, engine:, deadline: nil, on_tick: nil, watchdog: nil, idle_timeout: nil, log: nil)
         @pool = pool
         @engine = engine
         @deadline = deadline
         @on_tick = on_tick
         @watchdog = watchdog
+        @idle_timeout = idle_timeout
+        @log = log
         @ticks = 0
         @cpu = @wall = @last_ping = nil # set by #run
+        @requests = @active_at = nil
       end
 
-      # Tick until +stop+ (an IO) becomes readable or the main thread is
-      # interrupted (Ctrl-C outside a trap).
+      # Tick until +stop+ (an IO) becomes readable, idle_timeout passed
+      # without a request, or the main thread is interrupted (Ctrl-C outside a trap).
       def run(stop)
         @cpu = Clock.cpu
         @wall = Clock.now
         @last_ping = @wall
-        tick until stop.wait_readable(INTERVAL)
+        @active_at = @wall
+        until stop.wait_readable(INTERVAL)
+          tick
+          break if idle_too_long?
+        end
       rescue Interrupt
         nil
       end
@@ -57,6 +67,22 @@ module Margay
         @deadline.check(@pool.threads) if @deadline && (@ticks % DEADLINE_EVERY).zero?
         @cpu = cpu
         @wall = wall
+      end
+
+      # Every DEADLINE_EVERY ticks: has no request arrived or run for idle_timeout seconds?
+      def idle_too_long?
+        return false unless @idle_timeout && (@ticks % DEADLINE_EVERY).zero?
+
+        requests = @engine.stats[:requests]
+        if requests != @requests || @pool.busy.positive?
+          @requests = requests
+          @active_at = @wall
+          return false
+        end
+        return false if @wall - @active_at < @idle_timeout
+
+        @log&.info("no request for #{@idle_timeout}s (idle_timeout): stopping")
+        true
       end
 
       def ping(now)

@@ -87,7 +87,7 @@ class IdleBoardTest < Minitest::Test
   private
 
   def start_server(board, index, **settings)
-    config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], quiet: true, event_backend: BACKEND, **settings)
+    config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], silent: true, event_backend: BACKEND, **settings)
     log = Margay::Log.new(out: StringIO.new, err: StringIO.new)
     server = Margay::Server.new(Rack::Lint.new(HELLO), config, log: log, idle_board: [board, index])
     server.bind

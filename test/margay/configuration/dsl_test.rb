@@ -103,9 +103,45 @@ class DSLTest < Minitest::Test
     assert_equal({ workers: 4, preload_app: true }, evaluate("workers 4\npreload_app!\n"))
     assert_equal Etc.nprocessors, evaluate("workers :auto\n")[:workers]
     assert_config_error("workers 'many'\n", /config\/margay\.rb:1: workers must be a number or :auto/)
-    hooks = evaluate("on_worker_boot { |i| i }\nafter_worker_fork { |i| i }\nbefore_fork { }\n")[:hooks]
-    assert_equal [2, 1], [hooks[:on_worker_boot].size, hooks[:before_fork].size]
+    hooks = evaluate("on_worker_boot { |i| i }\nbefore_worker_boot { |i| i }\nafter_worker_fork { |i| i }\nbefore_fork { }\n")[:hooks]
+    assert_equal [2, 1, 1], [hooks[:before_worker_boot].size, hooks[:after_worker_fork].size, hooks[:before_fork].size]
     assert_config_error("on_restart\n", /config\/margay\.rb:1: on_restart needs a block/)
+  end
+
+  # Every hook name of Puma 5 to 8 (the deprecated ones too) => the hook it registers.
+  PUMA_HOOK_NAMES = {
+    before_fork: :before_fork, before_worker_fork: :before_worker_fork, on_worker_fork: :before_worker_fork,
+    after_worker_fork: :after_worker_fork, after_worker_boot: :after_worker_fork,
+    before_worker_boot: :before_worker_boot, on_worker_boot: :before_worker_boot,
+    before_worker_shutdown: :before_worker_shutdown, on_worker_shutdown: :before_worker_shutdown,
+    after_worker_shutdown: :after_worker_shutdown, before_restart: :before_restart, on_restart: :before_restart,
+    before_refork: :before_refork, on_refork: :before_refork, after_refork: :after_refork,
+    before_thread_start: :before_thread_start, on_thread_start: :before_thread_start,
+    before_thread_exit: :before_thread_exit, on_thread_exit: :before_thread_exit,
+    after_booted: :after_booted, on_booted: :after_booted, after_stopped: :after_stopped,
+    on_stopped: :after_stopped, out_of_band: :out_of_band
+  }.freeze
+
+  def test_every_puma_hook_name_registers_its_hook_without_a_warning
+    PUMA_HOOK_NAMES.each do |directive, hook|
+      settings = nil
+      _, err = capture_io { settings = evaluate("#{directive} { }\n") }
+      assert_equal [hook], settings[:hooks].keys, directive
+      assert_empty err, directive
+      Margay::Configuration.new(**settings) # a valid configuration
+    end
+    assert_equal Margay::Configuration::HOOKS.sort, PUMA_HOOK_NAMES.values.uniq.sort
+  end
+
+  def test_a_hook_key_gives_the_block_its_data
+    hooks = evaluate("before_worker_boot(:db) { |i, data| data[:n] = i }\n" \
+                     "before_worker_shutdown('db') { |i, data| data[:seen] = [i, data[:n]] }\n")[:hooks]
+    config = Margay::Configuration.new(hooks: hooks)
+    data = {}
+    config.run_hook(:before_worker_boot, 2, data: data)
+    config.run_hook(:before_worker_shutdown, 2, data: data)
+    assert_equal({ db: { n: 2, seen: [2, 2] } }, data)
+    assert_config_error("before_worker_boot(1) { }\n", /margay\.rb:1: before_worker_boot: the key must be a String or Symbol/)
   end
 
   def test_load_reads_a_file

@@ -106,7 +106,7 @@ class PumaCompatTest < Minitest::Test
     assert_equal [30, 20, 15, 25, 500],
                  [config.worker_timeout, config.keepalive_timeout, config.header_timeout, config.shutdown_timeout,
                   config.refork_after]
-    assert_equal %i[before_fork on_worker_boot on_worker_shutdown on_restart].sort, config.hooks.keys.sort
+    assert_equal %i[before_fork before_worker_boot before_worker_shutdown before_restart].sort, config.hooks.keys.sort
     assert_equal ["log/out.log", "log/err.log", true], [config.redirect_stdout, config.redirect_stderr, config.redirect_append]
     assert_equal ["tcp://127.0.0.1:9293", "none"], [config.control_url, config.control_token]
     assert_equal [500, {}, ["oops"]], config.lowlevel_error_handler.call(RuntimeError.new, {}, 500)

@@ -107,4 +107,52 @@ class SupervisorTest < Minitest::Test
       listener&.close
     end
   end
+
+  # The engine's request count and the pool's busy threads, as idle_timeout reads them.
+  class CountingEngine
+    attr_accessor :requests
+
+    def initialize
+      @requests = 0
+    end
+
+    def saturated_ms
+      0
+    end
+
+    def stats
+      { requests: @requests }
+    end
+  end
+
+  def test_idle_timeout_returns_after_that_long_without_a_request
+    @pool.define_singleton_method(:busy) { 0 }
+    engine = CountingEngine.new
+    log = StringIO.new
+    started = Margay::Clock.now
+    Timeout.timeout(10) do
+      Supervisor.new(pool: @pool, engine: engine, idle_timeout: 0.3, log: Margay::Log.new(out: log)).run(@stop_r)
+    end
+    assert_operator Margay::Clock.now - started, :>=, 0.3
+    assert_match(/no request for 0.3s \(idle_timeout\): stopping/, log.string)
+  end
+
+  def test_requests_or_a_busy_thread_keep_idle_timeout_away
+    [[0, true], [1, false]].each do |busy, counting|
+      @ticks = 0
+      @pool = Pool.new
+      @pool.define_singleton_method(:busy) { busy }
+      engine = CountingEngine.new
+      on_tick = lambda do
+        @ticks += 1
+        engine.requests += 1 if counting # a request every tick, or one that runs all along
+        @stop_w.write(".") if @ticks == 120
+      end
+      Timeout.timeout(10) do
+        Supervisor.new(pool: @pool, engine: engine, on_tick: on_tick, idle_timeout: 0.1).run(@stop_r)
+      end
+      @stop_r.read_nonblock(16)
+      assert_equal 120, @ticks, "only the stop ended it (busy #{busy})"
+    end
+  end
 end

@@ -1,0 +1,62 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "tmpdir"
+
+# Margay::Log: Puma's log_formatter (each line), custom_logger (every line
+# goes to it), and stdout_redirect (Log.redirect) with its append modes.
+class LogTest < Minitest::Test
+  def config(**settings)
+    Margay::Configuration.new(**settings)
+  end
+
+  def test_configured_without_formatter_or_logger_is_the_same_log
+    log = Margay::Log.new(out: StringIO.new)
+    assert_same log, log.configured(config)
+  end
+
+  def test_log_formatter_formats_each_line
+    out = StringIO.new
+    log = Margay::Log.new(out: out, err: out).configured(config(log_formatter: ->(line) { "[x] #{line}" }))
+    log.info("one\ntwo")
+    log.warn("three")
+    assert_equal "[x] one\n[x] two\n[x] WARN: three\n", out.string
+  end
+
+  def test_custom_logger_receives_every_line
+    logger = StringIO.new
+    out = StringIO.new
+    log = Margay::Log.new(out: out, err: out).configured(config(custom_logger: logger))
+    log.info("banner")
+    log.error("bad")
+    log.access("GET /")
+    assert_equal ["banner\n", "ERROR: bad\n", "GET /\n"], logger.string.lines
+    assert_empty out.string
+  end
+
+  def test_a_raising_formatter_never_loses_the_line
+    log = Margay::Log.new(out: StringIO.new).configured(config(log_formatter: ->(_) { raise "fmt down" }))
+    _, err = capture_io { log.info("kept") }
+    assert_match(/kept \(log_formatter\/custom_logger raised RuntimeError: fmt down\)/, err)
+  end
+
+  def test_redirect_reopens_stdout_and_stderr_truncating_or_appending
+    Dir.mktmpdir do |dir|
+      out, err = File.join(dir, "out.log"), File.join(dir, "err.log")
+      File.write(out, "before\n")
+      script = <<~RUBY
+        require "margay"
+        c = Margay::Configuration.new(redirect_stdout: #{out.inspect}, redirect_stderr: #{err.inspect},
+                                      redirect_append: ARGV[0] == "append")
+        exit 2 unless Margay::Log.redirect(c)
+        puts "to out"
+        warn "to err"
+      RUBY
+      assert system(RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__), "-e", script, "append")
+      assert_equal "before\nto out\n", File.read(out)
+      assert system(RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__), "-e", script, "truncate")
+      assert_equal ["to out\n", "to err\n"], [File.read(out), File.read(err)]
+    end
+    refute Margay::Log.redirect(config), "nothing to redirect"
+  end
+end

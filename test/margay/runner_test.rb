@@ -1,0 +1,36 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "margay/runner"
+
+# What single and cluster mode share: the hot-restart command, the process
+# title, and the grace period after a stop.
+class RunnerTest < Minitest::Test
+  Runner = Margay::Runner
+
+  def config(**settings)
+    Margay::Configuration.new(**settings)
+  end
+
+  def test_restart_command_is_ruby_and_the_argv_or_restart_command_and_the_arguments
+    argv = ["/usr/bin/margay", "-w", "2", "config.ru"]
+    assert_equal [RbConfig.ruby, *argv], Runner.restart_command(config, argv)
+    assert_equal ["bin/margay", "--preload", "-w", "2", "config.ru"],
+                 Runner.restart_command(config(restart_command: "bin/margay --preload"), argv)
+  end
+
+  def test_title_like_pumas_with_the_tag_or_the_directory_name
+    assert_equal "margay #{Margay::VERSION} (tcp://0.0.0.0:3000,unix:///s) [shop]",
+                 Runner.title(config(tag: "shop"), ["tcp://0.0.0.0:3000", "unix:///s"])
+    assert_equal "margay #{Margay::VERSION} (tcp://x:1) [#{File.basename(Dir.pwd)}]", Runner.title(config, ["tcp://x:1"])
+    assert_equal "margay #{Margay::VERSION} (tcp://x:1)", Runner.title(config(tag: ""), ["tcp://x:1"])
+  end
+
+  def test_grace_period_is_force_shutdown_after_or_shutdown_timeout
+    log = Margay::Log.new
+    assert_equal 30, Runner.new(config, log: log).grace_period
+    assert_equal 5, Runner.new(config(force_shutdown_after: 5), log: log).grace_period
+    assert_equal 0, Runner.new(config(force_shutdown_after: 0), log: log).grace_period
+    assert_equal Float::INFINITY, Runner.new(config(force_shutdown_after: -1), log: log).grace_period
+  end
+end

@@ -1,0 +1,73 @@
+# frozen_string_literal: true
+
+require_relative "../support/cluster_process"
+
+# Puma's operational settings in a real cluster (support/launch.rb builds
+# the Configuration): redirected stdout/stderr reopened on HUP by the master
+# and the workers, TTOU's culling strategy, the workers' titles.
+class ClusterSettingsTest < Minitest::Test
+  include ClusterProcess
+
+  APP = File.expand_path("../support/single_app.ru", __dir__)
+  LAUNCH = File.expand_path("../support/launch.rb", __dir__)
+
+  def start(settings)
+    @stdin, @out, @thread = Open3.popen2e({ "MARGAY_TEST_SETTINGS" => settings }, RbConfig.ruby, LAUNCH, APP,
+                                          chdir: @dir)
+    @master = @thread.pid
+    @log = +""
+    @log_lock = Mutex.new
+    @reader = Thread.new do
+      @out.each_line { |line| @log_lock.synchronize { @log << line } }
+    rescue IOError
+      nil
+    end
+  end
+
+  def wait_for_file(path, pattern, count: 1)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20
+    until File.exist?(path) && File.read(path).scan(pattern).size >= count
+      flunk "#{pattern.inspect} never in #{path}: #{File.exist?(path) && File.read(path)}\n#{log_text}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      sleep 0.02
+    end
+    File.read(path)
+  end
+
+  def alive?(pid)
+    File.read("/proc/#{pid}/stat")[/\) (\S)/, 1] != "Z"
+  rescue Errno::ENOENT, Errno::ESRCH
+    false
+  end
+
+  def test_hup_reopens_redirects_everywhere_and_ttou_culls_the_oldest
+    @dir = Dir.mktmpdir("margay-cluster-settings-")
+    out, err = File.join(@dir, "out.log"), File.join(@dir, "err.log")
+    start("{ workers: 2, redirect_stdout: #{out.inspect}, redirect_stderr: #{err.inspect}, " \
+          "worker_culling_strategy: :oldest, tag: 'shop' }")
+    text = wait_for_file(out, /booted/, count: 2)
+    @port = text[%r{Listening on tcp://127\.0\.0\.1:(\d+)}, 1].to_i
+    pids = text.scan(/worker (\d) \(pid (\d+)\) booted/).to_h { |i, pid| [i.to_i, pid.to_i] }
+    assert_equal "margay: worker 0 [shop]", File.read("/proc/#{pids[0]}/cmdline").tr("\0", " ").strip
+
+    File.rename(out, "#{out}.1")
+    File.rename(err, "#{err}.1")
+    Process.kill(:HUP, @master)
+    wait_for_file(out, //)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+    seen = []
+    until seen.uniq.size == 2 || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      seen << raw_exchange(@port, "GET /say?#{seen.size} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")[/\r\n\r\n(\d+)/, 1].to_i
+    end
+    assert_equal pids.values.sort, seen.uniq.sort, "both workers answered"
+    wait_for_file(err, /app stderr/, count: seen.size) # every worker writes to the new files
+    assert_equal seen.size, File.read(out).scan(/app stdout/).size
+
+    Process.kill(:TTOU, @master)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20
+    sleep 0.05 while alive?(pids[0]) && Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+    refute alive?(pids[0]), "the oldest worker stopped"
+    assert alive?(pids[1]), "the youngest serves on"
+    stop_cluster
+    assert_predicate @thread.value, :success?
+  end
+end

@@ -1,0 +1,62 @@
+# frozen_string_literal: true
+
+require_relative "../support/cluster_process"
+
+# Single mode signals as Puma's single mode: USR2 and USR1 restart in place
+# (the request in flight completes, the same pid serves on the same port),
+# HUP stops gracefully, or reopens the redirected stdout/stderr.
+class SingleSignalsTest < Minitest::Test
+  include ClusterProcess
+
+  APP = File.expand_path("../support/single_app.ru", __dir__)
+
+  def start(config = "")
+    @dir = Dir.mktmpdir("margay-single-")
+    File.write(File.join(@dir, "margay.rb"), config)
+    spawn_master("-b", "tcp://127.0.0.1:0", "-C", File.join(@dir, "margay.rb"), APP)
+    wait_for_listening
+  end
+
+  def get(path)
+    raw_exchange(@port, "GET #{path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", timeout: 10)
+  end
+
+  def body(response)
+    response[/\r\n\r\n(.*)\z/m, 1]
+  end
+
+  def restart_with(signal)
+    start("on_restart { puts \"HOOK before_restart \#{Process.pid}\" }\n")
+    slow = Thread.new { get("/slow") }
+    wait_for_log(/slow request in/)
+    Process.kill(signal, @master)
+    response = slow.value
+    assert_match(%r{\AHTTP/1.1 200}, response, "the request in flight completes")
+    assert_equal @master.to_s, body(response).split.first
+    wait_for_log(/Listening on/, count: 2)
+    assert_match(/HOOK before_restart #{@master}/, log_text)
+    assert_equal @master.to_s, body(get("/pid")).split.first, "the same process (exec) serves on the same port"
+    assert @thread.alive?
+    stop_cluster
+    assert_predicate @thread.value, :success?
+  end
+
+  def test_usr2_restarts_in_place
+    restart_with(:USR2)
+  end
+
+  def test_usr1_restarts_in_place_too
+    restart_with(:USR1)
+    assert_match(/no phased restart in single mode/, log_text)
+  end
+
+  def test_hup_stops_gracefully_when_nothing_is_redirected
+    start
+    slow = Thread.new { get("/slow") }
+    wait_for_log(/slow request in/)
+    Process.kill(:HUP, @master)
+    assert_match(%r{\AHTTP/1.1 200}, slow.value)
+    assert @thread.join(10)
+    assert_predicate @thread.value, :success?
+  end
+end

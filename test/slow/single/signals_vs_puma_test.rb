@@ -1,0 +1,94 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "open3"
+require "socket"
+require "tmpdir"
+require "fileutils"
+
+# Single-mode signals side by side with Puma 8 (bench/Gemfile), same app,
+# same config file: USR2 and USR1 while a request runs (it completes, the
+# same pid serves again on the same port), then HUP (a graceful stop, exit 0).
+class SignalsVsPumaTest < Minitest::Test
+  include Margay::TestHelper
+
+  ROOT = File.expand_path("../../..", __dir__)
+  APP = <<~'RUBY'
+    $stdout.sync = true
+    run lambda { |env|
+      if env["PATH_INFO"] == "/slow"
+        puts "slow request"
+        sleep 1
+      end
+      [200, { "content-type" => "text/plain" }, [Process.pid.to_s]]
+    }
+  RUBY
+
+  def setup
+    @dir = Dir.mktmpdir("margay-signals-vs-puma-")
+    File.write(File.join(@dir, "app.ru"), APP)
+  end
+
+  def teardown
+    FileUtils.rm_rf(@dir)
+  end
+
+  def clean_env
+    env = ENV.to_h.reject { |k, _| k.start_with?("BUNDLE_", "BUNDLER_") && k != "BUNDLE_SILENCE_ROOT_WARNING" }
+    env["RUBYOPT"] = env["RUBYOPT"].to_s.split.reject { |a| a.include?("bundler/setup") }.join(" ")
+    env.delete("RUBYOPT") if env["RUBYOPT"].empty?
+    env
+  end
+
+  # A port free a moment ago (Puma matches inherited sockets by address, so port 0 will not do).
+  def free_port
+    server = TCPServer.new("127.0.0.1", 0)
+    server.local_address.ip_port
+  ensure
+    server&.close
+  end
+
+  def get(port, path)
+    raw_exchange(port, "GET #{path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", timeout: 10)
+  end
+
+  # What a user sees: [status of the request in flight, same pid after the restart, ...] per signal, then HUP's exit.
+  def outcomes(env, *command)
+    port = free_port
+    File.write(File.join(@dir, "server.rb"), "bind 'tcp://127.0.0.1:#{port}'\nworkers 0\n")
+    out = +""
+    lock = Mutex.new
+    stdin, io, thread = Open3.popen2e(env, *command, "-C", "server.rb", "app.ru", chdir: @dir, unsetenv_others: !env.empty?)
+    reader = Thread.new { io.each_line { |l| lock.synchronize { out << l } } }
+    wait = lambda do |pattern, count = 1|
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+      sleep 0.05 until lock.synchronize { out.scan(pattern).size >= count } || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      assert_operator lock.synchronize { out.scan(pattern).size }, :>=, count, -> { out }
+    end
+    wait.call(/Listening on|Inherited tcp/)
+    results = %i[USR2 USR1].each_with_index.map do |signal, i|
+      slow = Thread.new { get(port, "/slow") }
+      wait.call(/slow request/, i + 1)
+      Process.kill(signal, thread.pid)
+      in_flight = slow.value[/\AHTTP\/1.1 (\d+)/, 1]
+      wait.call(/Listening on|Inherited tcp/, i + 2) # Puma names an inherited socket so
+      [signal, in_flight, get(port, "/").end_with?(thread.pid.to_s)]
+    end
+    Process.kill(:HUP, thread.pid)
+    assert thread.join(30), -> { "#{command.first(3)} did not stop on HUP:\n#{out}" }
+    reader.join(5)
+    results << [:HUP, thread.value.exitstatus]
+  ensure
+    stdin&.close
+    Process.kill(:KILL, thread.pid) if thread&.alive?
+  end
+
+  def test_single_mode_signals_as_puma
+    puma_env = clean_env.merge("BUNDLE_GEMFILE" => File.join(ROOT, "bench", "Gemfile"))
+    skip "the bench bundle is not installed" unless system(puma_env, "bundle", "check", chdir: ROOT, %i[out err] => File::NULL)
+    puma = outcomes(puma_env, "bundle", "exec", "puma")
+    margay = outcomes({}, RbConfig.ruby, File.join(ROOT, "exe/margay"))
+    assert_equal [[:USR2, "200", true], [:USR1, "200", true], [:HUP, 0]], puma
+    assert_equal puma, margay
+  end
+end
