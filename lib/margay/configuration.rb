@@ -278,7 +278,9 @@ module Margay
       invalid(:quiet, "quiet and log_requests contradict each other (quiet means no access log)") if quiet && log_requests
       STRINGS.each do |key|
         value = public_send(key)
-        invalid(key, "#{key} must be a String, got #{value.inspect}") unless value.nil? || (value.is_a?(String) && !value.empty?)
+        next if value.nil? || (value.is_a?(String) && (!value.empty? || key == :tag)) # tag "": no tag in the title, as in Puma
+
+        invalid(key, "#{key} must be a String, got #{value.inspect}")
       end
       CALLABLES.each do |key, args|
         value = public_send(key)
@@ -295,8 +297,9 @@ module Margay
         validate_bind(control_url, :control_url)
       end
       validate_remote_address
-      unless force_shutdown_after.nil? || (force_shutdown_after.is_a?(Numeric) && force_shutdown_after >= 0)
-        invalid(:force_shutdown_after, "force_shutdown_after must be a number of seconds >= 0 or nil, got #{force_shutdown_after.inspect}")
+      unless force_shutdown_after.nil? || force_shutdown_after == -1 || (force_shutdown_after.is_a?(Numeric) && force_shutdown_after >= 0)
+        invalid(:force_shutdown_after, "force_shutdown_after must be a number of seconds >= 0, -1 (never cut) or nil, " \
+                                       "got #{force_shutdown_after.inspect}")
       end
       return if %i[youngest oldest].include?(worker_culling_strategy)
 

@@ -59,9 +59,9 @@ class ConfigurationTest < Minitest::Test
       { remote_address_header: "X Forwarded" } => /remote_address_header must be a header name/,
       { proxy_protocol: :v2 } => /proxy_protocol must be nil or :v1/,
       { idle_timeout: 0 } => /idle_timeout must be a positive number of seconds or nil/,
-      { force_shutdown_after: -1 } => /force_shutdown_after must be a number of seconds >= 0/,
+      { force_shutdown_after: -2 } => /force_shutdown_after must be a number of seconds >= 0/,
       { worker_culling_strategy: :random } => /worker_culling_strategy must be :youngest or :oldest/,
-      { tag: "" } => /tag must be a String/
+      { tag: 3 } => /tag must be a String/,
     }.each do |settings, pattern|
       error = assert_raises(Margay::ConfigError, settings.inspect) { Configuration.new(**settings) }
       assert_match pattern, error.message

@@ -178,14 +178,11 @@ module Margay
       end
 
       # How long a stop waits for requests before cutting them: seconds,
-      # :immediately (0) or :forever (Margay waits shutdown_timeout, warned).
+      # :immediately (0) or :forever (-1: requests are never cut).
       def force_shutdown_after(value = :forever)
         case value
         when :immediately then set(:force_shutdown_after, 0)
-        when :forever
-          warn_here("force_shutdown_after :forever: Margay cuts requests after shutdown_timeout " \
-                    "(#{DEFAULTS[:shutdown_timeout]} s unless set); raise shutdown_timeout to wait longer")
-          set(:force_shutdown_after, nil)
+        when :forever then set(:force_shutdown_after, -1)
         else
           seconds = Float(value.to_s)
           raise ArgumentError if seconds.negative?

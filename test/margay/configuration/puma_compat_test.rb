@@ -255,12 +255,13 @@ class PumaCompatTest < Minitest::Test
     end
   end
 
-  def test_drain_on_shutdown_false_and_force_shutdown_after_forever_warn
+  def test_drain_on_shutdown_false_warns_and_force_shutdown_after_takes_pumas_symbols
     settings = nil
-    _, err = capture_io { settings = evaluate("drain_on_shutdown false\nforce_shutdown_after :forever\nforce_shutdown_after :immediately\n") }
-    assert_equal 0, settings[:force_shutdown_after]
+    _, err = capture_io { settings = evaluate("drain_on_shutdown false\nforce_shutdown_after :forever\n") }
+    assert_equal(-1, settings[:force_shutdown_after], ":forever: never cut")
+    assert_equal 0, evaluate("force_shutdown_after :immediately\n")[:force_shutdown_after]
+    assert_equal 1, err.lines.size, err
     assert_match(/\Amargay: config\/puma\.rb:1: drain_on_shutdown false: Margay always finishes/, err.lines[0])
-    assert_match(/\Amargay: config\/puma\.rb:2: force_shutdown_after :forever: Margay cuts requests after shutdown_timeout/, err.lines[1])
   end
 
   def test_clear_binds_and_single_block
