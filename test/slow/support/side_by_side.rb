@@ -76,8 +76,10 @@ module SideBySide
   class Run
     attr_reader :server, :pid, :dir, :status
 
-    def initialize(server, args, dir:, env: {})
+    # +command+: what to run instead of `bundle exec SERVER` (e.g. ["bin/rails", "server", "-u", "puma"]).
+    def initialize(server, args, dir:, env: {}, command: nil)
       @server = server
+      @command = command || ["bundle", "exec", server.to_s]
       @args = args
       @dir = dir
       @env = SideBySide.child_env(env)
@@ -88,7 +90,7 @@ module SideBySide
 
     def start
       out_r, out_w = IO.pipe
-      @pid = Process.spawn(@env, "bundle", "exec", @server.to_s, *@args,
+      @pid = Process.spawn(@env, *@command, *@args,
                            chdir: @dir, out: out_w, err: out_w, in: File::NULL, pgroup: true,
                            unsetenv_others: true)
       out_w.close
@@ -104,7 +106,7 @@ module SideBySide
 
     def output = @lock.synchronize { @output.dup }
 
-    def label = "#{@server} #{@args.join(' ')}"
+    def label = [*@command, *@args].join(" ")
 
     # Wait until the output matches +pattern+ (count times); false on timeout or exit.
     def wait_for(pattern, count: 1, timeout: 30)
