@@ -19,6 +19,10 @@ class PumaCompatTest < Minitest::Test
 
   LOCAL = ["-b", "tcp://127.0.0.1:0"].freeze
 
+  def setup
+    SideBySide.skip_unless_bundle(self)
+  end
+
   def teardown
     @runs&.each(&:kill)
     @dirs&.each { |dir| FileUtils.rm_rf(dir) }

@@ -100,6 +100,10 @@ class PumaConfigsTest < Minitest::Test
     end
   end
 
+  def setup
+    SideBySide.skip_unless_bundle(self)
+  end
+
   def teardown
     @run&.kill
     FileUtils.rm_rf(@dir) if @dir

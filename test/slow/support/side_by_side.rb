@@ -4,6 +4,7 @@ require "test_helper"
 require "ipaddr"
 require "json"
 require "net/http"
+require "open3"
 require "fileutils"
 require "tmpdir"
 
@@ -203,6 +204,19 @@ module SideBySide
   end
 
   module_function
+
+  # Whether bench/Gemfile's bundle (Puma 8, Rails) is installed; checked once.
+  def bundle_installed?
+    return @bundle_installed unless @bundle_installed.nil?
+
+    _, status = Open3.capture2e(child_env, "bundle", "check", chdir: ROOT, unsetenv_others: true)
+    @bundle_installed = status.success?
+  end
+
+  # For a test's setup: skip, saying what to run, when the bundle is missing.
+  def skip_unless_bundle(test)
+    test.skip "bench/Gemfile is not installed: run `bundle install --gemfile bench/Gemfile`" unless bundle_installed?
+  end
 
   # Socket inodes among /proc/PID/fd.
   def socket_inodes(pid)
