@@ -15,6 +15,10 @@ require "tmpdir"
 # the outside: the sockets they listen on (read from /proc, not from their
 # banners), their output, their processes, their exit status.
 module SideBySide
+  # The side-by-side cases mostly wait (for boots, a 2 s request, a restart):
+  # four at a time, whatever the core count (MT_CPU overrides).
+  Minitest.parallel_executor = Minitest::Parallel::Executor.new(Integer(ENV.fetch("MT_CPU", "4")))
+
   ROOT = File.expand_path("../../..", __dir__)
   GEMFILE = File.join(ROOT, "bench", "Gemfile")
   SERVERS = %i[puma margay].freeze
