@@ -128,14 +128,7 @@ class PumaCompatTest < Minitest::Test
     }
   }.freeze
 
-  # [min, max] from a banner: Puma's "Min threads: N / Max threads: N" or "Threads: MIN:MAX".
-  def self.threads_in(output)
-    if (m = output.match(/Threads: (\d+):(\d+)/))
-      [m[1].to_i, m[2].to_i]
-    elsif (min = output[/Min threads: *(\d+)/, 1]) && (max = output[/Max threads: *(\d+)/, 1])
-      [min.to_i, max.to_i]
-    end
-  end
+  def self.threads_in(output) = SideBySide.threads_in(output)
 
   THREAD_CASES.each_with_index do |(name, spec), i|
     define_method(:"test_threads_#{i}_#{name.gsub(/\W+/, '_')}") do

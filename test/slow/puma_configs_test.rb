@@ -61,30 +61,31 @@ class PumaConfigsTest < Minitest::Test
     end
   RUBY
 
-  # Per file: environment, expected workers (0: single mode), where it listens
+  # Per file: the threads (min, max) and workers (0: single mode) it implies (as
+  # Puma 8 reports them for it), its environment, where it listens
   # (:port: on PORT; or a unix socket under the app), files it needs, redirected logs.
   CASES = {
-    "rails_6_1" => { workers: 0 },
-    "rails_7_0" => { env: { "RAILS_ENV" => "production" }, workers: 0 },
-    "rails_7_1" => { env: { "RAILS_ENV" => "production", "WEB_CONCURRENCY" => "2" }, workers: 2 },
-    "rails_7_2" => { workers: 0 },
-    "rails_8_0" => { env: { "RAILS_ENV" => "production", "WEB_CONCURRENCY" => "0" }, workers: 0 },
-    "mastodon" => { env: { "RAILS_ENV" => "production", "WEB_CONCURRENCY" => "2" }, workers: 2 },
-    "forem" => { env: { "WEB_CONCURRENCY" => "2" }, workers: 2 },
-    "chatwoot" => { workers: 0 },
-    "lobsters" => { env: { "RAILS_ENV" => "production", "PUMA_WORKERS" => "1", "PIDFILE" => "tmp/pids/puma.pid" },
+    "rails_6_1" => { threads: [5, 5], workers: 0 },
+    "rails_7_0" => { threads: [5, 5], env: { "RAILS_ENV" => "production" }, workers: 0 },
+    "rails_7_1" => { threads: [5, 5], env: { "RAILS_ENV" => "production", "WEB_CONCURRENCY" => "2" }, workers: 2 },
+    "rails_7_2" => { threads: [3, 3], workers: 0 },
+    "rails_8_0" => { threads: [3, 3], env: { "RAILS_ENV" => "production", "WEB_CONCURRENCY" => "0" }, workers: 0 },
+    "mastodon" => { threads: [5, 5], env: { "RAILS_ENV" => "production", "WEB_CONCURRENCY" => "2" }, workers: 2 },
+    "forem" => { threads: [5, 5], env: { "WEB_CONCURRENCY" => "2" }, workers: 2 },
+    "chatwoot" => { threads: [5, 5], workers: 0 },
+    "lobsters" => { threads: [5, 5], env: { "RAILS_ENV" => "production", "PUMA_WORKERS" => "1", "PIDFILE" => "tmp/pids/puma.pid" },
                     workers: 1 },
-    "maybe" => { env: { "RAILS_ENV" => "production", "WEB_CONCURRENCY" => "2" }, workers: 2 },
-    "discourse" => { env: { "RAILS_ENV" => "production", "NUM_WEBS" => "2", "APP_ROOT" => :app }, workers: 2,
+    "maybe" => { threads: [3, 3], env: { "RAILS_ENV" => "production", "WEB_CONCURRENCY" => "2" }, workers: 2 },
+    "discourse" => { threads: [8, 32], env: { "RAILS_ENV" => "production", "NUM_WEBS" => "2", "APP_ROOT" => :app }, workers: 2,
                      unix: "tmp/sockets/puma.sock", logs: %w[log/puma.log log/puma.err.log] },
-    "once_campfire" => { env: { "WEB_CONCURRENCY" => "2" }, workers: 2,
+    "once_campfire" => { threads: [5, 5], env: { "WEB_CONCURRENCY" => "2" }, workers: 2,
                          files: { "config/environment.rb" => CAMPFIRE_ENVIRONMENT } },
-    "gitlab" => { workers: 3, unix: "tmp/sockets/gitlab.socket", logs: %w[log/puma.stdout.log log/puma.stderr.log],
+    "gitlab" => { threads: [1, 16], workers: 3, unix: "tmp/sockets/gitlab.socket", logs: %w[log/puma.stdout.log log/puma.stderr.log],
                   files: { "lib/gitlab/cluster/lifecycle_events.rb" => GITLAB_LIFECYCLE,
                            "lib/gitlab/puma_logging/json_formatter.rb" => GITLAB_FORMATTER } },
-    "rubygems_org" => { env: { "RAILS_ENV" => "production", "WEB_CONCURRENCY" => "2" }, workers: 2 },
-    "codetriage" => { env: { "WEB_CONCURRENCY" => "2" }, workers: 2 },
-    "identity_idp" => { env: { "RAILS_ENV" => "production", "PUMA_WORKER_CONCURRENCY" => "2",
+    "rubygems_org" => { threads: [1, 1], env: { "RAILS_ENV" => "production", "WEB_CONCURRENCY" => "2" }, workers: 2 },
+    "codetriage" => { threads: [5, 5], env: { "WEB_CONCURRENCY" => "2" }, workers: 2 },
+    "identity_idp" => { threads: [1, 1], env: { "RAILS_ENV" => "production", "PUMA_WORKER_CONCURRENCY" => "2",
                                "REMOTE_ADDRESS_HEADER" => "X-Forwarded-For" }, workers: 2 }
   }.freeze
 
@@ -139,7 +140,10 @@ class PumaConfigsTest < Minitest::Test
   end
 
   def output_of(run, spec)
-    logs = (spec[:logs] || []).map { |p| "--- #{p}\n#{File.read(File.join(@dir, p)) rescue '(none)'}" }
+    logs = (spec[:logs] || []).map do |path|
+      full = File.join(@dir, path)
+      "--- #{path}\n#{File.exist?(full) ? File.read(full) : '(none)'}"
+    end
     [run.output, *logs].join("\n")
   end
 
@@ -162,6 +166,9 @@ class PumaConfigsTest < Minitest::Test
         end
       assert listener, -> { "#{name}: not listening where the file says (#{spec[:unix] || "port #{port}"}): #{found.map(&:to_s)}" }
       assert_equal 200, SideBySide.get(listener, "/").first, "#{name}: GET / on #{listener}"
+
+      assert_equal spec[:threads], SideBySide.threads_in(output_of(@run, spec)),
+                   -> { "#{name}: min:max threads reported\n#{output_of(@run, spec)}" }
 
       children = stable_children(@run)
       assert_equal spec[:workers], children, -> { "#{name}: worker processes\n#{output_of(@run, spec)}" }

@@ -309,6 +309,16 @@ module SideBySide
     end
   end
 
+  # [min, max] threads from a banner: Puma's "Min threads: N" and "Max threads: N",
+  # or "Threads: MIN:MAX"; nil when it names neither.
+  def threads_in(output)
+    if (m = output.match(/Threads: (\d+):(\d+)/))
+      [m[1].to_i, m[2].to_i]
+    elsif (min = output[/Min threads: *(\d+)/, 1]) && (max = output[/Max threads: *(\d+)/, 1])
+      [min.to_i, max.to_i]
+    end
+  end
+
   # Lines a server printed that a user would read as warnings.
   def warnings(output)
     output.lines.grep(/warn|deprecat|ignor|not supported|unsupported|unknown/i).map(&:chomp)
