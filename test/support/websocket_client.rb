@@ -24,6 +24,7 @@ module Margay
       @messages = []
       @opened = false
       @closed = nil
+      @ended = false
       @driver.on(:open) { @opened = true }
       @driver.on(:message) { |event| @messages << event.data }
       @driver.on(:close) { |event| @closed = event }
@@ -76,8 +77,15 @@ module Margay
     # Wait for the server to close: the close event (code, reason), or nil
     # when the TCP connection ended without one.
     def closed
-      pump { @closed }
+      pump { @closed || @ended }
       @closed
+    end
+
+    # Wait for the connection to end (with or without a close frame): true
+    # when it did within the timeout.
+    def ended?
+      pump { @ended }
+      @ended
     end
 
     # Close the TCP connection.
@@ -95,12 +103,16 @@ module Margay
 
         data = @socket.read_nonblock(65_536, exception: false)
         next if data == :wait_readable
-        break if data.nil?
+
+        if data.nil?
+          @ended = true
+          break
+        end
 
         @driver.parse(data)
       end
     rescue Errno::ECONNRESET, IOError
-      nil
+      @ended = true
     end
   end
 end

@@ -2,6 +2,7 @@
 
 require "test_helper"
 require "support/websocket_client"
+require "support/websocket_echo"
 
 # Connection upgrades through a Rack 3 streaming body (lib/margay/server/upgrade.rb)
 # over real sockets: rack.protocol, the 101 head, the raw stream afterwards,
@@ -12,69 +13,7 @@ class UpgradeTest < Minitest::Test
 
   UPGRADE = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n"
 
-  # The socket websocket-driver's server side writes to: the handshake it
-  # computes is kept (it becomes the Rack response's headers), every later
-  # write goes to the streaming body's stream.
-  class DriverSocket
-    attr_reader :env
-    attr_accessor :stream
-
-    def initialize(env)
-      @env = env
-      @handshake = +""
-    end
-
-    def write(data)
-      @stream ? @stream.write(data) : @handshake << data
-    end
-
-    # The handshake's header fields, names in lower case (Rack 3).
-    def headers
-      @handshake.split("\r\n").drop(1).to_h do |line|
-        name, value = line.split(":", 2)
-        [name.downcase, value.strip]
-      end
-    end
-  end
-
-  # One WebSocket frame read with IO#read's exact lengths (all that
-  # Rack::Lint's stream wrapper offers); nil at end of stream.
-  def self.read_frame(stream)
-    head = stream.read(2) or return nil
-    length = head.getbyte(1) & 0x7f
-    extended = { 126 => 2, 127 => 8 }.fetch(length, 0)
-    ext = extended.zero? ? "".b : stream.read(extended)
-    return nil unless ext&.bytesize == extended
-
-    length = ext.unpack1(extended == 2 ? "n" : "Q>") unless extended.zero?
-    rest = stream.read((head.getbyte(1) & 0x80).zero? ? length : length + 4) || "".b
-    head + ext + rest
-  end
-
-  # A Rack 3 WebSocket echo app: websocket-driver frames the messages (and
-  # computes the handshake, answered as the 101's headers); it talks over
-  # the stream of its streaming body. "bye" makes it close.
-  WS_ECHO = lambda do |env|
-    return [426, { "upgrade" => "websocket" }, []] unless env["rack.protocol"]&.include?("websocket")
-
-    socket = DriverSocket.new(env)
-    driver = WebSocket::Driver.rack(socket)
-    driver.start
-    body = lambda do |stream|
-      socket.stream = stream
-      closed = false
-      driver.on(:message) do |event|
-        driver.text("echo: #{event.data}")
-        driver.close if event.data == "bye"
-      end
-      driver.on(:close) { closed = true }
-      until closed
-        frame = UpgradeTest.read_frame(stream) or break
-        driver.parse(frame)
-      end
-    end
-    [101, socket.headers, body]
-  end
+  WS_ECHO = Margay::WebSocketEcho
 
   def test_rack_protocol_from_the_upgrade_header
     seen = Queue.new
@@ -126,7 +65,8 @@ class UpgradeTest < Minitest::Test
       sock.write("one\ntwo\n")
       assert_equal "ONE\nTWO\n", read_exactly(sock, 8)
       sock.write("quit\n")
-      assert_equal "bye\n", read_all(sock), "no HTTP framing after the 101, and the connection closes"
+      assert_equal "bye\n", read_all(sock), "no HTTP framing after the 101"
+      assert_nil sock.read_nonblock(1, exception: false), "the connection closed when call returned"
     ensure
       sock&.close
     end
@@ -245,7 +185,7 @@ class UpgradeTest < Minitest::Test
       sock = TCPSocket.new("127.0.0.1", port)
       sock.write(UPGRADE)
       assert_equal 101, read_response(sock)[0]
-      assert_equal "", read_all(sock, timeout: 10), "closed by the server"
+      assert_closed sock
       assert_match(/no data from the client/, pop_within(raised, 10).message)
     ensure
       sock&.close
@@ -272,7 +212,7 @@ class UpgradeTest < Minitest::Test
       server.stop
       assert thread.join(15), "the server stopped"
     end
-    assert_equal "", read_all(sock, timeout: 10), "the upgraded connection was closed"
+    assert_closed sock
   ensure
     sock&.close
   end
@@ -317,6 +257,14 @@ class UpgradeTest < Minitest::Test
   end
 
   private
+
+  # The server closed +sock+ without sending anything more.
+  def assert_closed(sock)
+    assert sock.wait_readable(10), "the server closed the connection"
+    assert_nil sock.read_nonblock(1, exception: false)
+  rescue Errno::ECONNRESET
+    pass
+  end
 
   def read_line(stream)
     line = +""
