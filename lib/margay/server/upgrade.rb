@@ -22,11 +22,46 @@ module Margay
     # that thread forever: a read waits at most +read_timeout+ (the server's
     # keepalive_timeout) for the client's next byte, a write at most
     # +write_timeout+ for the client to take bytes; either then closes the
-    # stream and raises ClientGone. A graceful stop waits for it within
-    # shutdown_timeout, then interrupts it like any request still running.
+    # stream and raises ClientGone. A graceful stop (Upgrade.stop_reading)
+    # ends the reading side of every upgraded stream: a read returns end of
+    # stream at once, the app may still write its goodbye (a WebSocket close
+    # frame) and return; one still running at shutdown_timeout is interrupted
+    # like any request.
     class Upgrade
       # The env key and response header (Rack::RACK_PROTOCOL from Rack 3.1 on).
       RACK_PROTOCOL = "rack.protocol"
+
+      @lock = Mutex.new
+      @open = {}.compare_by_identity # engine => the upgraded streams open on it
+      @stopping = ObjectSpace::WeakMap.new # engine => true once stop_reading was called
+
+      # Graceful stop of the server of +engine+: the reading side of each of
+      # its upgraded streams ends now, and of any upgraded later. Returns how
+      # many were open.
+      def self.stop_reading(engine)
+        streams = @lock.synchronize do
+          @stopping[engine] = true
+          @open.fetch(engine, {}).keys
+        end
+        streams.each(&:end_reading)
+        streams.size
+      end
+
+      # Keep +stream+ in the registry of +engine+ while the block runs.
+      def self.track(engine, stream)
+        stopping = @lock.synchronize do
+          (@open[engine] ||= {}.compare_by_identity)[stream] = true
+          @stopping.key?(engine)
+        end
+        stream.end_reading if stopping
+        yield
+      ensure
+        @lock.synchronize do
+          streams = @open[engine]
+          streams&.delete(stream)
+          @open.delete(engine) if streams&.empty?
+        end
+      end
 
       # The protocols the client asks to switch to (its Upgrade tokens, in its
       # order and spelling), or nil: an HTTP/1.1 request whose Connection
@@ -63,7 +98,7 @@ module Margay
         engine.flush(token)
         stream = Stream.new(Hijack.take(engine, token), read_timeout: read_timeout, write_timeout: write_timeout)
         begin
-          body.call(stream)
+          track(engine, stream) { body.call(stream) }
         ensure
           stream.close
         end
@@ -146,6 +181,14 @@ module Margay
         # True once closed.
         def closed?
           @io.closed?
+        end
+
+        # The server's graceful stop: reads return end of stream (shutdown(2)
+        # of the reading side, which also wakes a read waiting now); writes go on.
+        def end_reading
+          @io.shutdown(Socket::SHUT_RD) unless @io.closed?
+        rescue IOError, SystemCallError
+          nil
         end
 
         private

@@ -217,6 +217,36 @@ class UpgradeTest < Minitest::Test
     sock&.close
   end
 
+  # Upgrade.stop_reading (what a graceful stop calls): a read waiting on an
+  # upgraded stream returns end of stream at once, the app still writes its
+  # goodbye, the connection closes when call returns; a stream upgraded later
+  # starts ended.
+  def test_stop_reading_ends_the_reads_of_upgraded_streams
+    entered = Queue.new
+    app = lambda do |_env|
+      [101, { "upgrade" => "echo" }, lambda { |stream|
+        entered << true
+        got = stream.read(1)
+        stream.write("read #{got.inspect}, goodbye")
+      }]
+    end
+    with_server(app) do |_, port, server|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write(UPGRADE)
+      assert_equal 101, read_response(sock)[0]
+      pop_within(entered)
+      assert_equal 1, Margay::Server::Upgrade.stop_reading(server.engine)
+      assert_equal "read nil, goodbye", read_all(sock)
+      assert_closed sock
+
+      later = raw_exchange(port, UPGRADE)
+      assert_equal "read nil, goodbye", later.split("\r\n\r\n", 2)[1], "upgraded after the stop began"
+      assert_equal 0, Margay::Server::Upgrade.stop_reading(server.engine)
+    ensure
+      sock&.close
+    end
+  end
+
   # The response to an upgrade request that the app declines is an ordinary
   # one, and the connection stays usable.
   def test_a_declined_upgrade_keeps_the_connection
