@@ -117,7 +117,7 @@ module Margay
         loop do
           request = @engine.next_request(continue_with, continue_with ? nil : pool.idle_budget)
           continue_with = nil
-          break if request.nil?
+          break Upgrade.stop_reading(@engine) if request.nil? # the engine stops: upgraded streams' reads end
 
           if request == :timeout
             break if pool.leave?(Thread.current)

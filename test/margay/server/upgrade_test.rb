@@ -193,14 +193,40 @@ class UpgradeTest < Minitest::Test
     refute_match(/app error/, @last_server_log, "a client gone quiet is no app error")
   end
 
-  # A graceful stop waits for an upgraded stream within shutdown_timeout,
-  # then interrupts it: the server stops, the client sees the end.
+  # A graceful stop ends the reads of upgraded streams: the app's read
+  # returns end of stream, it writes its goodbye, the connection closes and
+  # the server stops (not cut at shutdown_timeout: the goodbye arrives).
   def test_a_graceful_stop_ends_an_upgraded_stream
     entered = Queue.new
     app = lambda do |_env|
       [101, { "upgrade" => "echo" }, lambda { |stream|
         entered << true
-        stream.read(1)
+        stream.write("read #{stream.read(1).inspect}, goodbye")
+      }]
+    end
+    sock = nil
+    with_server(app, min_threads: 2) do |_, port, server, thread|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write(UPGRADE)
+      assert_equal 101, read_response(sock)[0]
+      pop_within(entered)
+      server.stop
+      assert_equal "read nil, goodbye", read_all(sock, timeout: 20)
+      assert_closed sock
+      assert thread.join(20), "the server stopped"
+    end
+  ensure
+    sock&.close
+  end
+
+  # An upgraded stream that ignores the end of its reads (it never reads
+  # again) is interrupted when shutdown_timeout passes.
+  def test_a_graceful_stop_interrupts_an_upgraded_stream_at_shutdown_timeout
+    entered = Queue.new
+    app = lambda do |_env|
+      [101, { "upgrade" => "echo" }, lambda { |_stream|
+        entered << true
+        sleep
       }]
     end
     sock = nil
@@ -210,7 +236,7 @@ class UpgradeTest < Minitest::Test
       assert_equal 101, read_response(sock)[0]
       pop_within(entered)
       server.stop
-      assert thread.join(15), "the server stopped"
+      assert thread.join(20), "the server stopped"
     end
     assert_closed sock
   ensure
