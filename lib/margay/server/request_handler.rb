@@ -117,7 +117,10 @@ module Margay
         loop do
           request = @engine.next_request(continue_with, continue_with ? nil : pool.idle_budget)
           continue_with = nil
-          break Upgrade.stop_reading(@engine) if request.nil? # the engine stops: upgraded streams' reads end
+          if request.nil? # the engine stopped: so do the reads of upgraded streams
+            Upgrade.stop_reading(@engine)
+            break
+          end
 
           if request == :timeout
             break if pool.leave?(Thread.current)
