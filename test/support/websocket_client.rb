@@ -25,6 +25,7 @@ module Margay
       @opened = false
       @closed = nil
       @ended = false
+      @error = nil
       @driver.on(:open) { @opened = true }
       @driver.on(:message) { |event| @messages << event.data }
       @driver.on(:close) { |event| @closed = event }

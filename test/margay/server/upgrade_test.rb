@@ -193,6 +193,30 @@ class UpgradeTest < Minitest::Test
     refute_match(/app error/, @last_server_log, "a client gone quiet is no app error")
   end
 
+  # An upgraded stream whose client stops reading: a write waits at most
+  # write_timeout, then the stream closes and the write raises ClientGone.
+  def test_a_write_to_a_client_that_stopped_reading_times_out
+    raised = Queue.new
+    app = lambda do |_env|
+      body = lambda do |stream|
+        chunk = "x" * 65_536
+        loop { stream.write(chunk) }
+      rescue Margay::ClientGone => e
+        raised << e
+        raise
+      end
+      [101, { "upgrade" => "echo" }, body]
+    end
+    with_server(app, write_timeout: 1) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      sock.write(UPGRADE)
+      assert_equal 101, read_response(sock)[0]
+      assert_match(/write timeout/, pop_within(raised, 20).message)
+    ensure
+      sock&.close
+    end
+  end
+
   # A graceful stop ends the reads of upgraded streams: the app's read
   # returns end of stream, it writes its goodbye, the connection closes and
   # the server stops (not cut at shutdown_timeout: the goodbye arrives).
