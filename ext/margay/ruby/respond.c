@@ -28,7 +28,9 @@ typedef struct {
   int has_date, app_close, has_te, resp_chunked;
   int64_t content_length; /* -1 when the app set none */
   int strip_length;       /* 1xx / 204: never send content-length */
+  int has_upgrade;        /* the app wrote an upgrade field */
   VALUE hijack;           /* rack.hijack response header (partial hijack) */
+  VALUE protocol;         /* rack.protocol response header (the upgrade's protocol) */
 } head_builder;
 
 static void hb_release(head_builder *h) {
@@ -113,6 +115,7 @@ static int header_i(VALUE name, VALUE value, VALUE arg) {
   if (nlen == 0) invalid(h, "empty header name%" PRIsVALUE, rb_str_new_cstr(""));
   if (nlen > 5 && memcmp(n, "rack.", 5) == 0) {
     if (nlen == 11 && memcmp(n, "rack.hijack", 11) == 0) h->hijack = value;
+    if (nlen == 13 && memcmp(n, "rack.protocol", 13) == 0) h->protocol = value;
     return ST_CONTINUE; /* server-only headers never reach the client */
   }
   for (long i = 0; i < nlen; i++)
@@ -132,6 +135,7 @@ static int header_i(VALUE name, VALUE value, VALUE arg) {
     return ST_CONTINUE; /* the server decides and writes connection */
   }
   if (ieq(n, nlen, "date")) h->has_date = 1;
+  if (ieq(n, nlen, "upgrade")) h->has_upgrade = 1;
   if (ieq(n, nlen, "transfer-encoding")) {
     if (h->strip_length) return ST_CONTINUE;
     h->has_te = 1;
@@ -160,6 +164,7 @@ static void begin_head(head_builder *h, int status, VALUE headers, size_t reserv
   hb_grow(h, 1024 + reserve);
   h->content_length = -1;
   h->hijack = Qnil;
+  h->protocol = Qnil;
   h->strip_length = status < 200 || status == 204;
   char line[64];
   /* RFC 9110 6.2: answer with the highest 1.x version we conform to, also to 1.0 clients */
@@ -192,6 +197,12 @@ static void finish_head(mg_engine *e, head_builder *h, mg_conn *c, int status, i
   if (status != 101) {
     if (!keep) hb_put(h, "connection: close\r\n", 19);
     else if (c->minor == 0) hb_put(h, "connection: keep-alive\r\n", 24);
+  } else {
+    /* RFC 9110 7.8: a 101 names the new protocol in upgrade, and upgrade is
+     * a connection option; the app's rack.protocol header names it when the
+     * app wrote no upgrade field (Rack 3.1 SPEC) */
+    if (!h->has_upgrade && RB_TYPE_P(h->protocol, T_STRING)) put_field(h, rb_str_new_cstr("upgrade"), h->protocol);
+    hb_put(h, "connection: upgrade\r\n", 21);
   }
   if (!h->has_date) {
     hb_grow(h, 64);

@@ -8,6 +8,7 @@ require_relative "../version"
 require_relative "../runner"
 require_relative "stream"
 require_relative "hijack"
+require_relative "upgrade"
 
 module Margay
   class Server < Runner
@@ -69,6 +70,7 @@ module Margay
         @development = config.development?
         @access_log = config.log_requests
         @counters = counters
+        @upgrade_timeouts = { read_timeout: config.keepalive_timeout, write_timeout: config.write_timeout }.freeze
       end
 
       # The loop of every pool thread: wait in the engine, run the app,
@@ -87,6 +89,7 @@ module Margay
         hijack = Hijack.new(@engine, token, env)
         env[Rack::RACK_HIJACK] = hijack
         env[RACK_EARLY_HINTS] = EarlyHints.new(@engine, token)
+        Upgrade.prepare(env)
         callbacks = env[Rack::RACK_RESPONSE_FINISHED] = []
         status = headers = body = error = nil
         continue_with = nil
@@ -117,7 +120,10 @@ module Margay
         loop do
           request = @engine.next_request(continue_with, continue_with ? nil : pool.idle_budget)
           continue_with = nil
-          break if request.nil?
+          if request.nil? # the engine stopped: so do the reads of upgraded streams
+            Upgrade.stop_reading(@engine)
+            break
+          end
 
           if request == :timeout
             break if pool.leave?(Thread.current)
@@ -161,6 +167,7 @@ module Margay
         return partial_hijack(token, status, headers) if hijack_header?(headers)
         return stream_each(token, status, headers, body) if body.respond_to?(:each)
         raise InvalidResponse, "body must respond to each or call, got #{body.class}" unless body.respond_to?(:call)
+        return Upgrade.serve(@engine, token, headers, body, **@upgrade_timeouts) if Upgrade.response?(status, headers)
 
         @engine.stream_start(token, status, headers)
         body.call(Stream.new(@engine, token, env[Rack::RACK_INPUT]))

@@ -17,8 +17,12 @@ module Margay
       end
 
       # Read from the request body (IO#read's arguments); nil without one.
+      # (No buffer argument is passed on when the caller gave none: Rack::Lint
+      # rejects an explicit nil buffer.)
       def read(length = nil, buffer = nil)
-        @input ? @input.read(length, buffer) : nil
+        return nil unless @input
+
+        buffer ? @input.read(length, buffer) : @input.read(length)
       end
 
       # Send +data+ (its to_s) to the client; returns the bytes written.

@@ -37,6 +37,9 @@ class HijackTest < Minitest::Test
       sock.write(UPGRADE)
       status, headers, = read_response(sock)
       assert_equal [101, "echo"], [status, headers["upgrade"]]
+      assert_equal "upgrade", headers["connection"], "a 101 names upgrade as a connection option"
+      refute headers.key?("content-length")
+      refute headers.key?("transfer-encoding")
       sock.write("ping")
       assert_equal "PING", read_all(sock)
     ensure
