@@ -155,6 +155,7 @@ module Margay
     # master's during a restart or systemd's, keep listening, as they should.)
     def shutdown
       @engine.stop
+      Upgrade.stop_reading(@engine) # upgraded streams' reads end, even when every pool thread is inside one
       close_listeners if @close_listeners_on_stop
       unless @pool.join(grace_period)
         @log.warn("grace period of #{grace_period}s over: closing remaining connections")
