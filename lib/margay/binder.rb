@@ -233,18 +233,19 @@ module Margay
       raise
     end
 
-    # umask: applied while the socket file is created (Puma's ?umask=0111);
-    # mode: chmod after (?mode=0666).
+    # umask: applied while the socket file is created (Puma's ?umask=0111;
+    # 0 when not given, as in Puma: mode 0777, so a proxy running as another
+    # user can connect); mode: chmod after (?mode=0666).
     def bind_unix(url, parsed, io)
       path = parsed.path
       options = parsed.options
       unless io
         File.unlink(path) if File.socket?(path) && !socket_in_use?(path)
-        old_umask = File.umask(options[:umask]) if options[:umask]
+        old_umask = File.umask(options[:umask] || 0) # as Puma: a socket anyone may connect to unless told otherwise
         begin
           io = UNIXServer.new(path)
         ensure
-          File.umask(old_umask) if old_umask
+          File.umask(old_umask)
         end
         io.listen(options[:backlog] || @backlog)
         File.chmod(options[:mode], path) if options[:mode]

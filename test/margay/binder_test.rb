@@ -120,6 +120,9 @@ class BinderTest < Minitest::Test
       refute File.exist?("#{masked}?umask=0077&backlog=8"), "the query is not part of the file name"
       UNIXSocket.new(moded).close
       assert b.io
+      plain, = open(["unix://#{File.join(dir, 'plain.sock')}"])
+      assert_equal 0o777, File.stat(File.join(dir, "plain.sock")).mode & 0o777, "umask 0 by default, as in Puma"
+      assert plain.io
     end
   end
 
