@@ -10,6 +10,7 @@ require_relative "cluster/balancer"
 require_relative "cluster/roster"
 require_relative "cluster/signals"
 require_relative "cluster/spawner"
+require_relative "operations"
 
 module Margay
   # The master process of cluster mode. It binds the listeners (or inherits
@@ -51,6 +52,7 @@ module Margay
       @board = Native::IdleBoard.new(BOARD_SLOTS) # shared with every worker forked from now on
       @forwarder = Balancer::Forwarder.new(roster: @workers, board: @board, log: log)
       @spawner = nil
+      @phase = 0 # phased restarts so far (stats)
       @signals.trap_all # from now on: a signal during bind or preload is not lost, nor fatal
     end
 
@@ -65,6 +67,11 @@ module Margay
       @signals.trap_all # again: a handler the app set while loading (HUP, say) is kept for the workers
       supervise until @stopping && @workers.empty?
       close_listeners
+    end
+
+    # Puma-shaped stats (docs/CONTROL.md), from any thread: to_a copies the roster in one C call.
+    def stats
+      Stats.cluster(@workers.to_a.reject(&:mold?).map { |w| w.to_stats(@phase) }, @phase)
     end
 
     # Graceful stop of the whole cluster (trap-safe).
@@ -140,6 +147,7 @@ module Margay
       @log.info("master: phased restart of #{@workers.serving.size} workers")
       Systemd.notify("RELOADING=1")
       @ready = false
+      @phase += 1
       hook(:on_restart)
       @workers.each { |w| w.mold? ? retire(w) : w.retire_later! }
     end
@@ -154,6 +162,7 @@ module Margay
       @log.info("master: hot restart")
       Systemd.notify("RELOADING=1")
       hook(:on_restart)
+      Operations.fire(:before_restart) # plugins' event (Puma fires it on a hot restart only)
       signal_workers(:TERM)
       deadline = Clock.now + @config.shutdown_timeout + 5
       until @workers.empty?
@@ -266,6 +275,7 @@ module Margay
       return if @ready || @workers.serving.count(&:booted?) < @target
 
       @ready = Systemd.notify("READY=1") || true # once every worker of a generation serves
+      Operations.fire(:after_booted, once: true) # plugins' event
     end
 
     # ---- reforking ----

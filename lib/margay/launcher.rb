@@ -60,11 +60,13 @@ module Margay
       banner(description, @server.addresses)
       yield @server if block_given?
       previous = trap_signals
+      @ops = operations(@server).tap(&:booted)
       @server.run
       @log.info("Margay stopped")
       0
     ensure
       previous&.each { |signal, handler| Signal.trap(signal, handler || "DEFAULT") }
+      @ops&.stop
       remove_pidfile
     end
 
@@ -82,11 +84,19 @@ module Margay
       write_pidfile
       app = loader.call if @config.preload_app? # load errors surface here, before any fork
       banner(description || "#{@config.rackup} (loaded by each worker)", cluster.addresses)
+      @ops = operations(cluster)
       cluster.run(preloaded_app: app)
       @log.info("Margay stopped")
       0
     ensure
+      @ops&.stop
       remove_pidfile
+    end
+
+    # Control app, state file, stats, plugins (docs/CONTROL.md).
+    def operations(runner)
+      require_relative "operations"
+      Operations.start(@config, @log, runner, on_halt: method(:remove_pidfile))
     end
 
     # A hot restart from cluster mode into single mode: the connections the old
