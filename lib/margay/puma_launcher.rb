@@ -94,6 +94,8 @@ module Margay
       end
 
       def fetch(key, *default)
+        return @extra[key.to_sym] if @extra.key?(key.to_sym)
+
         value = self[key]
         return value unless value.nil?
         return yield(key) if block_given?

@@ -72,4 +72,25 @@ class WorkerRecordTest < Minitest::Test
     Process.wait(pid)
     assert_nil w.kill(:TERM), "a process that is gone is no error"
   end
+
+  def test_its_stats_entry_has_pumas_worker_status_shape
+    master, worker = Margay::Cluster::Channel.pair
+    w = WorkerRecord.new(index: 2, pid: 4711, channel: master, now: 100.0)
+    entry = w.to_stats(3)
+    assert_equal %i[started_at pid index phase booted last_checkin last_status], entry.keys
+    assert_equal({}, entry[:last_status], "Puma's last_status is {} before the first check-in")
+    assert_equal [4711, 2, 3, false], entry.values_at(:pid, :index, :phase, :booted)
+    assert_match(/\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\z/, entry[:started_at])
+    status = { backlog: 0, running: 2, pool_capacity: 3, busy_threads: 2, max_threads: 5, requests_count: 7 }
+    worker.report(:booted, status)
+    master.read_reports
+    w.booted!
+    w.retire_later!
+    entry = w.to_stats(3)
+    assert_equal status, entry[:last_status]
+    assert entry[:booted]
+    assert_equal 2, entry[:phase], "a worker marked to be replaced belongs to the phase before"
+  ensure
+    [master, worker].each { |c| c&.close }
+  end
 end
