@@ -99,6 +99,10 @@ module Margay
       end
 
       def start_one(name, plugin, launcher)
+        if plugin.respond_to?(:config)
+          @log.warn("plugin #{name}: its config(dsl) hook is not run (Margay's config file is not Puma's DSL): " \
+                    "the settings it adds are ignored")
+        end
         plugin.start(launcher) if plugin.respond_to?(:start)
         true
       rescue StandardError, ScriptError => e

@@ -36,13 +36,14 @@ class PluginsTest < Minitest::Test
     FileUtils.mkdir_p(File.join(@dir, "puma/plugin"))
     { "margay_probe" => PROBE,
       "margay_broken" => "require 'puma/plugin'\nPuma::Plugin.create { def start(_l) = raise(NotImplementedError, 'needs Puma::Server') }\n",
-      "margay_syntax" => "require 'a_gem_that_is_not_here'\n" }.each do |name, code|
+      "margay_syntax" => "require 'a_gem_that_is_not_here'\n",
+      "margay_dsl" => "require 'puma/plugin'\nPuma::Plugin.create { def config(c) = c.metrics_url('x'); def start(_l) = ($margay_dsl = 1) }\n" }.each do |name, code|
       File.write(File.join(@dir, "puma/plugin/#{name}.rb"), code)
     end
     $LOAD_PATH.unshift(@dir)
     @log_io = StringIO.new
     @log = Margay::Log.new(out: @log_io, err: @log_io)
-    $margay_probe = $margay_events = $margay_background = nil
+    $margay_probe = $margay_events = $margay_background = $margay_dsl = nil
   end
 
   def teardown
@@ -81,6 +82,13 @@ class PluginsTest < Minitest::Test
     assert_match(/plugin margay_nonesuch not loaded: Unable to find plugin/, warnings[1])
     assert_match(/plugin margay_broken not started: needs Puma::Server \(NotImplementedError\)/, warnings[2])
     refute_nil $margay_probe, "the others still start"
+  end
+
+  def test_a_plugins_config_hook_is_not_run_and_says_so
+    operations(plugins: %w[margay_dsl])
+    assert_equal 1, $margay_dsl, "it starts"
+    assert_equal ["WARN: plugin margay_dsl: its config(dsl) hook is not run (Margay's config file is not Puma's DSL): " \
+                  "the settings it adds are ignored\n"], @log_io.string.lines.grep(/WARN/)
   end
 
   def test_stats_in_process_have_pumas_single_shape
