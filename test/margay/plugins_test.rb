@@ -105,44 +105,4 @@ class PluginsTest < Minitest::Test
     assert_equal({}, Margay.stats_hash, "nothing serves")
   end
 
-  def test_the_state_file_names_the_control_app_and_goes_at_stop
-    path = File.join(@dir, "state.yml")
-    operations(control_url: "tcp://127.0.0.1:0", state_path: path)
-    token = @log_io.string[/Control token: (\h{32})/, 1]
-    refute_nil token, "a generated token is printed"
-    assert_includes File.read(path), "control_auth_token: #{token}\n"
-    assert_includes File.read(path), "control_url: #{@ops.control.url}\n"
-    @ops.stop
-    @ops = nil
-    refute File.exist?(path)
-  end
-
-  def test_token_none_means_no_token
-    path = File.join(@dir, "state.yml")
-    operations(control_url: "tcp://127.0.0.1:0", control_token: "none", state_path: path)
-    refute_match(/Control token/, @log_io.string)
-    assert_includes File.read(path), "control_auth_token: none\n", "like Puma's state file"
-    port = @ops.control.url[/\d+\z/].to_i
-    assert_match %r{\AHTTP/1\.0 200 }, TCPSocket.open("127.0.0.1", port) { |s| s.write("GET /stats HTTP/1.0\r\n\r\n") && s.read }
-  end
-
-  def test_a_control_url_that_cannot_bind_stops_the_start
-    operations(control_url: "tcp://127.0.0.1:0")
-    url = @ops.control.url
-    assert_raises(Margay::ConfigError) { Margay::Operations.start(Margay::Configuration.new(control_url: url), @log, FakeServer.new) }
-  end
-
-  def test_options_speak_pumas_names
-    config = Margay::Configuration.new(workers: 2, shutdown_timeout: 7, state_path: "/x/y", binds: ["tcp://127.0.0.1:1"])
-    options = Margay::PumaLauncher::Options.new(config, { control_auth_token: "none" })
-    assert_equal [2, 7, "/x/y", ["tcp://127.0.0.1:1"], "none"],
-                 %i[workers worker_shutdown_timeout state binds control_auth_token].map { |k| options[k] }
-    assert_equal 2, options[:workers]
-    assert_equal 7, options["worker_shutdown_timeout"]
-    assert_nil options[:solid_queue_mode]
-    options[:solid_queue_mode] = :async
-    assert_equal :async, options.fetch(:solid_queue_mode)
-    assert_equal :d, options.fetch(:nothing_here, :d)
-    assert_raises(KeyError) { options.fetch(:nothing_here) }
-  end
 end

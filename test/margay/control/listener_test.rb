@@ -2,12 +2,10 @@
 
 require "test_helper"
 require "tmpdir"
-require "yaml"
 require "margay/control/listener"
-require "margay/control/state_file"
 
 # The control app's listener (Margay::Control::Listener) over real TCP and
-# unix sockets, and the state file (Margay::Control::StateFile).
+# unix sockets.
 class ControlListenerTest < Minitest::Test
   # Answers every path with its name; /act queues an action for after the answer.
   class EchoApp
@@ -111,21 +109,5 @@ class ControlListenerTest < Minitest::Test
     assert_equal "closed", r.read
     Process.wait(pid)
     assert_includes Margay::Control::Listener.listeners, @listener, "the parent keeps serving"
-  end
-
-  def test_state_file_is_pumas_yaml_and_removed_only_while_ours
-    path = File.join(@dir, "puma.state")
-    state = Margay::Control::StateFile.new(path)
-    state.write(control_url: "tcp://127.0.0.1:9293", token: "abc")
-    data = YAML.safe_load(File.read(path))
-    assert_equal({ "pid" => Process.pid, "control_url" => "tcp://127.0.0.1:9293", "control_auth_token" => "abc",
-                   "running_from" => Dir.pwd }, data)
-    state.remove
-    refute File.exist?(path)
-    state.write(control_url: nil, token: nil)
-    assert_equal %w[pid running_from], YAML.safe_load(File.read(path)).keys
-    File.write(path, "---\npid: 1\n") # a newer process owns it now
-    state.remove
-    assert File.exist?(path), "another process's state file stays"
   end
 end

@@ -14,6 +14,12 @@ class SlowPluginsTest < Minitest::Test
     JSON.parse(get("/yabeda")).transform_values(&:to_h)
   end
 
+  # What a deploy does, with an mtime surely newer than the one the plugin saw.
+  def touch_restart_txt
+    later = Time.now + 60
+    File.utime(later, later, File.join(@dir, "tmp/restart.txt"))
+  end
+
   def test_yabeda_metrics_are_margays_stats_in_single_mode
     start_margay(plugins: ["yabeda"], max_threads: 6, env: { "MARGAY_CTL_YABEDA" => "1" })
     3.times { get }
@@ -61,8 +67,7 @@ class SlowPluginsTest < Minitest::Test
     FileUtils.mkdir_p(File.join(@dir, "tmp"))
     start_margay(plugins: ["tmp_restart"], workers: 1)
     assert File.exist?(File.join(@dir, "tmp/restart.txt")), "the plugin made the file it watches"
-    sleep 1.1 # a newer mtime than the plugin saw
-    FileUtils.touch(File.join(@dir, "tmp/restart.txt"))
+    touch_restart_txt
     wait_for_log(/Starting control server/, count: 2)
     wait_for_log(/booted/, count: 2)
     assert_equal @pid, state["pid"]
@@ -73,8 +78,7 @@ class SlowPluginsTest < Minitest::Test
     start_margay(gemfile: MAIN_GEMFILE, plugins: %w[tmp_restart statsd], workers: 1)
     assert_equal 1, log_text.scan(/WARN/).size, log_text
     assert_match(/WARN: plugin statsd not loaded: Unable to find plugin: statsd/, log_text)
-    sleep 1.1
-    FileUtils.touch(File.join(@dir, "tmp/restart.txt"))
+    touch_restart_txt
     wait_for_log(/Starting control server/, count: 2)
     wait_for_log(/booted/, count: 2)
     assert_equal 200, Net::HTTP.get_response(URI("http://127.0.0.1:#{@port}/")).code.to_i
