@@ -146,8 +146,8 @@ module Margay
 
       @log.info("master: phased restart of #{@workers.serving.size} workers")
       Systemd.notify("RELOADING=1")
-      @ready = false
       @phase += 1
+      @ready = false
       hook(:on_restart)
       @workers.each { |w| w.mold? ? retire(w) : w.retire_later! }
     end
@@ -160,9 +160,9 @@ module Margay
       return @log.warn("master: USR2 ignored: no command line to re-execute") unless @restart_argv
 
       @log.info("master: hot restart")
+      Operations.fire(:before_restart) # plugins' event (Puma fires it on a hot restart only)
       Systemd.notify("RELOADING=1")
       hook(:on_restart)
-      Operations.fire(:before_restart) # plugins' event (Puma fires it on a hot restart only)
       signal_workers(:TERM)
       deadline = Clock.now + @config.shutdown_timeout + 5
       until @workers.empty?
@@ -274,8 +274,8 @@ module Margay
       @log.info("master: #{worker} booted")
       return if @ready || @workers.serving.count(&:booted?) < @target
 
-      @ready = Systemd.notify("READY=1") || true # once every worker of a generation serves
       Operations.fire(:after_booted, once: true) # plugins' event
+      @ready = Systemd.notify("READY=1") || true # once every worker of a generation serves
     end
 
     # ---- reforking ----

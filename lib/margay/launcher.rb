@@ -57,16 +57,17 @@ module Margay
       @server = Server.new(app, @config, log: @log)
       @server.bind
       write_pidfile
+      @ops = operations(@server)
       banner(description, @server.addresses)
       yield @server if block_given?
+      @ops.booted # plugins' after_booted
       previous = trap_signals
-      @ops = operations(@server).tap(&:booted)
       @server.run
       @log.info("Margay stopped")
       0
     ensure
-      previous&.each { |signal, handler| Signal.trap(signal, handler || "DEFAULT") }
       @ops&.stop
+      previous&.each { |signal, handler| Signal.trap(signal, handler || "DEFAULT") }
       remove_pidfile
     end
 
@@ -83,8 +84,8 @@ module Margay
       cluster.bind
       write_pidfile
       app = loader.call if @config.preload_app? # load errors surface here, before any fork
-      banner(description || "#{@config.rackup} (loaded by each worker)", cluster.addresses)
       @ops = operations(cluster)
+      banner(description || "#{@config.rackup} (loaded by each worker)", cluster.addresses)
       cluster.run(preloaded_app: app)
       @log.info("Margay stopped")
       0
