@@ -56,6 +56,7 @@ module Margay
         @log = log
         @thread = nil
         @unix_path = nil
+        @client = nil
         @server = open_socket(url)
         self.class.listeners << self
       end
@@ -79,9 +80,11 @@ module Margay
         nil
       end
 
-      # In a forked child: the copy of the socket goes, the file stays.
+      # In a forked child: the copies of the socket and of a connection
+      # being answered go (a copy would keep pumactl waiting for the close
+      # after the parent closed it); the socket's file stays.
       def close_in_child
-        @server.close unless @server.closed?
+        [@server, @client].each { |io| io.close unless io.nil? || io.closed? }
       rescue IOError
         nil
       end
@@ -118,21 +121,32 @@ module Margay
         File.unlink(path) if File.socket?(path)
       end
 
+      # One connection at a time; an action runs once its connection is
+      # closed (pumactl reads until the close).
       def serve
         loop do
-          client = @server.accept
-          begin
-            handle(client)
+          @client = @server.accept
+          action = begin
+            handle(@client)
           rescue StandardError => e
             @log.warn("control app: #{e.class}: #{e.message}")
+            nil
           ensure
-            client.close unless client.closed?
+            @client.close unless @client.closed?
           end
+          run(action) if action
         end
       rescue IOError, SystemCallError
         nil # the listener was closed: stop
       end
 
+      def run(action)
+        action.call
+      rescue StandardError => e
+        @log.warn("control app: the action failed: #{e.class}: #{e.message}")
+      end
+
+      # Answer one request; returns the action to run after the close, if any.
       def handle(client)
         head = read_head(client)
         match = head && REQUEST_LINE.match(head)
@@ -143,7 +157,7 @@ module Margay
         env = { "REQUEST_METHOD" => match[:method], "PATH_INFO" => path, "QUERY_STRING" => query.to_s }
         status, headers, body = @app.call(env)
         write(client, status, headers["content-type"], body.join)
-        env[App::AFTER_RESPONSE]&.call
+        env[App::AFTER_RESPONSE]
       end
 
       # The request head up to its blank line, or nil when it does not come
@@ -166,6 +180,7 @@ module Margay
       def write(client, status, type, body)
         client.write("HTTP/1.0 #{status} #{REASONS.fetch(status, 'Unknown')}\r\ncontent-type: #{type}\r\n" \
                      "content-length: #{body.bytesize}\r\nconnection: close\r\n\r\n#{body}")
+        nil
       rescue SystemCallError, IOError
         nil # the client went away
       end

@@ -2,6 +2,7 @@
 
 require "test_helper"
 require "tmpdir"
+require "timeout"
 require "margay/control/listener"
 
 # The control app's listener (Margay::Control::Listener) over real TCP and
@@ -109,5 +110,27 @@ class ControlListenerTest < Minitest::Test
     assert_equal "closed", r.read
     Process.wait(pid)
     assert_includes Margay::Control::Listener.listeners, @listener, "the parent keeps serving"
+  end
+
+  # A worker forked while the control thread holds a connection must not
+  # keep it open: pumactl reads until the close.
+  def test_a_child_forked_during_a_request_does_not_hold_its_connection_open
+    start("tcp://127.0.0.1:0")
+    sock = TCPSocket.new("127.0.0.1", @listener.url[/\d+\z/].to_i)
+    Timeout.timeout(5) { sleep 0.01 until @listener.instance_variable_get(:@client) }
+    child = fork { sleep 30 }
+    sock.write("GET /act HTTP/1.0\r\n\r\n")
+    assert sock.wait_readable(5)
+    response = +""
+    Timeout.timeout(5) { response << sock.readpartial(4096) while true }
+  rescue EOFError
+    assert_match %r{\AHTTP/1\.0 200 }, response
+    assert_equal :after, @queue.pop(timeout: 5), "the action runs after the close"
+  ensure
+    sock&.close
+    if child
+      Process.kill(:KILL, child)
+      Process.wait(child)
+    end
   end
 end

@@ -73,6 +73,16 @@ class SlowPluginsTest < Minitest::Test
     assert_equal @pid, state["pid"]
   end
 
+  def test_tmp_restart_in_single_mode
+    skip "single-mode restart in place (USR2) is not in this tree yet" unless Margay::Launcher.method_defined?(:restart)
+
+    FileUtils.mkdir_p(File.join(@dir, "tmp"))
+    start_margay(gemfile: MAIN_GEMFILE, plugins: ["tmp_restart"])
+    touch_restart_txt
+    wait_for_log(/Starting control server/, count: 2)
+    assert_equal "pid #{@pid}", get
+  end
+
   def test_margays_tmp_restart_without_the_puma_gem
     FileUtils.mkdir_p(File.join(@dir, "tmp"))
     start_margay(gemfile: MAIN_GEMFILE, plugins: %w[tmp_restart statsd], workers: 1)

@@ -84,6 +84,20 @@ class SlowPumactlTest < Minitest::Test
     refute File.exist?(File.join(@dir, "ctl.sock")), "the control socket's file goes too"
   end
 
+  def test_single_mode_restart_in_place
+    skip "single-mode restart in place (USR2) is not in this tree yet" unless Margay::Launcher.method_defined?(:restart)
+
+    start_margay(control_token: "t")
+    assert_equal ["Command restart sent success\n", 0], pumactl("-S", @state, "restart")
+    wait_for_log(/Starting control server/, count: 2)
+    assert_equal "pid #{@pid}", get, "same process, serving again"
+    assert_equal @pid, state["pid"]
+    assert_equal 0, pumactl("-S", @state, "phased-restart")[1], "no phases in single mode: a restart, like Puma"
+    wait_for_log(/Starting control server/, count: 3)
+    assert_equal 0, pumactl("-S", @state, "stop")[1]
+    assert_equal 0, wait_exit
+  end
+
   def test_halt_exits_at_once
     start_margay
     assert_equal 0, pumactl("-S", @state, "halt")[1]
