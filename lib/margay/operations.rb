@@ -71,6 +71,7 @@ module Margay
       start_control(token)
       @state&.write(control_url: @control&.url, token: token || ("none" if @control))
       Plugins.start(@config.plugins, @launcher, @log)
+      Plugins.bridge_stats # also without plugins: an app may read Puma.stats
       self
     rescue StandardError
       stop

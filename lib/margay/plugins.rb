@@ -41,7 +41,7 @@ module Margay
         @log = log
         return [] if names.empty?
 
-        install_puma_api(launcher)
+        install_puma_api
         plugins = names.filter_map { |name| find(name.to_s) }
         started = plugins.filter_map { |name, plugin| name if start_one(name, plugin, launcher) }
         @started = true
@@ -61,11 +61,25 @@ module Margay
         nil
       end
 
+      # Puma.stats and Puma.stats_hash answer Margay's stats, when a Puma
+      # module is here (the shim's, or the puma gem's: an app that has it in
+      # its Gemfile often loads it). The gem's own Puma.stats reads the object
+      # in @get_stats (Puma.stats_object=): it is pointed at Margay's too.
+      def bridge_stats
+        return unless defined?(::Puma)
+
+        ::Puma.instance_variable_set(:@get_stats, Stats::Current)
+        return if ::Puma.respond_to?(:stats_hash)
+
+        ::Puma.define_singleton_method(:stats_hash) { Margay.stats_hash }
+        ::Puma.define_singleton_method(:stats) { Margay.stats }
+      end
+
       private
 
       # Puma::Plugin from the puma gem when it can be loaded, else the shim;
       # Puma::Const::VERSION (plugins branch on it); Puma.stats and stats_hash.
-      def install_puma_api(launcher)
+      def install_puma_api
         unless defined?(::Puma::Plugin)
           begin
             require "puma/plugin"
@@ -76,18 +90,7 @@ module Margay
           end
         end
         ::Puma::Plugin.prepend(Background) unless ::Puma::Plugin.ancestors.include?(Background)
-        define_puma_stats(launcher)
-      end
-
-      # Puma.stats reads the object in @get_stats (Puma.stats_object=): point
-      # it at the launcher, so that the puma gem's own Puma.stats (if its
-      # lib/puma.rb gets loaded) answers Margay's stats too.
-      def define_puma_stats(launcher)
-        ::Puma.instance_variable_set(:@get_stats, launcher)
-        return if ::Puma.respond_to?(:stats_hash)
-
-        ::Puma.define_singleton_method(:stats_hash) { Margay.stats_hash }
-        ::Puma.define_singleton_method(:stats) { Margay.stats }
+        bridge_stats
       end
 
       # [name, plugin instance], or nil (warned) when it cannot be loaded.

@@ -25,6 +25,12 @@ module Margay
       def stats = Stats.single(server.stats, max_threads)
     end
 
+    # Answers Margay.stats_hash, whichever process asks (Puma.stats_object
+    # points here: a cluster worker's Puma.stats is the worker's).
+    module Current
+      def self.stats = Margay.stats_hash
+    end
+
     @source = nil
     @started_at = nil
 

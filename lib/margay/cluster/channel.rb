@@ -36,6 +36,7 @@ module Margay
       STATUS = "S"
       STATUS_FRAME = /#{STATUS}(\d+(?:,\d+)*)\n/
       READ_SIZE = 65_536
+      MAX_FRAME = 256
       BECOME_MOLD = "mold"
       FORK = "fork "
       FORK_LINE = /\A#{FORK}(\d+)/
@@ -208,6 +209,7 @@ module Margay
       def take_statuses(data)
         start = data.rindex(STATUS)
         @partial = start && !data.index("\n", start) ? data.slice!(start..) : +""
+        @partial = +"" if @partial.bytesize > MAX_FRAME # never from a worker: do not let it grow
         last = nil
         data = data.gsub(STATUS_FRAME) do
           last = Regexp.last_match(1)

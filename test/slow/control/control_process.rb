@@ -17,6 +17,12 @@ module ControlProcess
   BENCH_GEMFILE = File.join(ROOT, "bench", "Gemfile")
   MAIN_GEMFILE = File.join(ROOT, "Gemfile")
 
+  # Puma's stats keys, in Puma's order.
+  SINGLE_KEYS = %w[started_at backlog running pool_capacity busy_threads max_threads requests_count versions].freeze
+  CLUSTER_KEYS = %w[started_at workers phase booted_workers old_workers worker_status versions].freeze
+  WORKER_KEYS = %w[started_at pid index phase booted last_checkin last_status].freeze
+  LAST_STATUS_KEYS = %w[backlog running pool_capacity busy_threads max_threads requests_count].freeze
+
   def setup
     @dir = Dir.mktmpdir("margay-control-")
     @state = File.join(@dir, "puma.state")

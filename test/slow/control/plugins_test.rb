@@ -47,6 +47,15 @@ class SlowPluginsTest < Minitest::Test
     assert_equal [0, 1], indexes
   end
 
+  def test_the_puma_gems_own_puma_stats_answers_margays
+    start_margay(workers: 1, env: { "MARGAY_CTL_REQUIRE_PUMA" => "1" })
+    2.times { get }
+    stats = JSON.parse(get("/puma-stats"))
+    assert_equal SINGLE_KEYS, stats.keys, "in a worker: the worker's own counters"
+    assert_equal 3, stats["requests_count"]
+    assert_equal Margay::VERSION, stats.dig("versions", "margay")
+  end
+
   def test_solid_queue_plugin_forks_its_supervisor_once_booted_and_stops_it
     sq = File.join(@dir, "sq")
     FileUtils.mkdir_p(sq)

@@ -9,11 +9,6 @@ require_relative "control_process"
 class SlowPumactlTest < Minitest::Test
   include ControlProcess
 
-  SINGLE_KEYS = %w[started_at backlog running pool_capacity busy_threads max_threads requests_count versions].freeze
-  CLUSTER_KEYS = %w[started_at workers phase booted_workers old_workers worker_status versions].freeze
-  WORKER_KEYS = %w[started_at pid index phase booted last_checkin last_status].freeze
-  LAST_STATUS_KEYS = %w[backlog running pool_capacity busy_threads max_threads requests_count].freeze
-
   def test_single_mode_stats_tools_and_stop
     start_margay(control_token: "t0ken", max_threads: 7)
     3.times { assert_equal "pid #{@pid}", get }

@@ -8,7 +8,9 @@
 # restart re-executes this file with the same environment.
 #
 # The app: "/" answers "pid PID"; "/yabeda" (when the yabeda gem is
-# loaded) collects Yabeda's metrics and answers their values as JSON.
+# loaded) collects Yabeda's metrics and answers their values as JSON;
+# "/puma-stats" answers Puma.stats (MARGAY_CTL_REQUIRE_PUMA=1 loads the puma
+# gem's lib/puma.rb first, as Bundler.require does for an app).
 # MARGAY_CTL_SOLID_QUEUE=DIR defines a stand-in SolidQueue::Supervisor that
 # records its start and stop in DIR (the real plugin forks it).
 $stdout.sync = true
@@ -33,6 +35,7 @@ if (sq_dir = ENV["MARGAY_CTL_SOLID_QUEUE"])
   end
 end
 require "yabeda" if ENV["MARGAY_CTL_YABEDA"]
+require "puma" if ENV["MARGAY_CTL_REQUIRE_PUMA"] # as an app with puma in its Gemfile does
 
 settings = JSON.parse(ENV.fetch("MARGAY_CTL_SETTINGS"), symbolize_names: true)
 settings[:binds] ||= ["tcp://127.0.0.1:0"]
@@ -45,6 +48,8 @@ app = lambda do |env|
       Yabeda.collect!
       metrics = Yabeda.metrics.select { |name, _| name.start_with?("puma_") }
       JSON.generate(metrics.transform_values { |m| m.values.map { |tags, atom| [tags[:index], atom.value] } })
+    elsif env["PATH_INFO"] == "/puma-stats"
+      Puma.stats
     else
       "pid #{Process.pid}"
     end
