@@ -8,17 +8,23 @@ module Margay
   # Margay.stats / Margay.stats_hash (and Puma.stats under the plugin shim)
   # return, so that tools written for Puma's stats read Margay's unchanged.
   #
-  #   single:  {started_at, backlog, running, pool_capacity, busy_threads,
-  #             max_threads, requests_count, versions}
+  #   single:  {started_at, the COUNTERS, versions}
   #   cluster: {started_at, workers, phase, booted_workers, old_workers,
   #             worker_status: [{started_at, pid, index, phase, booted,
-  #             last_checkin, last_status: {the six counters}}], versions}
+  #             last_checkin, last_status: {the COUNTERS}}], versions}
   #
-  # backlog is 0: requests a thread has not claimed yet wait in the engine,
-  # which does not count them apart from the connections (docs/CONTROL.md).
+  # Every key Puma 8 answers is there. backlog and backlog_max are 0:
+  # requests a thread has not claimed yet wait in the engine, which does not
+  # count them apart from the connections; io_threads is 0 (no I/O-bound
+  # marking); reactor_max is the connections the engine holds now
+  # (docs/CONTROL.md).
   module Stats
     # The counters of one serving process, in Puma's order.
-    COUNTERS = %i[backlog running pool_capacity busy_threads max_threads requests_count].freeze
+    COUNTERS = %i[backlog running pool_capacity busy_threads io_threads backlog_max max_threads requests_count
+                  reactor_max].freeze
+    # The Puma release whose stats, control app and plugin API Margay answers
+    # like (versions.puma; Puma::Const::VERSION under Margay's plugin shim).
+    PUMA_API_VERSION = "8.0.2"
 
     # A cluster worker's own source: Margay.stats_hash in a worker answers its server's counters.
     WorkerSource = Struct.new(:server, :max_threads) do
@@ -42,12 +48,12 @@ module Margay
       # runner facade; nil: not serving).
       attr_accessor :source
 
-      # The six counters of a serving process from its Server#stats and
-      # its max_threads.
+      # The COUNTERS of a serving process from its Server#stats and its max_threads.
       def counters(server_stats, max_threads)
         busy = server_stats[:busy_threads].to_i
         { backlog: 0, running: server_stats[:threads].to_i, pool_capacity: [max_threads - busy, 0].max,
-          busy_threads: busy, max_threads: max_threads, requests_count: server_stats[:requests].to_i }
+          busy_threads: busy, io_threads: 0, backlog_max: 0, max_threads: max_threads,
+          requests_count: server_stats[:requests].to_i, reactor_max: server_stats[:connections].to_i }
       end
 
       # Single mode: the server's counters.
@@ -64,9 +70,10 @@ module Margay
           worker_status: worker_status, versions: versions }
       end
 
-      # What this server is: Puma's stats name Puma's version here; ours name Margay's.
+      # What serves: the Puma release Margay answers like, and Margay's own version.
       def versions
-        { margay: VERSION, ruby: { engine: RUBY_ENGINE, version: RUBY_VERSION, patchlevel: RUBY_PATCHLEVEL } }
+        { puma: PUMA_API_VERSION, margay: VERSION,
+          ruby: { engine: RUBY_ENGINE, version: RUBY_VERSION, patchlevel: RUBY_PATCHLEVEL } }
       end
 
       # Puma's time format: "2026-11-24T14:01:28Z" (nil stays nil).

@@ -94,9 +94,10 @@ class PluginsTest < Minitest::Test
   def test_stats_in_process_have_pumas_single_shape
     operations(plugins: ["margay_probe"], max_threads: 8)
     stats = Margay.stats_hash
-    assert_equal %i[started_at backlog running pool_capacity busy_threads max_threads requests_count versions], stats.keys
-    assert_equal [0, 4, 5, 3, 8, 42], stats.values_at(:backlog, :running, :pool_capacity, :busy_threads, :max_threads,
-                                                      :requests_count)
+    assert_equal %i[started_at backlog running pool_capacity busy_threads io_threads backlog_max max_threads
+                    requests_count reactor_max versions], stats.keys, "Puma 8's keys, in its order"
+    assert_equal [0, 4, 5, 3, 8, 42, 3], stats.values_at(:backlog, :running, :pool_capacity, :busy_threads, :max_threads,
+                                                         :requests_count, :reactor_max)
     assert_equal Margay::VERSION, stats[:versions][:margay]
     assert_equal JSON.parse(JSON.generate(stats)), JSON.parse(Puma.stats), "Puma.stats is Margay's, as JSON"
     assert_equal stats.keys, Puma.stats_hash.keys

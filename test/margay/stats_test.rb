@@ -16,8 +16,10 @@ class StatsTest < Minitest::Test
     Margay::Stats.started_at = Time.utc(2026, 11, 24, 14, 1, 2)
     stats = Margay::Stats.single(SERVER, 5)
     assert_equal({ started_at: "2026-11-24T14:01:02Z", backlog: 0, running: 3, pool_capacity: 3, busy_threads: 2,
-                   max_threads: 5, requests_count: 9 }, stats.except(:versions))
-    assert_equal %i[margay ruby], stats[:versions].keys
+                   io_threads: 0, backlog_max: 0, max_threads: 5, requests_count: 9, reactor_max: 2 },
+                 stats.except(:versions))
+    assert_equal %i[puma margay ruby], stats[:versions].keys
+    assert_equal "8.0.2", stats[:versions][:puma], "the Puma release Margay answers like"
     assert_equal 0, Margay::Stats.counters(SERVER.merge(busy_threads: 7), 5)[:pool_capacity], "never negative"
   end
 

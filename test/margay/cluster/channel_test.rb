@@ -153,7 +153,8 @@ class ChannelTest < Minitest::Test
     Dir.open("/proc/self/fd") { |dir| dir.children.map(&:to_i) - [dir.fileno] }.sort
   end
 
-  STATUS = { backlog: 0, running: 3, pool_capacity: 2, busy_threads: 3, max_threads: 5, requests_count: 12_345 }.freeze
+  STATUS = { backlog: 0, running: 3, pool_capacity: 2, busy_threads: 3, io_threads: 0, backlog_max: 0, max_threads: 5,
+             requests_count: 12_345, reactor_max: 17 }.freeze
 
   def test_a_report_carries_the_workers_status_to_the_master
     assert_nil @master.last_status, "no status before the first report"
@@ -173,10 +174,10 @@ class ChannelTest < Minitest::Test
   end
 
   def test_a_status_split_across_reads_is_completed_by_the_next_read
-    @worker.beat.write(".S0,1,4,1,5,")
+    @worker.beat.write(".S0,1,4,1,0,0,5,")
     assert_equal [:alive], @master.read_reports
     assert_nil @master.last_status, "half a frame is kept, not parsed"
-    @worker.beat.write("99\n")
+    @worker.beat.write("99,2\n")
     assert_equal [], @master.read_reports
     assert_equal 99, @master.last_status[:requests_count]
     assert_equal 1, @master.last_status[:running]

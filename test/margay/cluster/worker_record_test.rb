@@ -2,6 +2,7 @@
 
 require "test_helper"
 require "margay/cluster/worker_record"
+require "margay/cluster/channel"
 
 # The master's record of one worker (Margay::Cluster::WorkerRecord): the
 # states a worker goes through and what the master asks of them.
@@ -81,7 +82,7 @@ class WorkerRecordTest < Minitest::Test
     assert_equal({}, entry[:last_status], "Puma's last_status is {} before the first check-in")
     assert_equal [4711, 2, 3, false], entry.values_at(:pid, :index, :phase, :booted)
     assert_match(/\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\z/, entry[:started_at])
-    status = { backlog: 0, running: 2, pool_capacity: 3, busy_threads: 2, max_threads: 5, requests_count: 7 }
+    status = Margay::Stats::COUNTERS.each_with_index.to_h { |key, i| [key, i] }
     worker.report(:booted, status)
     master.read_reports
     w.booted!

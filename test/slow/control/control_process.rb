@@ -17,11 +17,12 @@ module ControlProcess
   BENCH_GEMFILE = File.join(ROOT, "bench", "Gemfile")
   MAIN_GEMFILE = File.join(ROOT, "Gemfile")
 
-  # Puma's stats keys, in Puma's order.
-  SINGLE_KEYS = %w[started_at backlog running pool_capacity busy_threads max_threads requests_count versions].freeze
+  # Puma 8's stats keys, in Puma's order (as `pumactl stats` prints them from Puma 8.0.2).
+  LAST_STATUS_KEYS = %w[backlog running pool_capacity busy_threads io_threads backlog_max max_threads requests_count
+                        reactor_max].freeze
+  SINGLE_KEYS = ["started_at", *LAST_STATUS_KEYS, "versions"].freeze
   CLUSTER_KEYS = %w[started_at workers phase booted_workers old_workers worker_status versions].freeze
   WORKER_KEYS = %w[started_at pid index phase booted last_checkin last_status].freeze
-  LAST_STATUS_KEYS = %w[backlog running pool_capacity busy_threads max_threads requests_count].freeze
 
   def setup
     @dir = Dir.mktmpdir("margay-control-")
@@ -53,7 +54,8 @@ module ControlProcess
     @log = +""
     @lock = Mutex.new
     @reader = Thread.new { @out.each_line { |line| @lock.synchronize { @log << line } } }
-    wait_for_log(/Starting control server|Listening on/)
+    wait_for_log(/Listening on/)
+    wait_for_log(/Starting control server/) if settings[:control_url]
     wait_for_log(/booted/, count: settings[:workers]) if settings[:workers].to_i.positive?
     @port = log_text[%r{Listening on tcp://127\.0\.0\.1:(\d+)}, 1].to_i
   end

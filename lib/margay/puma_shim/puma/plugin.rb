@@ -3,12 +3,14 @@
 # Margay's stand-in for the puma gem's puma/plugin.rb, on the load path only
 # when the bundle has no puma gem (Margay::Plugins): the same registry and
 # Puma::Plugin.create, so plugin files written for Puma load unchanged.
+require "margay/stats"
+
 module Puma
   class UnknownPlugin < RuntimeError; end
 
   # The Puma API level plugins see (they branch on it: 7+ has after_booted).
   module Const
-    VERSION = PUMA_VERSION = "8.0.2"
+    VERSION = PUMA_VERSION = Margay::Stats::PUMA_API_VERSION
   end
 
   # Plugin classes by name; #find requires puma/plugin/NAME on first use.
