@@ -95,7 +95,8 @@ module Margay
 
     private
 
-    # nil: none asked for ("none"); a random one when none is given (printed at start).
+    # nil: none asked for ("none"); a random one when none is given (written
+    # to the state file, never to the log, like Puma).
     def control_token
       token = @config.control_token
       return nil if token == "none" || (token && token.empty?)
@@ -108,7 +109,14 @@ module Margay
 
       @control.start(Control::App.new(@launcher, token: token))
       @log.info("* Starting control server on #{@control.url}")
-      @log.info("* Control token: #{token} (generated: set control_token to choose one)") if @generated_token
+      return unless @generated_token
+
+      if @state
+        @log.info("* Control token: generated, in #{@state.path} (pumactl -S #{@state.path})")
+      else
+        @log.warn("the control app's token was generated at random and there is no state file to read it from: " \
+                  "set control_token (or state_path) to use the control app")
+      end
     end
 
     def halt_cleanup

@@ -31,9 +31,10 @@ class OperationsTest < Minitest::Test
   def test_the_state_file_names_the_control_app_and_goes_at_stop
     path = File.join(@dir, "state.yml")
     operations(control_url: "tcp://127.0.0.1:0", state_path: path)
-    token = @log_io.string[/Control token: (\h{32})/, 1]
-    refute_nil token, "a generated token is printed"
-    assert_includes File.read(path), "control_auth_token: #{token}\n"
+    token = File.read(path)[/^control_auth_token: (\h{32})$/, 1]
+    refute_nil token, "a generated token is in the state file"
+    refute_includes @log_io.string, token, "a secret stays out of the log, like Puma"
+    assert_includes @log_io.string, "* Control token: generated, in #{path}"
     assert_includes File.read(path), "control_url: #{@ops.control.url}\n"
     @ops.stop
     @ops = nil
@@ -53,6 +54,14 @@ class OperationsTest < Minitest::Test
     operations(control_url: "tcp://127.0.0.1:0")
     url = @ops.control.url
     assert_raises(Margay::ConfigError) { Margay::Operations.start(Margay::Configuration.new(control_url: url), @log, FakeServer.new) }
+  end
+
+  def test_a_generated_token_without_a_state_file_is_a_warning
+    operations(control_url: "tcp://127.0.0.1:0")
+    assert_equal 1, @log_io.string.scan(/WARN: the control app's token was generated at random/).size
+    token = @ops.launcher.options[:control_auth_token]
+    assert_match(/\A\h{32}\z/, token, "plugins still read it")
+    refute_includes @log_io.string, token
   end
 
   def test_nothing_asked_nothing_opened
