@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "json"
+require "rack/utils"
 
 module Margay
   module Control
@@ -44,9 +45,14 @@ module Margay
 
       private
 
-      # Puma compares the whole "token=T" parameter, among & or ; separated ones.
+      # A "token=T" parameter among & or ; separated ones, as Puma reads it,
+      # compared in constant time.
       def authorized?(query)
-        @token.nil? || query.split(/[&;]/).include?("token=#{@token}")
+        return true if @token.nil?
+
+        query.split(/[&;]/).any? do |pair|
+          pair.start_with?("token=") && Rack::Utils.secure_compare(pair.delete_prefix("token="), @token)
+        end
       end
 
       def later(env, _command, &action)
