@@ -11,6 +11,7 @@ require_relative "cluster/balancer"
 require_relative "cluster/roster"
 require_relative "cluster/signals"
 require_relative "cluster/spawner"
+require_relative "operations"
 
 module Margay
   # The master process of cluster mode. It binds the listeners (or inherits
@@ -55,6 +56,7 @@ module Margay
       @board = Native::IdleBoard.new(BOARD_SLOTS) # shared with every worker forked from now on
       @forwarder = Balancer::Forwarder.new(roster: @workers, board: @board, log: log)
       @spawner = nil
+      @phase = 0 # phased restarts so far (stats)
       @signals.trap_all # from now on: a signal during bind or preload is not lost, nor fatal
     end
 
@@ -72,6 +74,11 @@ module Margay
       supervise until @stopping && @workers.empty?
       close_listeners
       report_exits(flush: true)
+    end
+
+    # Puma-shaped stats (docs/CONTROL.md), from any thread: to_a copies the roster in one C call.
+    def stats
+      Stats.cluster(@workers.to_a.reject(&:mold?).map { |w| w.to_stats(@phase) }, @phase)
     end
 
     # Graceful stop of the whole cluster (trap-safe).
@@ -160,6 +167,7 @@ module Margay
 
       @log.info("master: phased restart of #{@workers.serving.size} workers")
       Systemd.notify("RELOADING=1")
+      @phase += 1
       @ready = false
       @workers.each { |w| w.mold? ? retire(w) : w.retire_later! }
     end
@@ -172,6 +180,7 @@ module Margay
       return @log.warn("master: USR2 ignored: no command line to re-execute") unless @restart_argv
 
       @log.info("master: hot restart")
+      Operations.fire(:before_restart) # plugins' event (Puma fires it on a hot restart only)
       Systemd.notify("RELOADING=1")
       signal_workers(:TERM)
       deadline = Clock.now + grace_period + 5
@@ -284,6 +293,7 @@ module Margay
       @log.info("master: #{worker} booted")
       return if @ready || @workers.serving.count(&:booted?) < @target
 
+      Operations.fire(:after_booted, once: true) # plugins' event
       @ready = Systemd.notify("READY=1") || true # once every worker of a generation serves
       hook(:after_booted) # Puma's moment: every worker booted, at start and after each phased restart
     end

@@ -90,9 +90,11 @@ module Margay
       @server = Server.new(app, @config, log: @log)
       @server.bind
       write_pidfile
+      @ops = operations(@server)
       banner(description, @server.addresses)
       set_title(@server.addresses)
       yield @server if block_given?
+      @ops.booted # plugins' after_booted
       previous = trap_signals
       @server.run { @config.run_hook(:after_booted, log: @log) }
       return restart! if @restart
@@ -101,6 +103,7 @@ module Margay
       @config.run_hook(:after_stopped, log: @log)
       0
     ensure
+      @ops&.stop
       previous&.each { |signal, handler| Signal.trap(signal, handler || "DEFAULT") }
       remove_pidfile unless @restart
     end
@@ -144,6 +147,7 @@ module Margay
       cluster.bind
       write_pidfile
       app = loader.call if @config.preload_app? # load errors surface here, before any fork
+      @ops = operations(cluster)
       banner(description || "#{@config.rackup} (loaded by each worker)", cluster.addresses)
       set_title(cluster.addresses)
       cluster.run(preloaded_app: app)
@@ -151,7 +155,14 @@ module Margay
       @config.run_hook(:after_stopped, log: @log)
       0
     ensure
+      @ops&.stop
       remove_pidfile
+    end
+
+    # Control app, state file, stats, plugins (docs/CONTROL.md).
+    def operations(runner)
+      require_relative "operations"
+      Operations.start(@config, @log, runner, on_halt: method(:remove_pidfile))
     end
 
     # A hot restart from cluster mode into single mode: the connections the old

@@ -3,6 +3,7 @@
 require "socket"
 require_relative "../errors"
 require_relative "../runner"
+require_relative "../stats"
 
 module Margay
   class Cluster < Runner
@@ -10,7 +11,10 @@ module Margay
     # one side's ends of the three links between the master and one worker
     # (or the mold):
     #
-    # - beat, a pipe, worker to master: one byte per report (REPORTS). EOF
+    # - beat, a pipe, worker to master: one byte per report (REPORTS), each
+    #   followed by the worker's status (Stats::COUNTERS) in one frame:
+    #   "S" + the counters joined by "," + "\n". Every message is one write
+    #   of less than PIPE_BUF bytes, so it arrives whole or not at all. EOF
     #   tells the master the worker is gone; a broken pipe tells the worker
     #   the master is gone.
     # - ctl, a stream socket, master to worker: one line per command
@@ -28,6 +32,11 @@ module Margay
       # refork_due: it served refork_after requests and may become the mold;
       # mold_ready: it is the mold, ready to fork workers.
       REPORTS = { booted: "r", alive: ".", refork_due: "R", mold_ready: "M" }.freeze
+      # A status frame: STATUS, the counters in Stats::COUNTERS order, a newline.
+      STATUS = "S"
+      STATUS_FRAME = /#{STATUS}(\d+(?:,\d+)*)\n/
+      READ_SIZE = 65_536
+      MAX_FRAME = 256
       BECOME_MOLD = "mold"
       FORK = "fork "
       FORK_LINE = /\A#{FORK}(\d+)/
@@ -60,7 +69,14 @@ module Margay
         @beat = beat
         @ctl = ctl
         @handoff = handoff
+        @partial = +""
+        @last_status = nil
+        @last_checkin = nil
       end
+
+      # Master: the last status the worker sent (a Hash of Stats::COUNTERS;
+      # nil before the first) and when it arrived (a Time; nil before).
+      attr_reader :last_status, :last_checkin
 
       # The three descriptors, in the order the mold sends them.
       def ios
@@ -74,10 +90,13 @@ module Margay
 
       # ---- heartbeat: worker to master ----
 
-      # Worker: send +report+ (a key of REPORTS) without blocking; a full pipe
+      # Worker: send +report+ (a key of REPORTS), with +status+ (a Hash with
+      # the Stats::COUNTERS keys) when given, without blocking; a full pipe
       # drops it (the next beat follows). Raises Errno::EPIPE once the master is gone.
-      def report(report)
-        @beat.write_nonblock(REPORTS.fetch(report), exception: false)
+      def report(report, status = nil)
+        message = REPORTS.fetch(report)
+        message += "#{STATUS}#{status.values_at(*Stats::COUNTERS).map { |v| Integer(v) }.join(',')}\n" if status
+        @beat.write_nonblock(message, exception: false)
       end
 
       # Mold: send +report+, waiting while the pipe is full (it must arrive).
@@ -85,13 +104,15 @@ module Margay
         @beat.write(REPORTS.fetch(report))
       end
 
-      # Master: the reports waiting in the pipe, as names (never blocks).
+      # Master: the reports waiting in the pipe, as names (never blocks);
+      # the last status among them is kept (#last_status, #last_checkin).
       # nil at EOF (the worker is gone); false when nothing was there.
       def read_reports
-        data = @beat.read_nonblock(1024, exception: false)
+        data = @beat.read_nonblock(READ_SIZE, exception: false)
         return nil if data.nil?
         return false unless data.is_a?(String)
 
+        data = take_statuses(@partial + data)
         REPORTS.filter_map { |name, byte| name if data.include?(byte) }
       end
 
@@ -182,6 +203,24 @@ module Margay
       end
 
       private
+
+      # Record the last whole status frame of +data+, keep an unfinished one
+      # for the next read, and return the report bytes.
+      def take_statuses(data)
+        start = data.rindex(STATUS)
+        @partial = start && !data.index("\n", start) ? data.slice!(start..) : +""
+        @partial = +"" if @partial.bytesize > MAX_FRAME # never from a worker: do not let it grow
+        last = nil
+        data = data.gsub(STATUS_FRAME) do
+          last = Regexp.last_match(1)
+          ""
+        end
+        if last
+          @last_status = Stats::COUNTERS.zip(last.split(",").map(&:to_i)).to_h
+          @last_checkin = Time.now
+        end
+        data
+      end
 
       # A UNIXSocket for a descriptor received as a plain IO.
       def socket(io)

@@ -7,6 +7,7 @@ require_relative "balancer"
 require_relative "channel"
 require_relative "mold"
 require_relative "signals"
+require_relative "../stats"
 
 module Margay
   class Cluster < Runner
@@ -59,6 +60,7 @@ module Margay
         @server = Server.new(@app, @config, log: @log, listeners: @listeners, on_tick: method(:tick),
                                             on_stuck: -> { @server.stop }, idle_board: idle_board)
         @balancer = Balancer.new(server: @server, channel: @channel, log: @log, index: @index)
+        Stats.source = Stats::WorkerSource.new(@server, @config.max_threads) # Margay.stats_hash here
         Signals::STOP.each { |sig| trap(sig) { terminate } }
         (Signals::MASTER - Signals::STOP - %w[HUP]).each { |sig| trap(sig, "IGNORE") }
         trap_hup
@@ -136,7 +138,7 @@ module Margay
       # crashed): nobody supervises this worker any more, so it finishes its
       # requests in flight and exits instead of serving on alone.
       def report(report)
-        @channel.report(report)
+        @channel.report(report, Stats.counters(@server.stats, @config.max_threads))
       rescue Errno::EPIPE, IOError
         return if @orphaned
 

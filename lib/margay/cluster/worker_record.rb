@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../runner"
+require_relative "../stats"
 
 module Margay
   class Cluster < Runner
@@ -17,6 +18,8 @@ module Margay
       # last_beat: when it last reported; stop_at: when it was told to stop
       # (nil until then). Monotonic seconds (Clock.now).
       attr_accessor :last_beat, :stop_at
+      # When the master started it (a Time: Puma's stats show it).
+      attr_reader :started_at
 
       # @param now [Float] Clock.now: a new worker has its boot timeout from now
       def initialize(index:, pid:, channel:, now:)
@@ -29,6 +32,7 @@ module Margay
         @retiring = false
         @stopping = false
         @mold = nil
+        @started_at = Time.now
       end
 
       # It reported that it serves.
@@ -112,6 +116,16 @@ module Margay
       rescue SystemCallError
         kb = `ps -o rss= -p #{Integer(@pid)}`.strip
         kb.empty? ? nil : kb.to_i * 1024
+      end
+
+      # Its entry in the cluster's stats (Puma's worker_status shape). A
+      # worker marked to be replaced belongs to the phase before +phase+ (the
+      # master's count of phased restarts); last_status is {} until its first
+      # status arrives (Channel#last_status).
+      def to_stats(phase)
+        { started_at: Stats.iso8601(@started_at), pid: @pid, index: @index, phase: retiring? ? phase - 1 : phase,
+          booted: booted?, last_checkin: Stats.iso8601(@channel.last_checkin || @started_at),
+          last_status: @channel.last_status || {} }
       end
 
       # How the master's log names it: "worker 2 (pid 4711)".

@@ -2,6 +2,7 @@
 
 require "test_helper"
 require "margay/cluster/worker_record"
+require "margay/cluster/channel"
 
 # The master's record of one worker (Margay::Cluster::WorkerRecord): the
 # states a worker goes through and what the master asks of them.
@@ -71,5 +72,26 @@ class WorkerRecordTest < Minitest::Test
     w.kill(:KILL)
     Process.wait(pid)
     assert_nil w.kill(:TERM), "a process that is gone is no error"
+  end
+
+  def test_its_stats_entry_has_pumas_worker_status_shape
+    master, worker = Margay::Cluster::Channel.pair
+    w = WorkerRecord.new(index: 2, pid: 4711, channel: master, now: 100.0)
+    entry = w.to_stats(3)
+    assert_equal %i[started_at pid index phase booted last_checkin last_status], entry.keys
+    assert_equal({}, entry[:last_status], "Puma's last_status is {} before the first check-in")
+    assert_equal [4711, 2, 3, false], entry.values_at(:pid, :index, :phase, :booted)
+    assert_match(/\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\z/, entry[:started_at])
+    status = Margay::Stats::COUNTERS.each_with_index.to_h { |key, i| [key, i] }
+    worker.report(:booted, status)
+    master.read_reports
+    w.booted!
+    w.retire_later!
+    entry = w.to_stats(3)
+    assert_equal status, entry[:last_status]
+    assert entry[:booted]
+    assert_equal 2, entry[:phase], "a worker marked to be replaced belongs to the phase before"
+  ensure
+    [master, worker].each { |c| c&.close }
   end
 end

@@ -1,0 +1,96 @@
+# frozen_string_literal: true
+
+require "json"
+require_relative "version"
+
+module Margay
+  # Puma-shaped statistics: what the control app's /stats answers, what
+  # Margay.stats / Margay.stats_hash (and Puma.stats under the plugin shim)
+  # return, so that tools written for Puma's stats read Margay's unchanged.
+  #
+  #   single:  {started_at, the COUNTERS, versions}
+  #   cluster: {started_at, workers, phase, booted_workers, old_workers,
+  #             worker_status: [{started_at, pid, index, phase, booted,
+  #             last_checkin, last_status: {the COUNTERS}}], versions}
+  #
+  # Every key Puma 8 answers is there. backlog and backlog_max are 0:
+  # requests a thread has not claimed yet wait in the engine, which does not
+  # count them apart from the connections; io_threads is 0 (no I/O-bound
+  # marking); reactor_max is the connections the engine holds now
+  # (docs/CONTROL.md).
+  module Stats
+    # The counters of one serving process, in Puma's order.
+    COUNTERS = %i[backlog running pool_capacity busy_threads io_threads backlog_max max_threads requests_count
+                  reactor_max].freeze
+    # The Puma release whose stats, control app and plugin API Margay answers
+    # like (versions.puma; Puma::Const::VERSION under Margay's plugin shim).
+    PUMA_API_VERSION = "8.0.2"
+
+    # A cluster worker's own source: Margay.stats_hash in a worker answers its server's counters.
+    WorkerSource = Struct.new(:server, :max_threads) do
+      def stats = Stats.single(server.stats, max_threads)
+    end
+
+    # Answers Margay.stats_hash, whichever process asks (Puma.stats_object
+    # points here: a cluster worker's Puma.stats is the worker's).
+    module Current
+      def self.stats = Margay.stats_hash
+    end
+
+    @source = nil
+    @started_at = nil
+
+    class << self
+      # When this process started serving (a Time; set by Operations).
+      attr_accessor :started_at
+
+      # The object whose #stats answers Margay.stats_hash (a Launcher's
+      # runner facade; nil: not serving).
+      attr_accessor :source
+
+      # The COUNTERS of a serving process from its Server#stats and its max_threads.
+      def counters(server_stats, max_threads)
+        busy = server_stats[:busy_threads].to_i
+        { backlog: 0, running: server_stats[:threads].to_i, pool_capacity: [max_threads - busy, 0].max,
+          busy_threads: busy, io_threads: 0, backlog_max: 0, max_threads: max_threads,
+          requests_count: server_stats[:requests].to_i, reactor_max: server_stats[:connections].to_i }
+      end
+
+      # Single mode: the server's counters.
+      def single(server_stats, max_threads)
+        { started_at: iso8601(started_at) }.merge(counters(server_stats, max_threads), versions: versions)
+      end
+
+      # Cluster mode, from the master's records of its serving workers
+      # (WorkerRecord#to_stats) and the count of phased restarts so far.
+      def cluster(worker_status, phase)
+        { started_at: iso8601(started_at), workers: worker_status.size, phase: phase,
+          booted_workers: worker_status.count { |w| w[:booted] },
+          old_workers: worker_status.count { |w| w[:phase] != phase },
+          worker_status: worker_status, versions: versions }
+      end
+
+      # What serves: the Puma release Margay answers like, and Margay's own version.
+      def versions
+        { puma: PUMA_API_VERSION, margay: VERSION,
+          ruby: { engine: RUBY_ENGINE, version: RUBY_VERSION, patchlevel: RUBY_PATCHLEVEL } }
+      end
+
+      # Puma's time format: "2026-11-24T14:01:28Z" (nil stays nil).
+      def iso8601(time)
+        time&.utc&.strftime("%Y-%m-%dT%H:%M:%SZ")
+      end
+    end
+  end
+
+  # This process's stats as a Hash (Puma.stats_hash's shape); {} when it does not serve.
+  def self.stats_hash
+    source = Stats.source
+    source ? source.stats : {}
+  end
+
+  # This process's stats as JSON (Puma.stats's shape).
+  def self.stats
+    JSON.generate(stats_hash)
+  end
+end
