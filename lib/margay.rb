@@ -5,6 +5,7 @@
 # (margay/cluster) is required by the launcher when it starts a cluster.
 require_relative "margay/version"
 require_relative "margay/errors"
+require_relative "margay/stats" # Margay.stats / Margay.stats_hash, as Puma.stats
 
 module Margay
   autoload :Clock, "margay/clock"
@@ -17,4 +18,7 @@ module Margay
   autoload :Runner, "margay/runner"
   autoload :Server, "margay/server"
   autoload :DemoApp, "margay/demo_app"
+  autoload :Operations, "margay/operations"
+  autoload :PumaLauncher, "margay/puma_launcher"
+  autoload :Plugins, "margay/plugins"
 end

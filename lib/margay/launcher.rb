@@ -114,6 +114,7 @@ module Margay
     def restart!
       @log.info("Margay restarting in place (pid #{Process.pid})")
       Systemd.notify("RELOADING=1")
+      Operations.fire(:before_restart) # plugins' event, whoever asked for the restart
       @config.run_hook(:before_restart, self, log: @log)
       @server.reexec(@restart_argv)
     rescue SystemCallError => e

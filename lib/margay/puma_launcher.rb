@@ -159,8 +159,7 @@ module Margay
     # Restart in place (USR2): a single process restarts, a cluster master
     # re-executes itself with its listeners (hot restart).
     def restart
-      @events.fire(:before_restart) unless clustered? # a cluster master fires it itself
-      signal(:USR2)
+      signal(:USR2) # the restart fires before_restart itself (Launcher#restart!, Cluster's hot restart)
     end
 
     # Cluster: replace workers one at a time (USR1). Single mode has no

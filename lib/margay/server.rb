@@ -86,7 +86,7 @@ module Margay
     def stop
       @stop_w.write_nonblock(".", exception: false)
       nil
-    rescue IOError
+    rescue IOError, Errno::EPIPE # stopped already: the read end is closed
       nil
     end
 
