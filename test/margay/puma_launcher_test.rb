@@ -57,7 +57,7 @@ class PumaLauncherTest < Minitest::Test
     l.phased_restart
     assert_equal false, l.refork, "no refork without workers"
     assert_equal %i[TERM USR2 USR2], l.signals, "a phased restart is a restart in single mode, like Puma"
-    assert_equal %i[before_restart before_restart], booted, "single mode fires before_restart itself"
+    assert_empty booted, "the restart fires before_restart when it happens (Launcher#restart!), not the request for it"
     assert_match(/phased restart not available in single mode/, @log_io.string)
   end
 
