@@ -87,6 +87,8 @@ class PumaConfigsTest < Minitest::Test
                     workers: 1 },
     "huginn" => { threads: [1, 1], env: { "RAILS_ENV" => "production", "PORT" => "" }, workers: 2,
                   unix: "tmp/sockets/puma.sock", logs: %w[log/stdout.log log/stderr.log] },
+    "feedbin" => { threads: [5, 5], env: { "RAILS_ENV" => "production", "WEB_CONCURRENCY" => "2" }, workers: 2,
+                   unix: "tmp/sockets/puma.sock" },
     "human_essentials" => { threads: [5, 5], env: { "BIND" => ->(app) { "unix://#{app}/tmp/sockets/web_server.sock" },
                                                     "PIDFILE" => "tmp/pids/web_server.pid" },
                             workers: 2, unix: "tmp/sockets/web_server.sock" },
