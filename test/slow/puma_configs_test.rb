@@ -61,23 +61,39 @@ class PumaConfigsTest < Minitest::Test
     end
   RUBY
 
+  POSTAL_CONFIG = <<~'RUBY'
+    # Stand-in for Postal's lib/postal/config.rb: what its puma.rb uses from it.
+    require "pathname"
+    module Postal
+      Config = Struct.new(:web_server, :rails)
+
+      def self.config = Config.new(nil, nil)
+      def self.log_root = Pathname.new(File.expand_path("../../log", __dir__))
+    end
+  RUBY
+
   # Per file: the threads (min, max) and workers (0: single mode) it implies (as
-  # Puma 8 reports them for it), its environment, where it listens
-  # (:port: on PORT; or a unix socket under the app), files it needs, redirected logs.
+  # Puma 8 reports them for it), its environment (a lambda value is called with the
+  # app's directory), where it listens (:port: on PORT; or a unix socket under the
+  # app), files it needs, redirected logs.
   CASES = {
     "rails_6_1" => { threads: [5, 5], workers: 0 },
     "rails_7_0" => { threads: [5, 5], env: { "RAILS_ENV" => "production" }, workers: 0 },
     "rails_7_1" => { threads: [5, 5], env: { "RAILS_ENV" => "production", "WEB_CONCURRENCY" => "2" }, workers: 2 },
     "rails_7_2" => { threads: [3, 3], workers: 0 },
     "rails_8_0" => { threads: [3, 3], env: { "RAILS_ENV" => "production", "WEB_CONCURRENCY" => "0" }, workers: 0 },
-    "mastodon" => { threads: [5, 5], env: { "RAILS_ENV" => "production", "WEB_CONCURRENCY" => "2" }, workers: 2 },
-    "forem" => { threads: [5, 5], env: { "WEB_CONCURRENCY" => "2" }, workers: 2 },
     "chatwoot" => { threads: [5, 5], workers: 0 },
     "lobsters" => { threads: [5, 5], env: { "RAILS_ENV" => "production", "PUMA_WORKERS" => "1", "PIDFILE" => "tmp/pids/puma.pid" },
                     workers: 1 },
-    "maybe" => { threads: [3, 3], env: { "RAILS_ENV" => "production", "WEB_CONCURRENCY" => "2" }, workers: 2 },
-    "discourse" => { threads: [8, 32], env: { "RAILS_ENV" => "production", "NUM_WEBS" => "2", "APP_ROOT" => :app }, workers: 2,
-                     unix: "tmp/sockets/puma.sock", logs: %w[log/puma.log log/puma.err.log] },
+    "huginn" => { threads: [1, 1], env: { "RAILS_ENV" => "production", "PORT" => "" }, workers: 2,
+                  unix: "tmp/sockets/puma.sock", logs: %w[log/stdout.log log/stderr.log] },
+    "feedbin" => { threads: [5, 5], env: { "RAILS_ENV" => "production", "WEB_CONCURRENCY" => "2" }, workers: 2,
+                   unix: "tmp/sockets/puma.sock" },
+    "human_essentials" => { threads: [5, 5], env: { "BIND" => ->(app) { "unix://#{app}/tmp/sockets/web_server.sock" },
+                                                    "PIDFILE" => "tmp/pids/web_server.pid" },
+                            workers: 2, unix: "tmp/sockets/web_server.sock" },
+    "fat_free_crm" => { threads: [2, 2], workers: 1 },
+    "postal" => { threads: [5, 5], workers: 0, logs: %w[log/puma.log], files: { "lib/postal/config.rb" => POSTAL_CONFIG } },
     "once_campfire" => { threads: [5, 5], env: { "WEB_CONCURRENCY" => "2" }, workers: 2,
                          files: { "config/environment.rb" => CAMPFIRE_ENVIRONMENT } },
     "gitlab" => { threads: [1, 16], workers: 3, unix: "tmp/sockets/gitlab.socket", logs: %w[log/puma.stdout.log log/puma.stderr.log],
@@ -92,7 +108,7 @@ class PumaConfigsTest < Minitest::Test
   def test_every_fixture_has_a_case_and_names_its_source
     files = Dir[File.join(FIXTURES, "*.rb")].map { |f| File.basename(f, ".rb") }
     assert_equal files.sort, CASES.keys.sort
-    assert_operator files.count { |f| !f.start_with?("rails_") }, :>=, 10, "at least ten real-world files"
+    assert_operator files.count { |f| !f.start_with?("rails_") }, :>=, 11, "at least eleven real-world files"
     files.each do |name|
       header = File.read(File.join(FIXTURES, "#{name}.rb")).lines.take_while { |l| l.start_with?("#") }.join
       assert_match(/^# Source: \S+/, header, "#{name}.rb names its source")
@@ -152,7 +168,7 @@ class PumaConfigsTest < Minitest::Test
       make_app(name, spec)
       port = free_port
       env = { "PORT" => port.to_s, "DATABASE_URL" => "sqlite3::memory:" }
-      (spec[:env] || {}).each { |k, v| env[k] = v == :app ? @dir : v }
+      (spec[:env] || {}).each { |k, v| env[k] = v.respond_to?(:call) ? v.call(@dir) : v }
       @run = SideBySide::Run.new(SERVER, %w[-C config/puma.rb], dir: @dir, env: env).start
       found = @run.wait_serving(timeout: 40)
       report(name, @run, spec)
