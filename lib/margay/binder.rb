@@ -43,8 +43,10 @@ module Margay
         raise ConfigError, "invalid bind #{text.inspect}: port #{m[:port]} is not in 0..65535" if port > 65_535
 
         URL.new(scheme: :tcp, host: m[:v6] || m[:host], port: port, options: parse_query(text, query, OPTIONS[:tcp]))
-      elsif (m = base.match(%r{\Aunix://(?<path>\S+)\z}))
-        URL.new(scheme: :unix, path: m[:path], options: parse_query(text, query, OPTIONS[:unix]))
+      elsif (m = base.match(%r{\Aunix:(?://(?<path>\S+)|(?<path>/\S*))\z}))
+        # unix:/abs/path (one slash, what File.join("unix://", dir) makes) is
+        # taken as Puma takes it, and so is %20 for a space in the path.
+        URL.new(scheme: :unix, path: m[:path].gsub("%20", " "), options: parse_query(text, query, OPTIONS[:unix]))
       elsif text.start_with?("ssl://")
         raise ConfigError, "bind #{text.inspect}: Margay does not speak TLS yet, and will not serve plain HTTP where TLS " \
                            "was asked for; terminate TLS in a proxy in front of Margay and bind plain tcp:// instead"

@@ -107,6 +107,13 @@ class BinderTest < Minitest::Test
     end
   end
 
+  def test_unix_urls_as_puma_reads_them
+    assert_equal "/tmp/a b.sock", Binder.parse("unix:///tmp/a%20b.sock").path
+    assert_equal "/srv/app/puma.sock", Binder.parse("unix:/srv/app/puma.sock").path, "File.join(\"unix://\", dir) collapses the slashes"
+    assert_equal "tmp/puma.sock", Binder.parse("unix://tmp/puma.sock").path, "relative to the directory"
+    assert_raises(Margay::ConfigError) { Binder.parse("unix:tmp/puma.sock") }
+  end
+
   def test_unix_umask_mode_and_backlog
     Dir.mktmpdir do |dir|
       masked = File.join(dir, "masked.sock")
