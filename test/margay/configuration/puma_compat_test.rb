@@ -5,14 +5,11 @@ require "margay/configuration/dsl"
 
 # An existing config/puma.rb runs unchanged under `margay -C config/puma.rb`.
 class PumaCompatTest < Minitest::Test
-  # What `rails new` (7.2) generates.
-  RAILS_7_2 = <<~RUBY
-    threads_count = ENV.fetch("RAILS_MAX_THREADS", 3)
-    threads threads_count, threads_count
-    port ENV.fetch("PORT", 3000)
-    plugin :tmp_restart
-    pidfile ENV["PIDFILE"] if ENV["PIDFILE"]
-  RUBY
+  # What `rails new` generated, 6.1 to 8.0 (test/fixtures/puma_configs/rails_*.rb, which the
+  # slow suite also runs under the real executable).
+  RAILS_TEMPLATES = Dir[File.expand_path("../../fixtures/puma_configs/rails_*.rb", __dir__)].to_h do |path|
+    [File.basename(path, ".rb").delete_prefix("rails_").tr("_", "."), File.read(path)]
+  end.freeze
 
   # A typical cluster configuration.
   CLUSTER = <<~RUBY
@@ -39,46 +36,8 @@ class PumaCompatTest < Minitest::Test
     Margay::Configuration::DSL.evaluate(source, "config/puma.rb")
   end
 
-  # What `rails new` generated in 6.1, 7.1 and 8.0 (7.2 is RAILS_7_2 above).
-  RAILS_TEMPLATES = {
-    "6.1" => <<~'RUBY',
-      max_threads_count = ENV.fetch("RAILS_MAX_THREADS") { 5 }
-      min_threads_count = ENV.fetch("RAILS_MIN_THREADS") { max_threads_count }
-      threads min_threads_count, max_threads_count
-      worker_timeout 3600 if ENV.fetch("RAILS_ENV", "development") == "development"
-      port ENV.fetch("PORT") { 3000 }
-      environment ENV.fetch("RAILS_ENV") { "development" }
-      pidfile ENV.fetch("PIDFILE") { "tmp/pids/server.pid" }
-      # workers ENV.fetch("WEB_CONCURRENCY") { 2 }
-      # preload_app!
-      plugin :tmp_restart
-    RUBY
-    "7.1" => <<~'RUBY',
-      max_threads_count = ENV.fetch("RAILS_MAX_THREADS") { 5 }
-      min_threads_count = ENV.fetch("RAILS_MIN_THREADS") { max_threads_count }
-      threads min_threads_count, max_threads_count
-      if ENV["RAILS_ENV"] == "production"
-        require "etc"
-        worker_count = Integer(ENV.fetch("WEB_CONCURRENCY") { Etc.nprocessors })
-        workers worker_count if worker_count > 1
-      end
-      worker_timeout 3600 if ENV.fetch("RAILS_ENV", "development") == "development"
-      port ENV.fetch("PORT") { 3000 }
-      environment ENV.fetch("RAILS_ENV") { "development" }
-      pidfile ENV.fetch("PIDFILE") { "tmp/pids/server.pid" }
-      plugin :tmp_restart
-    RUBY
-    "8.0" => <<~'RUBY'
-      threads_count = ENV.fetch("RAILS_MAX_THREADS", 3)
-      threads threads_count, threads_count
-      port ENV.fetch("PORT", 3000)
-      plugin :tmp_restart
-      plugin :solid_queue if ENV["SOLID_QUEUE_IN_PUMA"]
-      pidfile ENV["PIDFILE"] if ENV["PIDFILE"]
-    RUBY
-  }.freeze
-
   def test_rails_templates_run_without_a_warning
+    assert_equal %w[6.1 7.0 7.1 7.2 8.0], RAILS_TEMPLATES.keys.sort
     RAILS_TEMPLATES.each do |version, source|
       settings = nil
       _, err = capture_io { settings = evaluate(source) }
@@ -91,7 +50,7 @@ class PumaCompatTest < Minitest::Test
 
   def test_rails_default_puma_rb
     settings = nil
-    _, err = capture_io { settings = evaluate(RAILS_7_2) }
+    _, err = capture_io { settings = evaluate(RAILS_TEMPLATES.fetch("7.2")) }
     config = Margay::Configuration.new(**settings)
     assert_equal [3, 3, [Margay::Configuration.tcp_bind(3000)]], [config.min_threads, config.max_threads, config.binds]
     assert_equal ["tmp_restart"], config.plugins
