@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require_relative "support/child_output"
 require "json"
 require "net/http"
 require "open3"
@@ -16,6 +17,8 @@ require "support/websocket_client"
 # The Rails bundle is not part of Margay's; install it once with
 #   bundle install --gemfile test/fixtures/rails_app/Gemfile
 class ActionCableTest < Minitest::Test
+  include ChildOutput
+
   ROOT = File.expand_path("../..", __dir__)
   RAILS_APP = File.join(ROOT, "test", "fixtures", "rails_app")
   ENV_FOR_RAILS = { "RUBYOPT" => nil, "BUNDLER_SETUP" => nil, "RACK_ENV" => nil, "RAILS_ENV" => nil,
@@ -93,34 +96,9 @@ class ActionCableTest < Minitest::Test
   end
 
   def start_rails
-    @output = +""
-    @out_r, out_w = IO.pipe
-    @pid = Process.spawn(ENV_FOR_RAILS, "bin/rails", "server", "-u", "margay", "-b", "127.0.0.1", "-p", "0",
-                         "-P", File.join(@tmp, "server.pid"), chdir: RAILS_APP, out: out_w, err: out_w)
-    out_w.close
+    spawn_child(ENV_FOR_RAILS, "bin/rails", "server", "-u", "margay", "-b", "127.0.0.1", "-p", "0",
+                "-P", File.join(@tmp, "server.pid"), chdir: RAILS_APP)
     wait_for_line(%r{Listening on tcp://127\.0\.0\.1:(\d+)})[1].to_i
   end
 
-  def wait_for_line(pattern, timeout: 60)
-    deadline = Margay::Clock.now + timeout
-    until (match = @output.match(pattern))
-      left = deadline - Margay::Clock.now
-      flunk "no line matching #{pattern.inspect} within #{timeout}s; output:\n#{@output}" if left <= 0
-      next unless @out_r.wait_readable(left)
-
-      chunk = @out_r.read_nonblock(4096, exception: false)
-      flunk "the server exited before printing #{pattern.inspect}; output:\n#{@output}" if chunk.nil?
-      @output << chunk if chunk.is_a?(String)
-    end
-    match
-  end
-
-  def wait_exit(timeout: 60)
-    _, status = Timeout.timeout(timeout) { Process.wait2(@pid) }
-    @pid = nil
-    @output << @out_r.read
-    status
-  rescue Timeout::Error
-    flunk "the server did not exit within #{timeout}s; output:\n#{@output}"
-  end
 end

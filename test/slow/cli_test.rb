@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require_relative "support/child_output"
 require "json"
 require "net/http"
 require "fileutils"
@@ -10,6 +11,8 @@ require "tmpdir"
 # The real executable: `bundle exec exe/margay`, port learnt from the banner,
 # requests over TCP, TERM/INT, exit statuses and the pidfile.
 class SlowCLITest < Minitest::Test
+  include ChildOutput
+
   ROOT = File.expand_path("../..", __dir__)
   EXE = File.join(ROOT, "exe", "margay")
   ENV_FOR_CHILD = { "BUNDLE_GEMFILE" => File.join(ROOT, "Gemfile"), "RACK_ENV" => nil, "RAILS_ENV" => nil }.freeze
@@ -54,41 +57,20 @@ class SlowCLITest < Minitest::Test
 
   # Start the executable in @dir with +args+; returns after it is spawned.
   def spawn_margay(*args)
-    @out_r, out_w = IO.pipe
-    @pid = Process.spawn(ENV_FOR_CHILD, "bundle", "exec", EXE, *args, chdir: @dir, out: out_w, err: out_w)
-    out_w.close
-  end
-
-  # Read the child's output until a line matches +pattern+; returns the match.
-  def wait_for_line(pattern, timeout: 20)
-    deadline = Margay::Clock.now + timeout
-    loop do
-      if (match = @output.match(pattern))
-        return match
-      end
-
-      left = deadline - Margay::Clock.now
-      flunk "no line matching #{pattern.inspect} within #{timeout}s; output:\n#{@output}" if left <= 0
-      next unless @out_r.wait_readable(left)
-
-      chunk = @out_r.read_nonblock(4096, exception: false)
-      flunk "margay exited before printing #{pattern.inspect}; output:\n#{@output}" if chunk.nil?
-      @output << chunk if chunk.is_a?(String)
-    end
+    spawn_child(ENV_FOR_CHILD, "bundle", "exec", EXE, *args, chdir: @dir)
   end
 
   def port_from_banner
     wait_for_line(%r{Listening on tcp://127\.0\.0\.1:(\d+)})[1].to_i
   end
 
-  # Wait for the child to exit; returns its Process::Status. Reads the rest of its output.
-  def wait_exit(timeout: 20)
-    _, status = Timeout.timeout(timeout) { Process.wait2(@pid) }
-    @pid = nil
-    @output << @out_r.read # the writer is gone: reads to EOF
-    status
-  rescue Timeout::Error
-    flunk "margay did not exit within #{timeout}s; output:\n#{@output}"
+  def serving_on?(path)
+    UNIXSocket.open(path) do |s|
+      s.write("GET / HTTP/1.0\r\n\r\n")
+      s.read.start_with?("HTTP/1.1 200")
+    end
+  rescue SystemCallError
+    false
   end
 
   def get(port, path)
@@ -219,11 +201,15 @@ class SlowCLITest < Minitest::Test
   def test_silent_prints_nothing_on_stdout
     out_r, out_w = IO.pipe
     @out_r = out_r
-    @pid = Process.spawn(ENV_FOR_CHILD, "bundle", "exec", EXE, "-s", "-b", "tcp://127.0.0.1:0", "--pidfile", "m.pid",
-                         "app.ru", chdir: @dir, out: out_w, err: File::NULL)
+    sock = File.join(@dir, "s.sock")
+    @pid = Process.spawn(ENV_FOR_CHILD, "bundle", "exec", EXE, "-s", "-b", "unix://#{sock}", "app.ru",
+                         chdir: @dir, out: out_w, err: File::NULL)
     out_w.close
     deadline = Margay::Clock.now + 20
-    sleep 0.05 until File.exist?(File.join(@dir, "m.pid")) || Margay::Clock.now > deadline
+    until serving_on?(sock) # the signal handlers are in place once it serves
+      flunk "margay -s did not serve within 20 s" if Margay::Clock.now > deadline
+      sleep 0.05
+    end
     Process.kill("TERM", @pid)
     assert wait_exit.success?
     assert_equal "", @output

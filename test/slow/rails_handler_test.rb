@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require_relative "support/child_output"
 require "digest"
 require "net/http"
 require "open3"
@@ -13,6 +14,8 @@ require "tmpdir"
 # The Rails bundle is not part of Margay's; install it once with
 #   bundle install --gemfile test/fixtures/rails_app/Gemfile
 class RailsHandlerTest < Minitest::Test
+  include ChildOutput
+
   ROOT = File.expand_path("../..", __dir__)
   RAILS_APP = File.join(ROOT, "test", "fixtures", "rails_app")
   RAILS_GEMFILE = File.join(RAILS_APP, "Gemfile")
@@ -34,7 +37,7 @@ class RailsHandlerTest < Minitest::Test
     Dir.mktmpdir("margay-rails-") do |tmp|
       pidfile = File.join(tmp, "server.pid")
       env = CLEAN.merge("BUNDLE_GEMFILE" => RAILS_GEMFILE)
-      start(env, "bin/rails", "server", "-u", "margay", "-b", "127.0.0.1", "-p", "0", "-P", pidfile, chdir: RAILS_APP)
+      spawn_child(env, "bin/rails", "server", "-u", "margay", "-b", "127.0.0.1", "-p", "0", "-P", pidfile, chdir: RAILS_APP)
       port = wait_for_line(%r{Listening on tcp://127\.0\.0\.1:(\d+)})[1].to_i
       assert_match(/=> Booting Margay/, @output)
       assert_match(/App: given by Rails/, @output)
@@ -74,7 +77,7 @@ class RailsHandlerTest < Minitest::Test
     RUBY
     wrote = true
     env = CLEAN.merge("BUNDLE_GEMFILE" => RAILS_GEMFILE, "RAILS_MAX_THREADS" => "4", "PORT" => nil)
-    start(env, "bin/rails", "server", "-u", "margay", "-b", "127.0.0.1", "-p", "0", chdir: RAILS_APP)
+    spawn_child(env, "bin/rails", "server", "-u", "margay", "-b", "127.0.0.1", "-p", "0", chdir: RAILS_APP)
     port = wait_for_line(%r{Listening on tcp://127\.0\.0\.1:(\d+)})[1].to_i
     assert_match(/Threads: 4:4/, @output)
     assert_equal "200", Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/")).code
@@ -90,7 +93,7 @@ class RailsHandlerTest < Minitest::Test
         run ->(env) { [200, { "content-type" => "text/plain" }, ["#{env['SERVER_SOFTWARE']} #{env['rack.multithread']}"]] }
       RUBY
       env = CLEAN.merge("BUNDLE_GEMFILE" => File.join(ROOT, "Gemfile"))
-      start(env, "bundle", "exec", "rackup", "-s", "margay", "-o", "127.0.0.1", "-p", "0", "-O", "Threads=2:4",
+      spawn_child(env, "bundle", "exec", "rackup", "-s", "margay", "-o", "127.0.0.1", "-p", "0", "-O", "Threads=2:4",
             "-O", "header_timeout=5", chdir: dir)
       port = wait_for_line(%r{Listening on tcp://127\.0\.0\.1:(\d+)})[1].to_i
       assert_match(/Threads: 2:4/, @output)
@@ -111,7 +114,7 @@ class RailsHandlerTest < Minitest::Test
     Dir.mktmpdir("margay-rackup-") do |dir|
       File.write(File.join(dir, "config.ru"), "run ->(env) { [200, {}, [env['SERVER_NAME'].to_s]] }\n")
       env = CLEAN.merge("BUNDLE_GEMFILE" => File.join(ROOT, "Gemfile"))
-      start(env, "bundle", "exec", "rackup", "-s", "margay", "-p", "0", chdir: dir)
+      spawn_child(env, "bundle", "exec", "rackup", "-s", "margay", "-p", "0", chdir: dir)
       port = wait_for_line(%r{Listening on tcp://127\.0\.0\.1:(\d+)})[1].to_i
       wait_for_line(%r{Listening on tcp://\[::1\]:#{port}})
       assert_equal "200", Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/")).code
@@ -130,33 +133,4 @@ class RailsHandlerTest < Minitest::Test
     skip "the Rails fixture bundle is not installed: run `bundle install --gemfile test/fixtures/rails_app/Gemfile`"
   end
 
-  def start(env, *cmd, chdir:)
-    @output = +""
-    @out_r, out_w = IO.pipe
-    @pid = Process.spawn(env, *cmd, chdir: chdir, out: out_w, err: out_w)
-    out_w.close
-  end
-
-  def wait_for_line(pattern, timeout: 60)
-    deadline = Margay::Clock.now + timeout
-    until (match = @output.match(pattern))
-      left = deadline - Margay::Clock.now
-      flunk "no line matching #{pattern.inspect} within #{timeout}s; output:\n#{@output}" if left <= 0
-      next unless @out_r.wait_readable(left)
-
-      chunk = @out_r.read_nonblock(4096, exception: false)
-      flunk "the server exited before printing #{pattern.inspect}; output:\n#{@output}" if chunk.nil?
-      @output << chunk if chunk.is_a?(String)
-    end
-    match
-  end
-
-  def wait_exit(timeout: 30)
-    _, status = Timeout.timeout(timeout) { Process.wait2(@pid) }
-    @pid = nil
-    @output << @out_r.read
-    status
-  rescue Timeout::Error
-    flunk "the server did not exit within #{timeout}s; output:\n#{@output}"
-  end
 end

@@ -88,7 +88,7 @@ class ControlListenerTest < Minitest::Test
   def test_an_action_runs_after_the_answer_was_written
     start("tcp://127.0.0.1:0")
     assert_match %r{\AHTTP/1\.0 200 }, exchange("GET /act HTTP/1.0\r\n\r\n")
-    assert_equal :after, @queue.pop(timeout: 5)
+    assert_equal :after, pop_within(@queue)
   end
 
   def test_bad_urls_and_busy_ports_are_config_errors
@@ -125,7 +125,7 @@ class ControlListenerTest < Minitest::Test
     Timeout.timeout(5) { response << sock.readpartial(4096) while true }
   rescue EOFError
     assert_match %r{\AHTTP/1\.0 200 }, response
-    assert_equal :after, @queue.pop(timeout: 5), "the action runs after the close"
+    assert_equal :after, pop_within(@queue), "the action runs after the close"
   ensure
     sock&.close
     if child
