@@ -57,6 +57,8 @@ module Margay
       @forwarder = Balancer::Forwarder.new(roster: @workers, board: @board, log: log)
       @spawner = nil
       @phase = 0 # phased restarts so far (stats)
+      @idle_activity = nil # idle_timeout: the workers' request and busy counts last seen, and since when
+      @active_at = Clock.now
       @signals.trap_all # from now on: a signal during bind or preload is not lost, nor fatal
     end
 
@@ -69,7 +71,6 @@ module Margay
       @spawner = Spawner.new(config: @config, log: @log, listeners: @listeners, roster: @workers, signals: @signals,
                              board: @board, app: app, app_loader: @app_loader, forwarder: @forwarder)
       @signals.trap_all # again: a handler the app set while loading (HUP, say) is kept for the workers
-      @log.warn("idle_timeout is not applied in cluster mode yet (single mode only); ignored") if @config.idle_timeout
       hook(:before_fork, nil) # once, before the first workers (Puma's moment)
       supervise until @stopping && @workers.empty?
       close_listeners
@@ -98,6 +99,7 @@ module Margay
       unless @stopping
         maintain
         @forwarder.place_held
+        begin_stop if idle_too_long?
       end
       wait_for_events
       while (sig = @signals.shift) # one at a time: a restart may look at what follows
@@ -217,6 +219,26 @@ module Margay
     end
 
     # ---- workers ----
+
+    # Puma's idle_timeout in a cluster: true once no worker has answered a
+    # request, or had one running, for idle_timeout seconds (from the
+    # counters each worker sends with its heartbeat, so to within a second).
+    def idle_too_long?
+      return false unless @config.idle_timeout
+
+      statuses = @workers.serving.map { |w| w.channel.last_status || {} }
+      activity = [statuses.sum { |s| s[:requests_count].to_i }, statuses.sum { |s| s[:busy_threads].to_i }]
+      now = Clock.now
+      if activity != @idle_activity || activity.last.positive?
+        @idle_activity = activity
+        @active_at = now
+        return false
+      end
+      return false if now - @active_at < @config.idle_timeout
+
+      @log.info("master: no request for #{@config.idle_timeout}s (idle_timeout): stopping")
+      true
+    end
 
     def maintain
       return if @workers.mold&.pending_mold? # wait until the mold can fork

@@ -70,4 +70,18 @@ class ClusterSettingsTest < Minitest::Test
     stop_cluster
     assert_predicate @thread.value, :success?
   end
+
+  # Puma's idle_timeout in a cluster: the master stops once the workers'
+  # heartbeat counters show no request for that long, and not while one runs.
+  def test_idle_timeout_stops_the_cluster_once_no_request_ran
+    @dir = Dir.mktmpdir("margay-cluster-settings-")
+    out = File.join(@dir, "out.log")
+    start("{ workers: 2, idle_timeout: 2, redirect_stdout: #{out.inspect} }")
+    text = wait_for_file(out, /booted/, count: 2)
+    @port = text[%r{Listening on tcp://127\.0\.0\.1:(\d+)}, 1].to_i
+    assert_match(/\r\n\r\n\d+/, raw_exchange(@port, "GET /say HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"))
+    assert @thread.join(30), "the cluster still runs long after idle_timeout\n#{log_text}"
+    assert_predicate @thread.value, :success?
+    assert_match(/no request for 2s \(idle_timeout\): stopping/, File.read(out))
+  end
 end
