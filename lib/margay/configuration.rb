@@ -280,7 +280,7 @@ module Margay
         value = public_send(key)
         next if value.nil? || (value.is_a?(String) && (!value.empty? || key == :tag)) # tag "": no tag in the title, as in Puma
 
-        invalid(key, "#{key} must be a String, got #{value.inspect}")
+        invalid(key, "#{key} must be a non-empty String, got #{value.inspect}")
       end
       CALLABLES.each do |key, args|
         value = public_send(key)

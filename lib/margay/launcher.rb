@@ -37,6 +37,7 @@ module Margay
       @cluster = nil
       @pid_written = nil
       @restart = nil
+      @stop_requested = false
     end
 
     # Serve until TERM or INT. Yields the bound server before serving when a
@@ -45,8 +46,8 @@ module Margay
     # @raise [AppLoadError] the rackup file raised
     def run(&block)
       ENV["RACK_ENV"] = @config.environment
-      Log.redirect(@config, append: @config.redirect_append || ENV.delete(Runner::REDIRECTED_ENV))
-      Dir.chdir(@config.directory) if @config.directory
+      Dir.chdir(@config.directory) if @config.directory # first: relative redirect paths are the directory's,
+      Log.redirect(@config, append: @config.redirect_append || ENV.delete(Runner::REDIRECTED_ENV)) # on HUP and restart too
       return run_cluster if @config.workers.positive?
 
       run_single(&block)
@@ -59,6 +60,7 @@ module Margay
     def restart
       return false unless @restart_argv && (@cluster || @server)
       return !@cluster.request("USR2").nil? if @cluster
+      return false if @stop_requested # a stop wins over a restart, whichever came first
 
       @restart = true
       @server.keep_listeners_on_stop!
@@ -83,11 +85,13 @@ module Margay
     private
 
     def run_single
+      previous = trap_signals # before the app loads, as Puma: a signal during boot is not fatal
       close_inherited_connections
       warn_cluster_hooks
       app, description = load_app
       require_relative "server"
       @server = Server.new(app, @config, log: @log)
+      @server.stop if @stop_requested # TERM/INT/HUP arrived while the app loaded
       @server.bind
       write_pidfile
       @ops = operations(@server)
@@ -95,7 +99,6 @@ module Margay
       set_title(@server.addresses)
       yield @server if block_given?
       @ops.booted # plugins' after_booted
-      previous = trap_signals
       @server.run { @config.run_hook(:after_booted, log: @log) }
       return restart! if @restart
 
@@ -249,8 +252,14 @@ module Margay
 
     # Trap context: no mutexes. Server#stop is trap-safe; the log line is best effort.
     def graceful_stop(signal)
+      @stop_requested = true
+      restarting = @restart
+      @restart = false # a restart under way becomes a stop (as in a cluster)
+      return say("SIG#{signal} received while booting: stopping once booted") unless @server
+
       say("SIG#{signal} received: stopping gracefully (up to #{@server.grace_period}s for requests in flight" \
           "#{'; Ctrl-C again to force' if signal == 'INT'})")
+      @server.close_listeners_on_stop! if restarting # they were to stay open for the new process
       @server.stop
     end
 

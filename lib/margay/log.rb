@@ -18,6 +18,7 @@ module Margay
     # @param formatter [#call, nil] every line passes through it (Puma's log_formatter)
     # @param logger [#write, nil] receives every line instead of out and err (Puma's custom_logger)
     def initialize(out: $stdout, err: $stderr, quiet: false, formatter: nil, logger: nil)
+      logger = LoggerSink.new(logger) if logger && !logger.respond_to?(:write)
       @out = logger || out
       @err = logger || err
       @quiet = quiet
@@ -70,6 +71,18 @@ module Margay
     # One access-log line (already formatted).
     def access(line)
       write(@out, line)
+    end
+
+    # A custom_logger without #write (a Logger: #info; or #puts) as the
+    # stream the log writes its lines to.
+    class LoggerSink
+      def initialize(logger)
+        @logger = logger
+      end
+
+      def write(line)
+        @logger.respond_to?(:puts) ? @logger.puts(line.chomp) : @logger.info(line.chomp)
+      end
     end
 
     private

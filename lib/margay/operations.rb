@@ -99,7 +99,7 @@ module Margay
     # to the state file, never to the log, like Puma).
     def control_token
       token = @config.control_token
-      return nil if token == "none" || (token && token.empty?)
+      return nil if token == "none" # Configuration refuses "": an unset variable never means "no token"
 
       token || (@generated_token = SecureRandom.hex(16))
     end

@@ -61,7 +61,8 @@ class ConfigurationTest < Minitest::Test
       { idle_timeout: 0 } => /idle_timeout must be a positive number of seconds or nil/,
       { force_shutdown_after: -2 } => /force_shutdown_after must be a number of seconds >= 0/,
       { worker_culling_strategy: :random } => /worker_culling_strategy must be :youngest or :oldest/,
-      { tag: 3 } => /tag must be a String/,
+      { tag: 3 } => /tag must be a non-empty String/,
+      { control_token: "" } => /control_token must be a non-empty String/,
     }.each do |settings, pattern|
       error = assert_raises(Margay::ConfigError, settings.inspect) { Configuration.new(**settings) }
       assert_match pattern, error.message

@@ -34,6 +34,19 @@ class LogTest < Minitest::Test
     assert_empty out.string
   end
 
+  def test_a_logger_without_write_gets_each_line_through_info
+    require "logger"
+    sink = StringIO.new
+    logger = Logger.new(sink, formatter: ->(severity, _time, _prog, message) { "#{severity} #{message}\n" })
+    _, err = capture_io do
+      log = Margay::Log.new.configured(config(custom_logger: logger))
+      log.info("banner")
+      log.warn("careful")
+    end
+    assert_equal ["INFO banner\n", "INFO WARN: careful\n"], sink.string.lines
+    assert_empty err, "no fallback: the Logger took every line"
+  end
+
   def test_a_raising_formatter_never_loses_the_line
     log = Margay::Log.new(out: StringIO.new).configured(config(log_formatter: ->(_) { raise "fmt down" }))
     _, err = capture_io { log.info("kept") }

@@ -110,9 +110,10 @@ module Margay
         warn_here("activate_control_app: umask is not supported (the control socket follows the process umask); ignored") if opts[:umask]
       end
 
-      # A unix control socket of our own in the tmpdir (Puma's "auto").
+      # A unix control socket of our own in the tmpdir (Puma's "auto"). Named
+      # by pid only: a hot restart (exec, same pid) takes the same path over.
       def self.auto_control_url
-        "unix://#{File.join(Dir.tmpdir, "margay-ctl-#{Process.pid}-#{(Time.now.to_f * 1000).to_i}.sock")}"
+        "unix://#{File.join(Dir.tmpdir, "margay-ctl-#{Process.pid}.sock")}"
       end
 
       # The YAML state file pumactl -S reads.

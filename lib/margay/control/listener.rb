@@ -177,9 +177,21 @@ module Margay
         head
       end
 
+      # The answer, within READ_TIMEOUT: a client that stops reading gives up
+      # its answer instead of holding the only control thread.
       def write(client, status, type, body)
-        client.write("HTTP/1.0 #{status} #{REASONS.fetch(status, 'Unknown')}\r\ncontent-type: #{type}\r\n" \
-                     "content-length: #{body.bytesize}\r\nconnection: close\r\n\r\n#{body}")
+        data = "HTTP/1.0 #{status} #{REASONS.fetch(status, 'Unknown')}\r\ncontent-type: #{type}\r\n" \
+               "content-length: #{body.bytesize}\r\nconnection: close\r\n\r\n#{body}".b
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + READ_TIMEOUT
+        until data.empty?
+          written = client.write_nonblock(data, exception: false)
+          if written == :wait_writable
+            left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+            return nil if left <= 0 || !client.wait_writable(left)
+          else
+            data = data.byteslice(written..)
+          end
+        end
         nil
       rescue SystemCallError, IOError
         nil # the client went away

@@ -167,7 +167,7 @@ module Margay
         return partial_hijack(token, status, headers) if hijack_header?(headers)
         return stream_each(token, status, headers, body) if body.respond_to?(:each)
         raise InvalidResponse, "body must respond to each or call, got #{body.class}" unless body.respond_to?(:call)
-        return Upgrade.serve(@engine, token, headers, body, **@upgrade_timeouts) if Upgrade.response?(status, headers)
+        return Upgrade.serve(@engine, token, headers, body, **@upgrade_timeouts) if Upgrade.response?(status, headers, env)
 
         @engine.stream_start(token, status, headers)
         body.call(Stream.new(@engine, token, env[Rack::RACK_INPUT]))

@@ -83,11 +83,13 @@ module Margay
         env[RACK_PROTOCOL] = protocols if protocols
       end
 
-      # True when +status+/+headers+ with a callable +body+ switch protocols.
-      def self.response?(status, headers)
+      # True when +status+/+headers+ with a callable +body+ switch protocols:
+      # a 101, or a 2xx naming a rack.protocol the request (+env+) offered.
+      def self.response?(status, headers, env)
         return false unless headers.is_a?(Hash)
+        return true if status == 101
 
-        status == 101 || (headers.key?(RACK_PROTOCOL) && status.is_a?(Integer) && status.between?(200, 299))
+        headers.key?(RACK_PROTOCOL) && env.key?(RACK_PROTOCOL) && status.is_a?(Integer) && status.between?(200, 299)
       end
 
       # Send the 101 head for the response of +token+, hand the socket to

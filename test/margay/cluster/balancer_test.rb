@@ -88,7 +88,7 @@ class BalancerTest < Minitest::Test
     engine.hold(connection(true), connection(false), connection(true))
     balancer.balance(1.0)
     assert_equal [[2, true]], engine.detach_calls, "as many as the threads waiting elsewhere, pending ones only"
-    assert_equal [true, false], received_kinds(master)
+    assert_equal [true, false], received_kinds(master), @log_io.string
   end
 
   def test_saturated_workers_even_out_at_most_every_10_ms
@@ -99,7 +99,7 @@ class BalancerTest < Minitest::Test
     assert_equal [[1, false]], engine.detach_calls, "once within 10 ms"
     balancer.balance(1.011)
     assert_equal [[1, false], [1, false]], engine.detach_calls
-    assert_equal [true, true], received_kinds(master)
+    assert_equal [true, true], received_kinds(master), @log_io.string
     engine.saturated_ms = 4
     balancer.balance(1.1)
     assert_equal 2, engine.detach_calls.size, "not before 5 ms saturated"

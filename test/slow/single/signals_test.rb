@@ -50,6 +50,21 @@ class SingleSignalsTest < Minitest::Test
     assert_match(/no phased restart in single mode/, log_text)
   end
 
+  # A deploy's USR2 followed by systemd's TERM while the request drains: the
+  # stop wins (no re-exec), the request completes, the process exits 0.
+  def test_term_during_a_restart_stops
+    start
+    slow = Thread.new { get("/slow") }
+    wait_for_log(/slow request in/)
+    Process.kill(:USR2, @master)
+    wait_for_log(/restarting in place/)
+    Process.kill(:TERM, @master)
+    assert_match(%r{\AHTTP/1.1 200}, slow.value, "the request in flight completes")
+    assert @thread.join(15), "still running after TERM:\n#{log_text}"
+    assert_predicate @thread.value, :success?
+    refute_match(/Margay restarting in place/, log_text, "no re-exec after the stop")
+  end
+
   def test_hup_stops_gracefully_when_nothing_is_redirected
     start
     slow = Thread.new { get("/slow") }
