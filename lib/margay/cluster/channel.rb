@@ -187,8 +187,12 @@ module Margay
       end
 
       # Whether a handed-over connection waits to be received (never blocks).
+      # A peek, not a poll: Ruby 3.1's wait_readable(0) returned nil now and
+      # then with a datagram queued (a thread interrupt ends the zero wait).
       def connection_waiting?
-        !@handoff.wait_readable(0).nil?
+        @handoff.recvmsg_nonblock(1, Socket::MSG_PEEK, exception: false) != :wait_readable
+      rescue IOError, SystemCallError
+        false
       end
 
       # Receive one connection sent by send_connection_nonblock: [io, kept_alive].
