@@ -123,6 +123,7 @@ module Margay
       when "USR1" then phased_restart
       when "USR2" then hot_restart
       when "HUP" then hangup
+      when Runner::BACKTRACE_SIGNAL then @log.thread_backtraces # the master's threads, as Puma's
       when "URG" then promote(@workers.serving.select { |w| w.booted? && !w.retiring? }.min_by(&:index))
       end
     end

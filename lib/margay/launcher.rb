@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "binder"
+require_relative "runner"
 require_relative "errors"
 require_relative "configuration"
 require_relative "log"
@@ -232,6 +233,9 @@ module Margay
       previous["USR2"] = Signal.trap("USR2") { restart_signal("USR2") }
       previous["USR1"] = Signal.trap("USR1") { restart_signal("USR1") }
       previous["HUP"] = Signal.trap("HUP") { hangup }
+      if (sig = Runner::BACKTRACE_SIGNAL) # logging takes locks a trap may not: a thread does it
+        previous[sig] = Signal.trap(sig) { Thread.new { @log.thread_backtraces } }
+      end
       previous
     end
 

@@ -68,6 +68,14 @@ module Margay
       write(@err, "ERROR: #{context}: #{error.class}: #{error.message}\n#{trace}")
     end
 
+    # Every thread's name and backtrace (Puma's INFO/PWR signal), one block each.
+    def thread_backtraces(threads = Thread.list)
+      threads.each do |thread|
+        name = "Thread: TID-#{thread.object_id.to_s(36)}#{" #{thread.name}" if thread.name}"
+        write(@out, [name, *(thread.backtrace || ["<no backtrace available>"]).map { |line| "  #{line}" }].join("\n"))
+      end
+    end
+
     # One access-log line (already formatted).
     def access(line)
       write(@out, line)

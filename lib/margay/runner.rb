@@ -8,6 +8,10 @@ module Margay
   # What single mode (Server) and cluster mode (Cluster, the master) share:
   # the configuration, the log and the listening sockets, which Ruby owns.
   class Runner
+    # The signal that prints every thread's backtrace, as Puma's: INFO where
+    # the system has it (BSD, macOS), else PWR (Linux).
+    BACKTRACE_SIGNAL = %w[INFO PWR].find { |name| Signal.list.key?(name) }
+
     # Set in the environment of a hot restart when stdout/stderr are
     # redirected: the new process appends to the files instead of truncating them.
     REDIRECTED_ENV = "MARGAY_REDIRECTED"

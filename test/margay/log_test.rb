@@ -47,6 +47,12 @@ class LogTest < Minitest::Test
     assert_empty err, "no fallback: the Logger took every line"
   end
 
+  def test_thread_backtraces_name_each_thread_and_its_frames
+    out = StringIO.new
+    Margay::Log.new(out: out, err: out).thread_backtraces([Thread.current])
+    assert_match(/\AThread: TID-#{Thread.current.object_id.to_s(36)}\n  .*log_test\.rb:\d+/m, out.string)
+  end
+
   def test_a_raising_formatter_never_loses_the_line
     log = Margay::Log.new(out: StringIO.new).configured(config(log_formatter: ->(_) { raise "fmt down" }))
     _, err = capture_io { log.info("kept") }

@@ -65,6 +65,17 @@ class SingleSignalsTest < Minitest::Test
     refute_match(/Margay restarting in place/, log_text, "no re-exec after the stop")
   end
 
+  # Puma's backtrace signal (PWR on Linux): every thread's backtrace in the log; it serves on.
+  def test_the_backtrace_signal_logs_every_thread
+    skip "no INFO or PWR signal here" unless Margay::Runner::BACKTRACE_SIGNAL
+    start
+    Process.kill(Margay::Runner::BACKTRACE_SIGNAL, @master)
+    wait_for_log(/Thread: TID-\w+.*\n  \S+:\d+/)
+    assert_match(%r{\AHTTP/1.1 200}, get("/pid"))
+    stop_cluster
+    assert_predicate @thread.value, :success?
+  end
+
   def test_hup_stops_gracefully_when_nothing_is_redirected
     start
     slow = Thread.new { get("/slow") }
