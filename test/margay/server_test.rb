@@ -365,7 +365,7 @@ class ServerTest < Minitest::Test
         loop do
           TCPSocket.new("127.0.0.1", port).close
           sleep 0.01
-        rescue Errno::ECONNREFUSED
+        rescue Errno::ECONNREFUSED, Errno::ECONNRESET # reset: its SYN was queued as the listener closed
           break true
         end
       end
