@@ -178,7 +178,10 @@ module SideBySide
       deadline = Margay::Clock.now + timeout
       loop do
         found = listeners
-        return found if found.any? && ok?(found.first)
+        if found.any? && ok?(found.first)
+          wait_for(THREADS_LINE, timeout: 5) # the output reader may lag the socket; a silent server has none
+          return found
+        end
         return nil if Margay::Clock.now > deadline || exited?
 
         sleep 0.1
@@ -186,6 +189,9 @@ module SideBySide
     end
 
     def ok?(listener) = SideBySide.get(listener, "/").first == 200
+
+    # The banner line with the thread counts (Margay's, Puma's).
+    THREADS_LINE = /Threads: \d+:\d+|Max threads: *\d+/
 
     # TERM (then KILL for the whole group when it would not stop); the exit status.
     def stop(signal: "TERM", timeout: 30)
