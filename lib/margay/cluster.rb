@@ -457,7 +457,7 @@ module Margay
     # waited for long enough (+flush+: all of them, before a stop or an exec).
     def report_exits(flush: false)
       @exited.delete_if do |pid, (handle, since)|
-        handle.process_status ||= collect_status(pid)
+        handle.process_status ||= collect_status(pid, wait: flush ? 1.0 : 0) # at the end: its pipe closed, its exit follows
         next false unless handle.process_status || flush || Clock.now - since > 1
 
         hook(:after_worker_shutdown, handle)
@@ -465,8 +465,14 @@ module Margay
       end
     end
 
-    def collect_status(pid)
-      Process.wait2(pid, Process::WNOHANG)&.last
+    def collect_status(pid, wait: 0)
+      deadline = Clock.now + wait
+      loop do
+        status = Process.wait2(pid, Process::WNOHANG)&.last
+        return status if status || Clock.now >= deadline
+
+        sleep 0.01
+      end
     rescue Errno::ECHILD
       nil
     end
