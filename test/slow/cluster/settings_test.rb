@@ -12,16 +12,7 @@ class ClusterSettingsTest < Minitest::Test
   LAUNCH = File.expand_path("../support/launch.rb", __dir__)
 
   def start(settings)
-    @stdin, @out, @thread = Open3.popen2e({ "MARGAY_TEST_SETTINGS" => settings }, RbConfig.ruby, LAUNCH, APP,
-                                          chdir: @dir)
-    @master = @thread.pid
-    @log = +""
-    @log_lock = Mutex.new
-    @reader = Thread.new do
-      @out.each_line { |line| @log_lock.synchronize { @log << line } }
-    rescue IOError
-      nil
-    end
+    spawn_process({ "MARGAY_TEST_SETTINGS" => settings }, RbConfig.ruby, LAUNCH, APP)
   end
 
   def wait_for_file(path, pattern, count: 1)

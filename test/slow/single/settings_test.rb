@@ -14,16 +14,7 @@ class SingleSettingsTest < Minitest::Test
 
   def start(settings, wait: true)
     @dir ||= Dir.mktmpdir("margay-settings-")
-    @stdin, @out, @thread = Open3.popen2e({ "MARGAY_TEST_SETTINGS" => settings }, RbConfig.ruby, LAUNCH, APP,
-                                          chdir: @dir)
-    @master = @thread.pid
-    @log = +""
-    @log_lock = Mutex.new
-    @reader = Thread.new do
-      @out.each_line { |line| @log_lock.synchronize { @log << line } }
-    rescue IOError
-      nil
-    end
+    spawn_process({ "MARGAY_TEST_SETTINGS" => settings }, RbConfig.ruby, LAUNCH, APP)
     wait_for_listening if wait
   end
 

@@ -27,7 +27,12 @@ module ClusterProcess
 
   # Start exe/margay with +args+ in @dir (made by the caller), without waiting.
   def spawn_master(*args, env: {})
-    @stdin, @out, @thread = Open3.popen2e(env, RbConfig.ruby, File.join(ROOT, "exe/margay"), *args, chdir: @dir)
+    spawn_process(env, RbConfig.ruby, File.join(ROOT, "exe/margay"), *args)
+  end
+
+  # Run +command+ in @dir as the master, its output collected into the log.
+  def spawn_process(env, *command)
+    @stdin, @out, @thread = Open3.popen2e(env, *command, chdir: @dir)
     @master = @thread.pid
     @log = +""
     @log_lock = Mutex.new
