@@ -65,6 +65,35 @@ static int handle_conn(mg_engine *e, mg_conn *c) {
   }
 }
 
+int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out) {
+  if (ev->data & MG_DATA_WAKE) {
+    uint64_t v;
+    ssize_t r = read(e->wake_fd[0], &v, sizeof v);
+    (void)r;
+    return 0;
+  }
+  mg_conn *c;
+  if (ev->data & MG_DATA_LISTENER) {
+    c = mg_accept_batch(e, (int)(ev->data & 0xff)); /* its first connection: at once (core/accept.c) */
+    if (!c) return 0;
+  } else {
+    int fd = (int)(uint32_t)ev->data;
+    uint64_t gen = ev->data >> 32;
+    if (fd < 0 || fd >= e->max_fds || !e->conns[fd]) return 0;
+    c = e->conns[fd];
+    uint64_t cur = atomic_load(&c->state);
+    int st = mg_state_st(cur);
+    if ((mg_state_gen(cur) & MG_GEN_MASK) != (gen & MG_GEN_MASK) || (st != MG_ARMED && st != MG_ARMING)) return 0;
+    uint64_t expect = cur;
+    if (!atomic_compare_exchange_strong(&c->state, &expect, (mg_state_gen(cur) << 8) | MG_OWNED)) return 0;
+  }
+  if (handle_conn(e, c) != MG_IN_READY) return 0;
+  assert(mg_conn_owned(c) && c->phase == MG_PH_APP);
+  begin_turn(c);
+  *out = c;
+  return 1;
+}
+
 void *mg_wait_nogvl(void *p) {
   mg_wait_args *a = p;
   mg_engine *e = a->e;
@@ -91,34 +120,7 @@ void *mg_wait_nogvl(void *p) {
     int n = mg_ev_wait(e->ev, &ev, timeout);
     if (n < 0) { a->result = MG_WAIT_INTR; break; } /* EINTR: Ruby checks interrupts and calls again */
     if (n == 0) continue;
-    if (ev.data & MG_DATA_WAKE) {
-      uint64_t v;
-      ssize_t r = read(e->wake_fd[0], &v, sizeof v);
-      (void)r;
-      continue;
-    }
-    mg_conn *c;
-    if (ev.data & MG_DATA_LISTENER) {
-      c = mg_accept_batch(e, (int)(ev.data & 0xff)); /* its first connection: at once (core/accept.c) */
-      if (!c) continue;
-    } else {
-      int fd = (int)(uint32_t)ev.data;
-      uint64_t gen = ev.data >> 32;
-      if (fd < 0 || fd >= e->max_fds || !e->conns[fd]) continue;
-      c = e->conns[fd];
-      uint64_t cur = atomic_load(&c->state);
-      int st = mg_state_st(cur);
-      if ((mg_state_gen(cur) & MG_GEN_MASK) != (gen & MG_GEN_MASK) || (st != MG_ARMED && st != MG_ARMING)) continue;
-      uint64_t expect = cur;
-      if (!atomic_compare_exchange_strong(&c->state, &expect, (mg_state_gen(cur) << 8) | MG_OWNED)) continue;
-    }
-    if (handle_conn(e, c) == MG_IN_READY) {
-      assert(mg_conn_owned(c) && c->phase == MG_PH_APP);
-      begin_turn(c);
-      a->conn = c;
-      a->result = MG_WAIT_READY;
-      break;
-    }
+    if (mg_loop_dispatch(e, &ev, &a->conn)) { a->result = MG_WAIT_READY; break; }
   }
   mg_board_count(e, MG_BOARD_WAITING, -1);
   if (atomic_fetch_sub(&e->idle_waiters, 1) == 1) atomic_store(&e->all_busy_since_ms, mg_now_ms());

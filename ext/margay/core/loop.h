@@ -31,6 +31,12 @@ int mg_loop_turn_left(const mg_conn *c);
  * list; the thread that reaches it frames the request. */
 void mg_loop_requeue(mg_engine *e, mg_conn *c);
 
+/* Handle one event taken from the engine's event set (mg_ev_wait): a wake, a listener (accept),
+ * or a connection (read, frame, finish a write, linger). Returns 1 with *out set to the owned
+ * connection when that completed a request (this thread's turn on it begins), else 0. Without
+ * the GVL. */
+int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out);
+
 /* Wait for events and handle them until a request is complete, the engine stops, +idle_ms+
  * pass, or a signal interrupts (for rb_thread_call_without_gvl2: +args+ is an mg_wait_args). */
 void *mg_wait_nogvl(void *args);
