@@ -195,22 +195,6 @@ class PumaCompatTest < Minitest::Test
     "-w 0 over config workers 2" => { config: "workers 2\n", args: %w[-w 0] }
   }.freeze
 
-  def stable_children(run, timeout: 20)
-    deadline = Margay::Clock.now + timeout
-    last = nil
-    stable_since = Margay::Clock.now
-    loop do
-      now = run.children.size
-      if now != last
-        last = now
-        stable_since = Margay::Clock.now
-      end
-      return last if Margay::Clock.now - stable_since > 2 || Margay::Clock.now > deadline
-
-      sleep 0.1
-    end
-  end
-
   WORKER_CASES.each_with_index do |(name, spec), i|
     define_method(:"test_workers_#{i}_#{name.gsub(/\W+/, '_')}") do
       observed = side_by_side do |server, dir|
@@ -220,7 +204,7 @@ class PumaCompatTest < Minitest::Test
           args = ["-C", "workers.rb", *args]
         end
         run = start(server, args, dir: dir, env: spec[:env] || {})
-        seen = run.wait_serving(timeout: 30) ? "#{stable_children(run)} worker processes" : "did not serve: #{run.status.inspect}"
+        seen = run.wait_serving(timeout: 30) ? "#{run.stable_children} worker processes" : "did not serve: #{run.status.inspect}"
         run.stop
         { seen: seen, output: run.output }
       end
@@ -351,7 +335,7 @@ class PumaCompatTest < Minitest::Test
           listener = run.wait_serving(timeout: 30)&.first
           next { seen: "did not serve: #{run.status.inspect}", output: run.output } unless listener
 
-          stable_children(run, timeout: 10) unless mode_args.empty?
+          run.stable_children(timeout: 10) unless mode_args.empty?
           slow = Thread.new { SideBySide.get(listener, "/slow", timeout: 20) }
           next { seen: "/slow did not start", output: run.output } unless run.wait_for(/slow request started/, timeout: 15)
 
@@ -380,7 +364,7 @@ class PumaCompatTest < Minitest::Test
         listener = run.wait_serving(timeout: 30)&.first
         next { seen: "did not serve: #{run.status.inspect}", output: run.output } unless listener
 
-        stable_children(run, timeout: 10) unless mode_args.empty?
+        run.stable_children(timeout: 10) unless mode_args.empty?
         slow = Thread.new { SideBySide.get(listener, "/slow", timeout: 20) }
         deadline = Margay::Clock.now + 15
         sleep 0.05 until (File.exist?(out) && File.read(out).include?("slow request started")) || Margay::Clock.now > deadline
@@ -414,7 +398,7 @@ class PumaCompatTest < Minitest::Test
                              "-S", "#{dir}/server.state"], dir: dir)
         next { seen: "did not serve: #{run.status.inspect}", output: run.output } unless run.wait_serving(timeout: 30)
 
-        stable_children(run, timeout: 10) unless mode_args.empty?
+        run.stable_children(timeout: 10) unless mode_args.empty?
         out, code = pumactl(dir, "-C", url, "-T", "sekrit", "stats")
         json = out.lines.find { |l| l.start_with?("{") }
         keys = json ? SideBySide.key_paths(JSON.parse(json)) : "no JSON (exit #{code}): #{out.lines.last(2).join}"

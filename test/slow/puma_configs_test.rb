@@ -186,7 +186,7 @@ class PumaConfigsTest < Minitest::Test
       assert_equal spec[:threads], SideBySide.threads_in(output_of(@run, spec)),
                    -> { "#{name}: min:max threads reported\n#{output_of(@run, spec)}" }
 
-      children = stable_children(@run)
+      children = @run.stable_children(settle: 1.5)
       assert_equal spec[:workers], children, -> { "#{name}: worker processes\n#{output_of(@run, spec)}" }
 
       status = @run.stop(timeout: 30)
@@ -194,23 +194,6 @@ class PumaConfigsTest < Minitest::Test
       # Exit 0; or killed by the TERM itself, as Puma 8 ends (raise_exception_on_sigterm).
       clean = status.success? || (status.signaled? && status.termsig == Signal.list["TERM"])
       assert clean, -> { "#{name}: TERM ended it with #{status.inspect}; output:\n#{output_of(@run, spec)}" }
-    end
-  end
-
-  # The number of child processes once it has not changed for 1.5 s.
-  def stable_children(run, timeout: 20)
-    deadline = Margay::Clock.now + timeout
-    last = nil
-    since = Margay::Clock.now
-    loop do
-      now = run.children.size
-      if now != last
-        last = now
-        since = Margay::Clock.now
-      end
-      return last if Margay::Clock.now - since > 1.5 || Margay::Clock.now > deadline
-
-      sleep 0.1
     end
   end
 end

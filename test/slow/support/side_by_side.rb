@@ -167,6 +167,24 @@ module SideBySide
       end
     end
 
+    # How many children the server has once that number has not changed for
+    # +settle+ seconds (or what it is when +timeout+ runs out).
+    def stable_children(timeout: 20, settle: 2)
+      deadline = Margay::Clock.now + timeout
+      last = nil
+      since = Margay::Clock.now
+      loop do
+        now = children.size
+        if now != last
+          last = now
+          since = Margay::Clock.now
+        end
+        return last if Margay::Clock.now - since > settle || Margay::Clock.now > deadline
+
+        sleep 0.1
+      end
+    end
+
     # The sockets in LISTEN state that the process tree holds, sorted, each once.
     def listeners
       inodes = pids.flat_map { |pid| SideBySide.socket_inodes(pid) }.uniq
