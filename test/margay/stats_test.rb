@@ -30,6 +30,40 @@ class StatsTest < Minitest::Test
     assert_equal [3, 2, 2, 1], stats.values_at(:workers, :phase, :booted_workers, :old_workers)
   end
 
+  def test_memory_of_this_process_is_read_at_most_every_interval
+    skip "no /proc" unless File.exist?("/proc/self/status")
+    now = Margay::Stats::Memory.read
+    assert_operator now[:rss_kib], :>, 0
+    assert_operator now[:rss_kib], :>=, now[:pss_kib]
+    Margay::Stats::Memory.boot!
+    first = Margay::Stats::Memory.current(100.0)
+    assert_equal %i[rss_kib pss_kib boot_rss_kib boot_pss_kib], first.keys
+    assert_equal first.values_at(:rss_kib, :pss_kib), first.values_at(:boot_rss_kib, :boot_pss_kib), "the first reading is the boot value"
+    ballast = "x" * 8_388_608 # 8 MiB, touched
+    assert_equal first, Margay::Stats::Memory.current(100.0 + Margay::Stats::Memory::INTERVAL - 0.1), "cached"
+    later = Margay::Stats::Memory.current(100.0 + Margay::Stats::Memory::INTERVAL)
+    assert_operator later[:rss_kib], :>=, first[:rss_kib] + 4096, "read again after the interval"
+    assert_equal first[:boot_rss_kib], later[:boot_rss_kib], "the boot value stays"
+    assert ballast
+  end
+
+  def test_memory_report_single_and_cluster
+    assert_equal({ rss_kib: 1 }, Margay::Stats.memory_report(master: { rss_kib: 1 }))
+    workers = [{ index: 0, pid: 10, mold: false, memory: { rss_kib: 50, pss_kib: 20 } },
+               { index: 1, pid: 11, mold: true, memory: { rss_kib: 40, pss_kib: 15 } }]
+    report = Margay::Stats.memory_report(master: { rss_kib: 30, pss_kib: 10 }, workers: workers)
+    assert_equal [120, 45], report.values_at(:total_rss_kib, :total_pss_kib), "every process, the mold too"
+    assert_equal workers, report[:workers]
+  end
+
+  def test_margay_memory_hash_asks_the_memory_source
+    assert_equal %i[rss_kib pss_kib boot_rss_kib boot_pss_kib], Margay.memory_hash.keys, "this process without a source"
+    Margay::Stats.memory_source = Struct.new(:memory).new({ total_pss_kib: 3 })
+    assert_equal({ total_pss_kib: 3 }, Margay.memory_hash)
+  ensure
+    Margay::Stats.memory_source = nil
+  end
+
   def test_margay_stats_reads_the_source
     assert_equal({}, Margay.stats_hash)
     Margay::Stats.source = Struct.new(:stats).new({ running: 1 })
