@@ -46,7 +46,39 @@ class ClusterMemoryTest < Minitest::Test
                  "Puma's stats keep Puma's keys"
   end
 
+  # out_of_band_gc N: a worker idle after N requests runs a full GC; without the setting
+  # this small app makes no full GC in as many requests.
+  def test_out_of_band_gc_runs_a_full_gc_between_requests
+    assert_equal [0, 0], major_gcs_around_requests(nil)
+    before, after = major_gcs_around_requests(5)
+    assert_operator after - before, :>=, 2, "one full GC after each 5 requests, when the worker was idle"
+  end
+
   private
+
+  # Major GC counts a 1-worker cluster answers before and after 12 sequential
+  # requests, less the count at boot.
+  def major_gcs_around_requests(every)
+    @dir = Dir.mktmpdir("margay-memory-")
+    File.write(File.join(@dir, "gc.ru"), "run ->(_env) { [200, {}, [GC.stat(:major_gc_count).to_s]] }\n")
+    File.write(File.join(@dir, "margay.rb"), every ? "out_of_band_gc #{every}\n" : "")
+    spawn_master("-w", "1", "-t", "1:1", "-b", "tcp://127.0.0.1:0", "-C", File.join(@dir, "margay.rb"),
+                 File.join(@dir, "gc.ru"))
+    wait_for_listening
+    wait_for_log(/booted/)
+    get = -> { raw_exchange(@port, "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", timeout: 10)[/\r\n\r\n(\d+)/, 1].to_i }
+    first = get.call
+    12.times do
+      get.call
+      sleep 0.05 # idle between requests: the worker's tick (5 ms) sees no request running
+    end
+    counts = [0, get.call - first]
+    stop_cluster
+    kill_cluster
+    FileUtils.rm_rf(@dir)
+    @dir = nil
+    counts
+  end
 
   def start_with_control(*args)
     @dir = Dir.mktmpdir("margay-memory-")
