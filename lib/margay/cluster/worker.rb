@@ -16,8 +16,9 @@ module Margay
     # Channel: "booted" once serving, "alive" every second (each with its
     # counters and memory), "refork due" once it has served refork_after
     # requests. When the master asks, it stops serving and becomes the mold
-    # (Mold), then serves again once the workers are re-forked from it. With balance_keepalive its
-    # Balancer moves idle connections to and from the other workers.
+    # (Mold), then serves again once the workers are re-forked from it. With
+    # balance_keepalive its Balancer moves idle connections to and from the
+    # other workers.
     class Worker
       # At most; a quarter of worker_timeout when that is shorter, so that a
       # short timeout never kills a worker whose beat is merely due.
@@ -133,7 +134,7 @@ module Margay
         # A worker told to stop (or to become the mold) hands nothing over:
         # the master may have no serving worker left to take it.
         @balancer.balance(now) if @config.balance_keepalive && !@mold_requested && !@terminating
-        out_of_band_gc if @config.out_of_band_gc
+        out_of_band_gc if @config.out_of_band_gc && !@mold_requested && !@terminating
       end
 
       # out_of_band_gc N: once N requests were served since the last one and
