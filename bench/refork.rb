@@ -1,18 +1,29 @@
 #!/usr/bin/env ruby
 # frozen_string_literal: true
 
-# Reforking and memory: total PSS of a 4-worker cluster serving an app that
-# builds a large cache lazily (on its first request), without and with
-# reforking from a warm mold. PSS (proportional set size) splits shared
-# pages between the processes sharing them, so the sum is the real cost.
+# Reforking and memory. Two modes:
 #
-#   ruby bench/refork.rb [cache_mib]      (default 64 MiB of cache per process)
+#   ruby bench/refork.rb [cache_mib]
+#     Synthetic: total PSS of a 4-worker cluster serving an app that builds a
+#     large cache lazily (on its first request), without and with reforking.
+#
+#   ruby bench/refork.rb rails [--seconds S] [--servers a,b] [--growth MIN] [--out DIR]
+#     The Rails bench app (bench/apps/rails, SQLite), 4 workers x 5 threads, side
+#     by side in one run: Margay (preload, refork on URG), Puma 8 --preload, Puma 8
+#     --fork-worker=0 (refork on URG). For each: warm-up load, PSS of every
+#     process, URG (where it reforks), S seconds more load, PSS again, with
+#     throughput and p99 of both loads. --growth MIN: then MIN minutes of load,
+#     PSS sampled each minute. Variants of Margay through environment settings:
+#     servers named margay+ENV=VALUE (e.g. margay+MALLOC_ARENA_MAX=8).
+#
+# PSS (proportional set size, /proc/PID/smaps_rollup) splits shared pages
+# between the processes sharing them, so the sum over a tree is the real cost.
 $LOAD_PATH.unshift File.expand_path("../lib", __dir__)
 require "socket"
 require "margay"
 require "margay/cluster"
 
-CACHE_MIB = Integer(ARGV[0] || 64)
+CACHE_MIB = ARGV[0] == "rails" ? 0 : Integer(ARGV[0] || 64)
 WORKERS = 4
 
 APP = lambda do |_env|
@@ -102,11 +113,16 @@ def measure(refork)
   { refork: refork, processes: procs.size, pss_mib: (total / 1024.0).round(1) }
 end
 
+if ARGV.first == "rails"
+  require_relative "lib/refork_rails"
+  exit MargayBench::ReforkRails.main(ARGV.drop(1))
+end
+
 without = measure(false)
 with = measure(true)
 saving = 100.0 * (without[:pss_mib] - with[:pss_mib]) / without[:pss_mib]
 puts "| mode | processes | total PSS |"
 puts "|---|---|---|"
 puts "| no reforking (#{WORKERS} workers + master) | #{without[:processes]} | #{without[:pss_mib]} MiB |"
-puts "| reforked from a warm mold (#{WORKERS} workers + mold + master) | #{with[:processes]} | #{with[:pss_mib]} MiB |"
+puts "| reforked from a warm mold, which then serves again (#{WORKERS} workers + master) | #{with[:processes]} | #{with[:pss_mib]} MiB |"
 puts "| saving | | #{saving.round(1)}% |"

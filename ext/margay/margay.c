@@ -35,6 +35,20 @@ static VALUE native_child_subreaper(VALUE self) {
 #endif
 }
 
+/* Native.malloc_trim -> true when glibc returned free heap memory to the
+ * system, false when there was none to return, nil without glibc. The mold
+ * (and a preloading master) call it after the full GCs before forking: freed
+ * malloc memory that stays mapped would be copied into no child, but counts
+ * in the template's RSS for as long as it lives (issue 15). */
+static VALUE native_malloc_trim(VALUE self) {
+  (void)self;
+#if defined(__GLIBC__)
+  return malloc_trim(0) ? Qtrue : Qfalse;
+#else
+  return Qnil;
+#endif
+}
+
 void Init_margay_native(void) {
   VALUE mMargay = rb_define_module("Margay");
   VALUE mNative = rb_define_module_under(mMargay, "Native");
@@ -46,6 +60,7 @@ void Init_margay_native(void) {
   if (!getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 2);
 #endif
   rb_define_module_function(mNative, "child_subreaper", native_child_subreaper, 0);
+  rb_define_module_function(mNative, "malloc_trim", native_malloc_trim, 0);
   mg_testing_init(mNative);
   VALUE cEngine = mg_engine_init(mMargay, mNative);
   mg_board_init(mNative);

@@ -8,6 +8,7 @@ require_relative "clock"
 require_relative "log"
 require_relative "systemd"
 require_relative "cluster/balancer"
+require_relative "cluster/heap"
 require_relative "cluster/roster"
 require_relative "cluster/signals"
 require_relative "cluster/spawner"
@@ -58,6 +59,7 @@ module Margay
       @spawner = nil
       @phase = 0 # phased restarts so far (stats)
       @idle_activity = nil # idle_timeout: the workers' request and busy counts last seen, and since when
+      @auto_reforked = false # refork_after reforks once per generation (as Puma's fork_worker, in phase 0)
       @active_at = Clock.now
       @signals.trap_all # from now on: a signal during bind or preload is not lost, nor fatal
     end
@@ -68,10 +70,12 @@ module Margay
       bind
       Native.child_subreaper
       app = preloaded_app || (@app_loader.call if @config.preload_app?)
+      Stats.memory_source = self
       @spawner = Spawner.new(config: @config, log: @log, listeners: @listeners, roster: @workers, signals: @signals,
                              board: @board, app: app, app_loader: @app_loader, forwarder: @forwarder)
       @signals.trap_all # again: a handler the app set while loading (HUP, say) is kept for the workers
       hook(:before_fork, nil) # once, before the first workers (Puma's moment)
+      Heap.settle(compact: @config.compact_before_fork, log: @log, who: "master") if app # the workers share it
       supervise until @stopping && @workers.empty?
       close_listeners
       report_exits(flush: true)
@@ -80,6 +84,12 @@ module Margay
     # Puma-shaped stats (docs/CONTROL.md), from any thread: to_a copies the roster in one C call.
     def stats
       Stats.cluster(@workers.to_a.reject(&:mold?).map { |w| w.to_stats(@phase) }, @phase)
+    end
+
+    # Memory of every process of the cluster (Stats.memory_report), from any
+    # thread: the master's own, each worker's from its last status, the mold's.
+    def memory
+      Stats.memory_report(workers: @workers.to_a.map(&:to_memory))
     end
 
     # Graceful stop of the whole cluster (trap-safe).
@@ -172,6 +182,7 @@ module Margay
       Systemd.notify("RELOADING=1")
       @phase += 1
       @ready = false
+      @auto_reforked = false
       @workers.each { |w| w.mold? ? retire(w) : w.retire_later! }
     end
 
@@ -242,10 +253,13 @@ module Margay
     end
 
     def maintain
-      return if @workers.mold&.pending_mold? # wait until the mold can fork
+      mold = @workers.mold
+      return if mold&.pending_mold? # wait until the mold can fork
 
       step_phased_restart
-      return if @workers.serving.size >= @target || Clock.now < @next_spawn_at
+      return resume_mold(mold) if mold && reforked?
+      # A ready mold serves again once the others are re-forked: it counts.
+      return if @workers.serving.size + (mold ? 1 : 0) >= @target || Clock.now < @next_spawn_at
 
       spawn_worker
     end
@@ -306,7 +320,7 @@ module Margay
 
       worker.last_beat = Clock.now
       booted(worker) if reports.include?(:booted) && !worker.booted?
-      promote(worker) if reports.include?(:refork_due) && @config.refork_after
+      @auto_reforked ||= promote(worker) if reports.include?(:refork_due) && @config.refork_after && !@auto_reforked
       mold_ready(worker) if reports.include?(:mold_ready)
     end
 
@@ -324,16 +338,35 @@ module Margay
     # ---- reforking ----
 
     # The warm worker stops serving and becomes the mold; once it is ready,
-    # the other workers are replaced by its children one at a time. A worker
-    # on its way out (a phased restart replacing old code) never becomes it.
+    # the other workers are replaced by its children one at a time, then it
+    # serves again (#resume_mold). A worker on its way out (a phased restart
+    # replacing old code) never becomes it. true when it was asked.
     def promote(worker)
-      return if worker.nil? || worker.retiring? || worker.stopping? || @workers.mold || @stopping
+      return false if worker.nil? || worker.retiring? || worker.stopping? || @workers.mold || @stopping
 
       @log.info("master: #{worker} becomes the mold")
       worker.mold_pending!
       worker.channel.ask_to_become_mold
+      true
     rescue IOError, SystemCallError
-      nil
+      false
+    end
+
+    # Every other worker is the mold's child, serving: nothing is left to fork.
+    def reforked?
+      serving = @workers.serving
+      serving.size + 1 >= @target && serving.none?(&:retiring?) && serving.all?(&:booted?)
+    end
+
+    # The ready mold serves again as the worker it was (Puma's worker 0
+    # after a refork): no process is left holding the template's heap idle.
+    # A worker lost from now on is forked by the master, until the next refork.
+    def resume_mold(mold)
+      @log.info("master: workers re-forked; the mold (pid #{mold.pid}) serves again as worker #{mold.index}")
+      mold.channel.ask_to_serve
+      mold.serves_again!(Clock.now)
+    rescue IOError, SystemCallError
+      retire(mold)
     end
 
     def mold_ready(worker)

@@ -77,6 +77,9 @@ module Margay
       request_timeout: nil,           # seconds an app call may run: 503 and the thread interrupted (nil: off)
       worker_memory_limit: nil,       # bytes of RSS after which a worker is gracefully replaced (nil: off)
       refork_after: nil,              # requests after which a warm worker becomes the mold (nil: only on URG)
+      # issue 15, memory per worker: the template's heap before forking (Cluster::Heap)
+      compact_before_fork: false,     # GC.compact in the mold (and a preloading master) before it forks
+      out_of_band_gc: nil,            # a cluster worker with no request running, N requests after its last: full GC + malloc_trim
       worker_timeout: 60,             # a worker silent this long is killed and replaced
       worker_boot_timeout: 60,        # a worker must report ready within this
       # Puma's operational surface (docs/CONFIGURATION.md maps every Puma name):
@@ -218,9 +221,11 @@ module Margay
     # Positive Integers or nil (off).
     OPTIONAL_POSITIVE_INTEGERS = {
       worker_memory_limit: "a positive number of bytes", refork_after: "a positive number of requests",
-      max_connections: "a positive integer", idle_timeout: "a positive number of seconds"
+      max_connections: "a positive integer", idle_timeout: "a positive number of seconds",
+      out_of_band_gc: "a positive number of requests" # issue 15
     }.freeze
-    BOOLEANS = %i[quiet log_requests silent balance_keepalive redirect_append].freeze
+    BOOLEANS = %i[quiet log_requests silent balance_keepalive redirect_append
+                  compact_before_fork].freeze # issue 15: compact_before_fork
     # Strings or nil.
     STRINGS = %i[pidfile state_path redirect_stdout redirect_stderr tag directory restart_command
                  control_token remote_address_header].freeze

@@ -26,6 +26,70 @@ module Margay
     # like (versions.puma; Puma::Const::VERSION under Margay's plugin shim).
     PUMA_API_VERSION = "8.0.2"
 
+    # Memory of this process (issue 15): RSS and PSS in KiB from
+    # /proc/self/smaps_rollup (Linux 4.14+; RSS alone from /proc/self/status
+    # before that; zeros where there is no /proc), read at most every
+    # INTERVAL seconds (a read walks the process's mappings: cheap, but not
+    # for every request). boot_*: the first reading after #boot!, which a
+    # worker calls as it starts serving (single mode: when it starts), so
+    # that the growth since boot shows. Kept apart from Puma's stats keys
+    # (tools compare those with Puma's): the control app answers it on
+    # GET /memory, and a cluster worker's travels in its status frame.
+    module Memory
+      KEYS = %i[rss_kib pss_kib boot_rss_kib boot_pss_kib].freeze
+      INTERVAL = 5.0
+
+      @last = nil
+      @read_at = nil
+      @boot = nil
+
+      class << self
+        # { rss_kib:, pss_kib: } now.
+        def read
+          rollup = File.read("/proc/self/smaps_rollup")
+          { rss_kib: rollup[/^Rss:\s+(\d+)/, 1].to_i, pss_kib: rollup[/^Pss:\s+(\d+)/, 1].to_i }
+        rescue SystemCallError
+          status_rss
+        end
+
+        # Start anew in this process (a forked worker): the next reading is its boot value.
+        def boot!
+          @last = @read_at = @boot = nil
+        end
+
+        # The KEYS of this process, the current values at most INTERVAL seconds old.
+        def current(now = Process.clock_gettime(Process::CLOCK_MONOTONIC))
+          if @read_at.nil? || now - @read_at >= INTERVAL
+            @last = read
+            @read_at = now
+            @boot ||= @last
+          end
+          { rss_kib: @last[:rss_kib], pss_kib: @last[:pss_kib], boot_rss_kib: @boot[:rss_kib],
+            boot_pss_kib: @boot[:pss_kib] }
+        end
+
+        private
+
+        def status_rss
+          { rss_kib: File.read("/proc/self/status")[/^VmRSS:\s+(\d+)/, 1].to_i, pss_kib: 0 }
+        rescue SystemCallError
+          { rss_kib: 0, pss_kib: 0 }
+        end
+      end
+    end
+
+    # What GET /memory answers. Single mode: this process's Memory. Cluster
+    # (the master): the master's, each serving worker's (from its last
+    # status frame) and the totals, PSS summed over every process of the
+    # cluster (the mold too while there is one): what the cluster costs.
+    def self.memory_report(master: Memory.current, workers: nil)
+      return master unless workers
+
+      processes = [master] + workers.map { |w| w[:memory] }
+      { master: master, workers: workers,
+        total_rss_kib: processes.sum { |m| m[:rss_kib].to_i }, total_pss_kib: processes.sum { |m| m[:pss_kib].to_i } }
+    end
+
     # A cluster worker's own source: Margay.stats_hash in a worker answers its server's counters.
     WorkerSource = Struct.new(:server, :max_threads) do
       def stats = Stats.single(server.stats, max_threads)
@@ -39,10 +103,23 @@ module Margay
 
     @source = nil
     @started_at = nil
+    @memory_source = nil
 
     class << self
       # When this process started serving (a Time; set by Operations).
-      attr_accessor :started_at
+      attr_reader :started_at
+
+      # Set by Operations as the process starts serving: also the moment of
+      # its memory's boot reading (Memory).
+      def started_at=(time)
+        @started_at = time
+        Memory.boot!
+        Memory.current
+      end
+
+      # The object whose #memory answers Margay.memory_hash (a cluster's
+      # master: the Cluster; nil: this process's own Memory).
+      attr_accessor :memory_source
 
       # The object whose #stats answers Margay.stats_hash (a Launcher's
       # runner facade; nil: not serving).
@@ -87,6 +164,12 @@ module Margay
   def self.stats_hash
     source = Stats.source
     source ? source.stats : {}
+  end
+
+  # This process's memory (Stats.memory_report): the control app's GET /memory.
+  def self.memory_hash
+    source = Stats.memory_source
+    source ? source.memory : Stats.memory_report
   end
 
   # This process's stats as JSON (Puma.stats's shape).

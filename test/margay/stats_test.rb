@@ -2,6 +2,7 @@
 
 require "test_helper"
 require "json"
+require "minitest/mock"
 require "margay/stats"
 
 # Puma-shaped stats (Margay::Stats) from Margay's counters.
@@ -28,6 +29,42 @@ class StatsTest < Minitest::Test
     stats = Margay::Stats.cluster(workers, 2)
     assert_equal %i[started_at workers phase booted_workers old_workers worker_status versions], stats.keys
     assert_equal [3, 2, 2, 1], stats.values_at(:workers, :phase, :booted_workers, :old_workers)
+  end
+
+  def test_memory_of_this_process_is_read_at_most_every_interval
+    skip "no /proc" unless File.exist?("/proc/self/status")
+    now = Margay::Stats::Memory.read
+    assert_operator now[:rss_kib], :>, 0
+    assert_operator now[:rss_kib], :>=, now[:pss_kib]
+    readings = [{ rss_kib: 100, pss_kib: 50 }, { rss_kib: 300, pss_kib: 150 }]
+    Margay::Stats::Memory.stub(:read, -> { readings.shift }) do
+      Margay::Stats::Memory.boot!
+      first = Margay::Stats::Memory.current(100.0)
+      assert_equal({ rss_kib: 100, pss_kib: 50, boot_rss_kib: 100, boot_pss_kib: 50 }, first, "the first reading is the boot value")
+      assert_equal first, Margay::Stats::Memory.current(100.0 + Margay::Stats::Memory::INTERVAL - 0.1), "cached"
+      assert_equal 1, readings.size, "one read so far"
+      assert_equal({ rss_kib: 300, pss_kib: 150, boot_rss_kib: 100, boot_pss_kib: 50 },
+                   Margay::Stats::Memory.current(100.0 + Margay::Stats::Memory::INTERVAL), "read again; the boot value stays")
+    end
+  ensure
+    Margay::Stats::Memory.boot!
+  end
+
+  def test_memory_report_single_and_cluster
+    assert_equal({ rss_kib: 1 }, Margay::Stats.memory_report(master: { rss_kib: 1 }))
+    workers = [{ index: 0, pid: 10, mold: false, memory: { rss_kib: 50, pss_kib: 20 } },
+               { index: 1, pid: 11, mold: true, memory: { rss_kib: 40, pss_kib: 15 } }]
+    report = Margay::Stats.memory_report(master: { rss_kib: 30, pss_kib: 10 }, workers: workers)
+    assert_equal [120, 45], report.values_at(:total_rss_kib, :total_pss_kib), "every process, the mold too"
+    assert_equal workers, report[:workers]
+  end
+
+  def test_margay_memory_hash_asks_the_memory_source
+    assert_equal %i[rss_kib pss_kib boot_rss_kib boot_pss_kib], Margay.memory_hash.keys, "this process without a source"
+    Margay::Stats.memory_source = Struct.new(:memory).new({ total_pss_kib: 3 })
+    assert_equal({ total_pss_kib: 3 }, Margay.memory_hash)
+  ensure
+    Margay::Stats.memory_source = nil
   end
 
   def test_margay_stats_reads_the_source

@@ -12,13 +12,14 @@ module Margay
     # (or the mold):
     #
     # - beat, a pipe, worker to master: one byte per report (REPORTS), each
-    #   followed by the worker's status (Stats::COUNTERS) in one frame:
-    #   "S" + the counters joined by "," + "\n". Every message is one write
+    #   followed by the worker's status (STATUS_KEYS: Stats::COUNTERS, then
+    #   its memory, Stats::Memory::KEYS) in one frame: "S" + the values
+    #   joined by "," + "\n". Every message is one write
     #   of less than PIPE_BUF bytes, so it arrives whole or not at all. EOF
     #   tells the master the worker is gone; a broken pipe tells the worker
     #   the master is gone.
     # - ctl, a stream socket, master to worker: one line per command
-    #   (become the mold; to the mold: fork worker N). The mold answers a
+    #   (become the mold; to the mold: fork worker N, serve again). The mold answers a
     #   fork order on it with one message: the new worker's pid, with the
     #   master's ends of that worker's three links attached (SCM_RIGHTS).
     # - handoff, a datagram socket, both ways: idle keep-alive connections
@@ -32,12 +33,14 @@ module Margay
       # refork_due: it served refork_after requests and may become the mold;
       # mold_ready: it is the mold, ready to fork workers.
       REPORTS = { booted: "r", alive: ".", refork_due: "R", mold_ready: "M" }.freeze
-      # A status frame: STATUS, the counters in Stats::COUNTERS order, a newline.
+      # A status frame: STATUS, the values in STATUS_KEYS order, a newline.
       STATUS = "S"
+      STATUS_KEYS = (Stats::COUNTERS + Stats::Memory::KEYS).freeze
       STATUS_FRAME = /#{STATUS}(\d+(?:,\d+)*)\n/
       READ_SIZE = 65_536
       MAX_FRAME = 256
       BECOME_MOLD = "mold"
+      SERVE = "serve"
       FORK = "fork "
       FORK_LINE = /\A#{FORK}(\d+)/
       # How long the master waits for the mold's answer to a fork order.
@@ -74,7 +77,7 @@ module Margay
         @last_checkin = nil
       end
 
-      # Master: the last status the worker sent (a Hash of Stats::COUNTERS;
+      # Master: the last status the worker sent (a Hash of STATUS_KEYS;
       # nil before the first) and when it arrived (a Time; nil before).
       attr_reader :last_status, :last_checkin
 
@@ -91,11 +94,11 @@ module Margay
       # ---- heartbeat: worker to master ----
 
       # Worker: send +report+ (a key of REPORTS), with +status+ (a Hash with
-      # the Stats::COUNTERS keys) when given, without blocking; a full pipe
+      # the STATUS_KEYS) when given, without blocking; a full pipe
       # drops it (the next beat follows). Raises Errno::EPIPE once the master is gone.
       def report(report, status = nil)
         message = REPORTS.fetch(report)
-        message += "#{STATUS}#{status.values_at(*Stats::COUNTERS).map { |v| Integer(v) }.join(',')}\n" if status
+        message += "#{STATUS}#{status.values_at(*STATUS_KEYS).map { |v| Integer(v) }.join(',')}\n" if status
         @beat.write_nonblock(message, exception: false)
       end
 
@@ -140,12 +143,18 @@ module Margay
         !ready.nil?
       end
 
+      # Master: tell the mold that the workers are re-forked: it serves again.
+      def ask_to_serve
+        @ctl.write("#{SERVE}\n")
+      end
+
       # Mold: read the next order (blocks): the index of the worker to fork,
-      # or nil for a line that is no fork order. Raises EOFError once the
-      # master is gone.
+      # :serve (serve again), or nil for any other line. Raises EOFError once
+      # the master is gone.
       def next_order
         line = @ctl.gets
         raise EOFError, "the master is gone" if line.nil?
+        return :serve if line.chomp == SERVE
 
         Integer(line[FORK_LINE, 1]) if line.start_with?(FORK)
       end
@@ -220,7 +229,7 @@ module Margay
           ""
         end
         if last
-          @last_status = Stats::COUNTERS.zip(last.split(",").map(&:to_i)).to_h
+          @last_status = STATUS_KEYS.zip(last.split(",").map(&:to_i)).to_h
           @last_checkin = Time.now
         end
         data

@@ -2,15 +2,20 @@
 
 require_relative "../runner"
 require_relative "channel"
+require_relative "heap"
 
 module Margay
   class Cluster < Runner
-    # Internal: the mold. A warm worker stopped serving (Worker#become_mold)
-    # and from then on only forks new workers when the master orders them;
-    # they share its warmed-up heap copy-on-write. Each is double-forked so
-    # that it is not the mold's child (on Linux the master, a child
-    # subreaper, adopts it); the master gets its pid and the master's ends
-    # of its links in the mold's answer and watches it like any worker.
+    # Internal: the mold. A warm worker stopped serving (Worker#become_mold),
+    # settled its heap (Heap.settle: full GCs, compaction, malloc_trim) and
+    # forks new workers when the master orders them; they share its
+    # warmed-up heap copy-on-write. Each is double-forked so that it is not
+    # the mold's child (on Linux the master, a child subreaper, adopts it);
+    # the master gets its pid and the master's ends of its links in the
+    # mold's answer and watches it like any worker. Once the workers are
+    # re-forked, the master tells it to serve again: #run returns and the
+    # process is a worker once more (as Puma's worker 0 after a refork), so
+    # no process sits idle holding a copy of the heap.
     class Mold
       # @param index [Integer] the slot of the worker it was
       # @param config [Configuration]
@@ -27,19 +32,22 @@ module Margay
         @beat_interval = beat_interval
       end
 
-      # Report ready, then fork the workers the master orders until the
-      # master is gone; never returns. The block runs in each new worker,
-      # with its index and its Channel, and must not return (Worker#run).
+      # Settle the heap, report ready, then fork the workers the master
+      # orders; returns when the master tells it to serve again (exits when
+      # the master is gone). The block runs in each new worker, with its
+      # index and its Channel, and must not return (Worker#run).
       def run(&start_worker)
-        GC.start # settle the heap once, so children share it instead of copying it on their first GC
+        Heap.settle(compact: @config.compact_before_fork, log: @log, who: "mold (from worker #{@index})")
         @channel.report!(:mold_ready)
         loop do
           ordered = @channel.order_waiting?(@beat_interval)
           @channel.report(:alive)
           next unless ordered
 
-          index = @channel.next_order
-          double_fork(index, &start_worker) if index
+          order = @channel.next_order
+          return hook(:after_refork, nil) if order == :serve # Puma's moment: all re-forked, about to serve again
+
+          double_fork(order, &start_worker) if order
         end
       rescue Errno::EPIPE, IOError # EOFError too: the master is gone, and a mold has nothing to finish
         exit!(0)
@@ -55,7 +63,7 @@ module Margay
       # from the mold; the middle process answers the master and exits at
       # once. The fork hooks run here, in the process that forks (as in
       # Puma's fork_worker, where worker 0 runs them): before_worker_fork and
-      # after_worker_fork around the fork, then after_refork.
+      # after_worker_fork around the fork.
       def double_fork(index)
         hook(:before_worker_fork, index)
         master_side, worker_side = Channel.pair
@@ -72,7 +80,6 @@ module Margay
         end
         Process.wait(middle)
         hook(:after_worker_fork, index)
-        hook(:after_refork, nil)
       rescue StandardError => e # a fork or hook failure: the master's wait for the answer times out
         @log.exception(e, "mold: cannot fork worker #{index}")
       ensure

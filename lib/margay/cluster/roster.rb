@@ -90,10 +90,10 @@ module Margay
       end
 
       # The lowest worker index no worker holds, for one more worker when
-      # +target+ should serve (a stopping worker still holds its index; the
-      # mold holds none).
+      # +target+ should serve (a stopping worker still holds its index; so
+      # does the mold, which serves again as that worker).
       def free_index(target)
-        ((0..size + target).to_a - reject(&:mold?).map(&:index)).first
+        ((0..size + target).to_a - map(&:index)).first
       end
 
       # In a newly forked worker: close the master's side of every other worker's links.

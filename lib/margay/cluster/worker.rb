@@ -13,10 +13,12 @@ module Margay
   class Cluster < Runner
     # Internal: the child side of cluster mode. A worker runs a Server on the
     # listeners inherited from the master and reports to it through its
-    # Channel: "booted" once serving, "alive" every second, "refork due" once
-    # it has served refork_after requests. When the master asks, it stops
-    # serving and becomes the mold (Mold). With balance_keepalive its
-    # Balancer moves idle connections to and from the other workers.
+    # Channel: "booted" once serving, "alive" every second (each with its
+    # counters and memory), "refork due" once it has served refork_after
+    # requests. When the master asks, it stops serving and becomes the mold
+    # (Mold), then serves again once the workers are re-forked from it. With
+    # balance_keepalive its Balancer moves idle connections to and from the
+    # other workers.
     class Worker
       # At most; a quarter of worker_timeout when that is shorter, so that a
       # short timeout never kills a worker whose beat is merely due.
@@ -31,7 +33,11 @@ module Margay
       # @param channel [Channel] the worker's side of its links to the master
       # @param board [Native::IdleBoard, nil] the cluster's count of waiting
       #   threads and connections per worker
-      def initialize(index:, app:, config:, log:, listeners:, channel:, board: nil, app_loader: nil)
+      # @param resumed [Boolean] the mold serving again (Puma's worker 0 after
+      #   a refork): before_worker_boot ran in this process already
+      # @param hook_data [Hash] the per-key hook data of this process so far
+      def initialize(index:, app:, config:, log:, listeners:, channel:, board: nil, app_loader: nil, resumed: false,
+                     hook_data: {})
         @index = index
         @app = app
         @app_loader = app_loader
@@ -47,14 +53,18 @@ module Margay
         @last_beat = nil
         @orphaned = false
         @terminating = false
-        @hook_data = {} # Puma's per-key hook data, for this worker's life
+        @hook_data = hook_data # Puma's per-key hook data, for this process's life
+        @resumed = resumed
         @beat_interval = [HEARTBEAT_INTERVAL, config.worker_timeout / 4.0].min
+        @gc_requests = 0 # out_of_band_gc: the request count at the last one
       end
 
       # Serve until told to stop (or to become the mold); never returns.
       def run
         Process.setproctitle(title("worker #{@index}"))
-        hook(:before_worker_boot, @index)
+        Stats.memory_source = nil # the master's, inherited: a worker answers its own
+        Stats::Memory.boot!
+        hook(:before_worker_boot, @index) unless @resumed
         @app ||= @app_loader.call
         idle_board = [@board, @index] if @board && @index < @board.size
         @server = Server.new(@app, @config, log: @log, listeners: @listeners, on_tick: method(:tick),
@@ -124,6 +134,21 @@ module Margay
         # A worker told to stop (or to become the mold) hands nothing over:
         # the master may have no serving worker left to take it.
         @balancer.balance(now) if @config.balance_keepalive && !@mold_requested && !@terminating
+        out_of_band_gc if @config.out_of_band_gc && !@mold_requested && !@terminating
+      end
+
+      # out_of_band_gc N: once N requests were served since the last one and
+      # no request runs, a full GC and malloc_trim, here on the main thread,
+      # between requests rather than in one (a request arriving meanwhile
+      # waits for its end: the GVL is held). Memory freed in this process
+      # goes back to the system instead of waiting for a GC under load.
+      def out_of_band_gc
+        stats = @server.stats
+        return if stats[:requests] - @gc_requests < @config.out_of_band_gc || stats[:busy_threads].positive?
+
+        @gc_requests = stats[:requests]
+        GC.start
+        Native.malloc_trim
       end
 
       def report_refork_due
@@ -138,7 +163,7 @@ module Margay
       # crashed): nobody supervises this worker any more, so it finishes its
       # requests in flight and exits instead of serving on alone.
       def report(report)
-        @channel.report(report, Stats.counters(@server.stats, @config.max_threads))
+        @channel.report(report, Stats.counters(@server.stats, @config.max_threads).merge(Stats::Memory.current))
       rescue Errno::EPIPE, IOError
         return if @orphaned
 
@@ -149,7 +174,8 @@ module Margay
 
       # The master asked for a mold: this warm process stops being a worker
       # (its engine and pool threads are gone: nothing forks while they run)
-      # and forks the new workers from now on; never returns.
+      # and forks the new workers; once they are all there, it serves again
+      # as this worker (a new Server on the same listeners and links). Never returns.
       def become_mold
         Process.setproctitle(title("mold (from worker #{@index})"))
         Signals::STOP.each { |sig| trap(sig) { exit!(0) } }
@@ -161,6 +187,8 @@ module Margay
           Worker.new(index: index, app: @app, config: @config, log: @log, listeners: @listeners, channel: channel,
                      board: @board).run
         end
+        Worker.new(index: @index, app: @app, config: @config, log: @log, listeners: @listeners, channel: @channel,
+                   board: @board, resumed: true, hook_data: @hook_data).run
       end
     end
   end

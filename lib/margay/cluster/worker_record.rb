@@ -91,6 +91,14 @@ module Margay
         @mold = :ready
       end
 
+      # Record that the mold was told to serve again (at +now+): a worker
+      # again, booting until its first report.
+      def serves_again!(now)
+        @mold = nil
+        @booted = false
+        @last_beat = now
+      end
+
       # A worker that serves, or will: neither the mold nor told to stop.
       def serving?
         !mold? && !stopping?
@@ -121,11 +129,33 @@ module Margay
       # Its entry in the cluster's stats (Puma's worker_status shape). A
       # worker marked to be replaced belongs to the phase before +phase+ (the
       # master's count of phased restarts); last_status is {} until its first
-      # status arrives (Channel#last_status).
+      # status arrives (Channel#last_status), and has Puma's keys only.
       def to_stats(phase)
         { started_at: Stats.iso8601(@started_at), pid: @pid, index: @index, phase: retiring? ? phase - 1 : phase,
           booted: booted?, last_checkin: Stats.iso8601(@channel.last_checkin || @started_at),
-          last_status: @channel.last_status || {} }
+          last_status: (@channel.last_status || {}).slice(*Stats::COUNTERS) }
+      end
+
+      # Its entry in the cluster's memory report (Stats.memory_report): a
+      # worker's from its last status (zeros before the first), the mold's
+      # (which sends none) read from /proc by the master.
+      def to_memory
+        memory = if mold?
+                   proc_memory
+                 else
+                   Stats::Memory::KEYS.to_h { |k| [k, (@channel.last_status || {})[k].to_i] }
+                 end
+        { index: @index, pid: @pid, mold: mold?, memory: memory }
+      end
+
+      # The mold's memory from /proc/PID/smaps_rollup (zeros when unreadable).
+      def proc_memory
+        rollup = File.read("/proc/#{@pid}/smaps_rollup")
+        rss = rollup[/^Rss:\s+(\d+)/, 1].to_i
+        pss = rollup[/^Pss:\s+(\d+)/, 1].to_i
+        { rss_kib: rss, pss_kib: pss, boot_rss_kib: rss, boot_pss_kib: pss }
+      rescue SystemCallError
+        Stats::Memory::KEYS.to_h { |k| [k, 0] }
       end
 
       # How the master's log names it: "worker 2 (pid 4711)".

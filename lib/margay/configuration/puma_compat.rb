@@ -31,7 +31,7 @@ module Margay
         max_fast_inline: "Margay never queues a ready request behind another connection",
         queue_requests: "request buffering always happens in the native engine",
         wait_for_less_busy_worker: "only workers with a free thread accept connections",
-        nakayoshi_fork: "the mold runs a full GC before it forks",
+        nakayoshi_fork: "the mold and a preloading master run full GCs before they fork", # issue 15
         prune_bundler: "not needed by Margay's hot restart",
         extra_runtime_dependencies: "not needed by Margay's hot restart",
         debug: "use --log-requests and the server log",

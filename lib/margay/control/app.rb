@@ -2,12 +2,14 @@
 
 require "json"
 require "rack/utils"
+require_relative "../stats"
 
 module Margay
   module Control
     # The control app: Puma's control app's requests and answers (pumactl,
     # metrics exporters and process managers speak to it). A Rack app over a
-    # PumaLauncher: `GET /stats?token=T`. Read-only answers are computed at
+    # PumaLauncher: `GET /stats?token=T`; and Margay's own `GET /memory`
+    # (each process's RSS and PSS, Stats.memory_report). Read-only answers are computed at
     # once; an action that ends or replaces the process (stop, halt,
     # restart, phased-restart, refork) is handed to the listener in
     # env[AFTER_RESPONSE], to run once the answer is written, so the client
@@ -30,6 +32,7 @@ module Margay
         case command
         when "stats" then respond(200, JSON.generate(@launcher.stats))
         when "gc-stats" then respond(200, JSON.generate(GC.stat))
+        when "memory" then respond(200, JSON.generate(Margay.memory_hash)) # Margay's: RSS/PSS per process (Stats::Memory)
         when "gc"
           GC.start
           respond(200, OK)

@@ -49,16 +49,18 @@ class RosterTest < Minitest::Test
     assert_nil @roster.mold, "a mold told to stop is no mold to ask"
   end
 
-  def test_free_index_fills_the_lowest_gap_and_ignores_the_mold
+  def test_free_index_fills_the_lowest_gap_and_keeps_the_molds_slot
     add(0, 10)
     mold = add(1, 11)
     add(2, 12)
     assert_equal 3, @roster.free_index(3)
     mold.mold_pending!
-    assert_equal 1, @roster.free_index(3), "the mold left its slot"
+    assert_equal 3, @roster.free_index(3), "the mold keeps its slot: it serves again as that worker"
     stopping = @roster[10]
     stopping.stopping!(1.0)
-    assert_equal 1, @roster.free_index(3), "a stopping worker keeps its slot until it is gone"
+    assert_equal 3, @roster.free_index(3), "a stopping worker keeps its slot until it is gone"
+    @roster.delete(stopping)
+    assert_equal 0, @roster.free_index(3)
   end
 
   def test_by_beat_finds_the_worker_of_a_pipe

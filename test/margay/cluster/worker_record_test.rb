@@ -82,13 +82,15 @@ class WorkerRecordTest < Minitest::Test
     assert_equal({}, entry[:last_status], "Puma's last_status is {} before the first check-in")
     assert_equal [4711, 2, 3, false], entry.values_at(:pid, :index, :phase, :booted)
     assert_match(/\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\z/, entry[:started_at])
-    status = Margay::Stats::COUNTERS.each_with_index.to_h { |key, i| [key, i] }
+    status = Margay::Cluster::Channel::STATUS_KEYS.each_with_index.to_h { |key, i| [key, i] }
     worker.report(:booted, status)
     master.read_reports
     w.booted!
     w.retire_later!
     entry = w.to_stats(3)
-    assert_equal status, entry[:last_status]
+    assert_equal status.slice(*Margay::Stats::COUNTERS), entry[:last_status], "Puma's keys only"
+    assert_equal({ index: 2, pid: 4711, mold: false,
+                   memory: { rss_kib: 9, pss_kib: 10, boot_rss_kib: 11, boot_pss_kib: 12 } }, w.to_memory)
     assert entry[:booted]
     assert_equal 2, entry[:phase], "a worker marked to be replaced belongs to the phase before"
   ensure

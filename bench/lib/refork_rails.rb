@@ -1,0 +1,217 @@
+# frozen_string_literal: true
+
+require "json"
+require "fileutils"
+require "optparse"
+require "net/http"
+require_relative "procs"
+require_relative "wrk"
+
+module MargayBench
+  # bench/refork.rb rails: memory of a 4-worker cluster serving the Rails bench app,
+  # before and after a refork, side by side with Puma 8 (--preload, and --fork-worker=0
+  # reforked by URG). Every server gets the same load (wrk, 2 threads, 16 connections).
+  module ReforkRails
+    APP = "bench/apps/rails/config.ru"
+    WORKERS = 4
+    THREADS = 5
+    CONNECTIONS = 16
+
+    module_function
+
+    def main(argv)
+      opts = { seconds: 15, warm: 20, servers: %w[margay puma-preload puma-fork], growth: 0,
+               out: File.join(ROOT, "bench/results/tmp/refork-rails-#{Time.now.utc.strftime('%Y%m%dT%H%M%SZ')}") }
+      OptionParser.new do |o|
+        o.on("--seconds S", Integer, "load after the refork (and each load window)") { |v| opts[:seconds] = v }
+        o.on("--warm S", Integer, "warm-up load (not reported), then S (--seconds) measured before the refork") do |v|
+          opts[:warm] = v
+        end
+        o.on("--servers LIST", Array, "margay, margay+ENV=V[+C=config.rb], puma-preload, puma-fork") do |v|
+          opts[:servers] = v
+        end
+        o.on("--growth MIN", Integer, "then MIN minutes of load, PSS each minute") { |v| opts[:growth] = v }
+        o.on("--out DIR", "raw outputs here") { |v| opts[:out] = File.expand_path(v) }
+      end.parse!(argv)
+      FileUtils.mkdir_p(opts[:out])
+      results = opts[:servers].map { |name| run_one(name, opts) }
+      File.write(File.join(opts[:out], "results.json"), JSON.pretty_generate(results))
+      puts report(results)
+      File.write(File.join(opts[:out], "report.md"), report(results))
+      0
+    end
+
+    # [argv, env] of +name+ on +port+.
+    def command(name, port)
+      base, *extras = name.split("+")
+      env = {}
+      args = []
+      extras.each do |kv|
+        key, value = kv.split("=", 2)
+        key == "C" ? args.push("-C", File.expand_path(value, ROOT)) : env[key] = value
+      end
+      common = %W[-b tcp://127.0.0.1:#{port} -e production -w #{WORKERS} -t #{THREADS}:#{THREADS}]
+      argv = case base
+             when "margay" then %w[bundle exec exe/margay -q --preload] + common + args
+             when "puma-preload" then %w[bundle exec puma -C - -q --preload] + common
+             when "puma-fork" then %w[bundle exec puma -C - -q --fork-worker=0] + common
+             else raise ArgumentError, "unknown server #{name}"
+             end
+      [argv + [APP], env]
+    end
+
+    def reforks?(name)
+      !name.start_with?("puma-preload")
+    end
+
+    def run_one(name, opts)
+      port = Env.free_port
+      argv, extra = command(name, port)
+      log = File.join(opts[:out], "#{name.tr('/=+', '__-')}.log")
+      env = Env.clean.merge("BUNDLE_GEMFILE" => File.join(ROOT, "bench/Gemfile")).merge(extra)
+      warn "== #{name}: #{argv.join(' ')} #{extra.map { |k, v| "#{k}=#{v}" }.join(' ')}"
+      pid = Process.spawn(env, *argv, chdir: ROOT, unsetenv_others: true, pgroup: true, in: File::NULL,
+                                      %i[out err] => [log, "w"])
+      result = { "server" => name, "command" => argv.join(" "), "env" => extra }
+      wait_ready(pid, port)
+      url = "http://127.0.0.1:#{port}/"
+      result["warm_up"] = load(url, opts[:warm], opts[:out], "#{name}-warm-up")
+      result["warm"] = load(url, opts[:seconds], opts[:out], "#{name}-before")
+      sleep 2
+      result["pss_warm"] = memory(pid)
+      if reforks?(name)
+        before = workers(pid)
+        Process.kill(:URG, pid)
+        result["refork_s"] = wait_refork(pid, before)
+        sleep 2
+        result["pss_reforked_idle"] = memory(pid)
+      end
+      result["after"] = load(url, opts[:seconds], opts[:out], "#{name}-after")
+      sleep 2
+      result["pss_after"] = memory(pid)
+      result["growth"] = growth(pid, url, opts, name) if opts[:growth].positive?
+      result
+    ensure
+      stop(pid) if pid
+    end
+
+    def growth(pid, url, opts, name)
+      (1..opts[:growth]).map do |minute|
+        run = load(url, 60, opts[:out], "#{name}-growth-#{minute}")
+        sleep 1
+        { "minute" => minute, "pss" => memory(pid), "load" => run }
+      end
+    end
+
+    def wait_ready(pid, port)
+      deadline = Procs.now + 90
+      until Procs.now > deadline
+        raise "the server exited during start-up" unless Procs.alive?(pid)
+
+        begin
+          res = Net::HTTP.start("127.0.0.1", port, open_timeout: 1, read_timeout: 10) { |h| h.get("/") }
+          return if res.code == "200"
+        rescue SystemCallError, IOError, Net::OpenTimeout, Net::ReadTimeout, EOFError
+          nil
+        end
+        sleep 0.2
+      end
+      raise "no 200 within 90 s"
+    end
+
+    # The master's descendants: pid => command line.
+    def workers(pid)
+      Procs.tree(pid).drop(1).to_h { |p| [p, cmdline(p)] }
+    end
+
+    def cmdline(pid)
+      File.read("/proc/#{pid}/cmdline").tr("\0", " ").strip
+    rescue SystemCallError
+      ""
+    end
+
+    # Until WORKERS serving processes are there and at most one of the old ones
+    # (Puma's worker 0, or a mold) is among them; seconds it took.
+    def wait_refork(pid, before)
+      t0 = Procs.now
+      loop do
+        now = workers(pid)
+        fresh = now.keys - before.keys
+        kept = now.keys & before.keys
+        return (Procs.now - t0).round(1) if fresh.size >= WORKERS - 1 && kept.size <= 1 && fresh.size + kept.size >= WORKERS
+        raise "no refork within 120 s: #{now}" if Procs.now - t0 > 120
+
+        sleep 0.2
+      end
+    end
+
+    def memory(pid)
+      sample = Memory.sample(pid)
+      sample["processes"].each do |p|
+        p["cmdline"] = cmdline(p["pid"])[0, 60]
+        p["pss_by_kind_kib"] = pss_by_kind(p["pid"])
+      end
+      sample
+    end
+
+    # PSS of one process by kind of mapping (/proc/PID/smaps): anonymous memory
+    # (the Ruby heap, malloc's mmapped arenas and large blocks, thread stacks),
+    # [heap] (malloc's brk heap), files (libruby, extensions, ...).
+    def pss_by_kind(pid)
+      kinds = Hash.new(0)
+      kind = nil
+      File.foreach("/proc/#{pid}/smaps") do |line|
+        if line.match?(/\A\h+-\h+ /)
+          name = line.split[5]
+          kind = if name.nil? then "anon"
+                 elsif name == "[heap]" then "brk heap"
+                 elsif name.start_with?("[") then name
+                 else "file"
+                 end
+        elsif line.start_with?("Pss:")
+          kinds[kind] += line.split[1].to_i
+        end
+      end
+      kinds
+    rescue SystemCallError
+      {}
+    end
+
+    def load(url, seconds, out, tag)
+      argv = Wrk.argv(threads: 2, connections: CONNECTIONS, seconds: seconds, timeout: 10, url: url)
+      json, = Wrk.run(argv, out_path: File.join(out, "#{tag.tr('/=+', '__-')}.wrk.txt"), bound: seconds + 30)
+      { "rps" => (json["requests"] / (json["duration_us"] / 1e6)).round(1), "p99_ms" => json["latency_us"]["p99"] / 1000.0,
+        "p50_ms" => json["latency_us"]["p50"] / 1000.0, "errors" => json["errors"].values.sum, "requests" => json["requests"] }
+    end
+
+    def stop(pid)
+      Procs.stop(pid)
+      Process.kill(:KILL, -pid)
+    rescue Errno::ESRCH, Errno::EPERM
+      nil
+    end
+
+    def mib(kib)
+      kib ? (kib / 1024.0).round(1) : "-"
+    end
+
+    def report(results)
+      lines = ["| server | PSS warm (procs) | PSS after refork + load (procs) | req/s before → after | p99 ms before → after |",
+               "|---|---:|---:|---:|---:|"]
+      results.each do |r|
+        lines << "| #{r['server']} | #{mib(r['pss_warm']['pss_kib'])} (#{r['pss_warm']['processes'].size}) | " \
+                 "#{mib(r['pss_after']['pss_kib'])} (#{r['pss_after']['processes'].size}) | " \
+                 "#{r['warm']['rps']} → #{r['after']['rps']} | #{r['warm']['p99_ms']} → #{r['after']['p99_ms']} |"
+      end
+      lines << ""
+      results.each do |r|
+        lines << "#{r['server']} after (MiB PSS / RSS): " +
+                 r["pss_after"]["processes"].map { |p| "#{p['cmdline'][0, 28]} #{mib(p['pss_kib'])}/#{mib(p['rss_kib'])}" }.join("; ")
+        next unless r["growth"]
+
+        lines << "  growth (total PSS MiB per minute): " + r["growth"].map { |g| mib(g["pss"]["pss_kib"]) }.join(", ")
+      end
+      lines.join("\n")
+    end
+  end
+end

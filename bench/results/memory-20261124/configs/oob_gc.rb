@@ -1,0 +1,1 @@
+out_of_band_gc 100
