@@ -66,11 +66,13 @@ module Margay
       fibers = fiber_mode?
       # Fiber mode enforces request_timeout in each thread's scheduler (FiberLoop), not by Thread#raise.
       deadline = (Deadline.new(@config.request_timeout, log: @log, on_stuck: @on_stuck) if @config.request_timeout && !fibers)
-      handler = RequestHandler.new(@app, @engine, @config, @log, @counters, deadline: deadline,
+      io_bound = IoBound.new(@app) unless fibers # env["puma.mark_as_io_bound"] (fiber mode sets its own)
+      handler = RequestHandler.new(io_bound || @app, @engine, @config, @log, @counters, deadline: deadline,
                                    out_of_band: (method(:out_of_band) if @config.hooks[:out_of_band]))
       work = fibers ? fiber_work(handler) : ->(pool) { serve_thread(handler, pool) }
       @pool = ThreadPool.new(min: @config.effective_min_threads, max: @config.max_threads,
-                             idle_timeout: @config.thread_idle_timeout, &work)
+                             idle_timeout: @config.thread_idle_timeout, max_io: @config.max_io_threads, &work)
+      io_bound&.pool = @pool
       supervisor = Supervisor.new(pool: @pool, engine: @engine, deadline: deadline, on_tick: @on_tick,
                                   watchdog: (Systemd.watchdog_interval if @owns_listeners),
                                   idle_timeout: (@config.idle_timeout if @owns_listeners), log: @log)
@@ -212,3 +214,4 @@ require_relative "server/request_handler"
 require_relative "server/deadline"
 require_relative "server/supervisor"
 require_relative "server/fiber_loop"
+require_relative "server/io_bound"
