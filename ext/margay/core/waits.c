@@ -95,14 +95,15 @@ static uint32_t from_epoll(uint32_t ev) {
   return out;
 }
 
-/* Take events from the shared set (it showed work) until one completes a request or it has
- * none left; a few at most, so the thread's own fibers are not kept waiting. */
-static void take_request(mg_waits_args *a) {
+/* Take events from the shared set (it showed work) until a->take requests are complete or it
+ * has none left; a bounded number of events, so the thread's own fibers are not kept waiting. */
+static void take_requests(mg_waits_args *a) {
   mg_engine *e = a->w->e;
-  for (int i = 0; i < 8; i++) {
+  for (int i = 0; i < 4 * a->take && a->nconns < a->take; i++) {
     mg_ev_event ev;
+    mg_conn *c;
     if (mg_ev_wait(e->ev, &ev, 0) <= 0) return;
-    if (mg_loop_dispatch(e, &ev, &a->conn)) return;
+    if (mg_loop_dispatch(e, &ev, &c)) a->conns[a->nconns++] = c;
   }
 }
 
@@ -114,13 +115,14 @@ void *mg_waits_wait_nogvl(void *p) {
   a->result = MG_WAITS_DONE;
   a->mailbox = 0;
   a->nready = 0;
-  a->conn = NULL;
+  a->nconns = 0;
+  if (a->take > MG_WAITS_TAKE) a->take = MG_WAITS_TAKE;
   if (a->take) {
     /* counted like a thread in next_request: it would take a request now */
     atomic_fetch_add(&e->idle_waiters, 1);
     mg_board_count(e, MG_BOARD_WAITING, 1);
   }
-  if (shared_listen(w, a->take) != 0) {
+  if (shared_listen(w, a->take > 0) != 0) {
     a->result = MG_WAITS_FAIL;
     a->err = errno;
     goto out;
@@ -163,8 +165,8 @@ void *mg_waits_wait_nogvl(void *p) {
         a->nready++;
       }
     }
-    if (shared && a->take) take_request(a);
-    if (a->nready || a->mailbox || a->conn) break;
+    if (shared && a->take) take_requests(a);
+    if (a->nready || a->mailbox || a->nconns) break;
     if (timeout == 0 || (a->timeout_ms >= 0 && mg_now_ms() - start >= a->timeout_ms)) break;
   }
 out:

@@ -9,7 +9,8 @@
  *   - a mailbox (an eventfd): the one cross-thread case, a fiber of this thread unblocked from
  *     another thread (or a wait to interrupt).
  * One wait without the GVL returns a batch: the fds that became ready, whether the mailbox was
- * poked, and at most one complete request taken from the shared set with mg_loop_dispatch.
+ * poked, and the complete requests taken from the shared set with mg_loop_dispatch (no more
+ * than the thread has room for).
  * No Ruby here: core/ never includes ruby.h.
  */
 #ifndef MARGAY_CORE_WAITS_H
@@ -21,8 +22,9 @@
 /* The events of a fiber's wait, with the values of Ruby's IO::READABLE, PRIORITY and WRITABLE;
  * MG_WAITS_ERR in a result: an error or hang-up (every awaited event is then reported). */
 enum { MG_WAITS_IN = 1, MG_WAITS_PRI = 2, MG_WAITS_OUT = 4, MG_WAITS_ERR = 8 };
-/* At most this many fd events per wait. */
+/* At most this many fd events, and requests, per wait. */
 #define MG_WAITS_BATCH 64
+#define MG_WAITS_TAKE 16
 
 typedef struct mg_waits mg_waits;
 
@@ -36,14 +38,16 @@ enum { MG_WAITS_DONE = 0, MG_WAITS_STOP = 1, MG_WAITS_INTR = 2, MG_WAITS_FAIL = 
 typedef struct {
   mg_waits *w;
   int64_t timeout_ms; /* in: return after this long without an event; <0: no limit of its own */
-  int take;           /* in: may take a request from the shared set (under the thread's cap) */
+  int take;           /* in: how many requests it may take from the shared set (0: none; at most
+                         MG_WAITS_TAKE): the room under the thread's caps */
   int result;         /* out: MG_WAITS_DONE, STOP (stopping, no connection left: only when take),
                          INTR (a signal: Ruby checks interrupts), FAIL (errno in err) */
   int err;
   int mailbox;        /* out: the mailbox was poked */
   int nready;         /* out */
   mg_waits_ready ready[MG_WAITS_BATCH];
-  mg_conn *conn;      /* out: a connection with a complete request, owned by this thread */
+  int nconns;         /* out */
+  mg_conn *conns[MG_WAITS_TAKE]; /* out: connections with a complete request, owned by this thread */
 } mg_waits_args;
 
 /* A private set for a thread of engine +e+, nesting +shared_fd+ (mg_ev_epoll_fd). NULL with

@@ -99,35 +99,30 @@ static VALUE build_request(VALUE p) {
   return b->out;
 }
 
-/* [token, env] for the complete request on +c+ (owned), as Engine#next_request returns it. */
-static VALUE request_of(mg_rb_engine *rb, mg_conn *c) {
-  build_args b = {rb, c, Qnil};
-  int state = 0;
-  rb_protect(build_request, (VALUE)&b, &state);
-  if (state) { mg_conn_close(&rb->core, c); rb_jump_tag(state); }
-  return b.out;
-}
-
 /*
- * #wait(timeout_ms, take, out) -> [token, env], :stop, or nil
+ * #wait(timeout_ms, take, events, requests) -> :stop or nil
  * Waits (without the GVL unless +timeout_ms+ is 0) until a fiber's fd is ready, the mailbox is
- * poked, a request is taken (only when +take+), or +timeout_ms+ pass (nil: no limit). +out+
- * (an Array, cleared) receives fd, events pairs, and -1, 0 when the mailbox was poked. :stop:
- * the engine is stopping and holds no connection (only when +take+).
+ * poked, requests are taken, or +timeout_ms+ pass (nil: no limit). +take+: how many requests
+ * it may take (0: none). +events+ (an Array, cleared) receives fd, events pairs, and -1, 0 when
+ * the mailbox was poked; +requests+ (cleared) the [token, env] of each request taken. :stop:
+ * the engine is stopping and holds no connection (only when +take+ is positive).
  */
-static VALUE waits_wait(VALUE self, VALUE timeout_ms, VALUE take, VALUE out) {
+static VALUE waits_wait(VALUE self, VALUE timeout_ms, VALUE take, VALUE out, VALUE requests) {
   mg_rb_waits *rw = waits_get(self);
   mg_rb_engine *rb = mg_rb_engine_get(rw->engine);
   Check_Type(out, T_ARRAY);
+  Check_Type(requests, T_ARRAY);
   rb_ary_clear(out);
+  rb_ary_clear(requests);
   mg_waits_args a;
   a.w = rw->w;
   a.timeout_ms = NIL_P(timeout_ms) ? -1 : NUM2LL(timeout_ms);
-  a.take = RTEST(take);
+  a.take = NUM2INT(take);
+  if (a.take < 0) a.take = 0;
   a.result = MG_WAITS_INTR;
   a.nready = 0;
   a.mailbox = 0;
-  a.conn = NULL;
+  a.nconns = 0;
   if (a.timeout_ms == 0) mg_waits_wait_nogvl(&a); /* never blocks: keep the GVL */
   else rb_thread_call_without_gvl2(mg_waits_wait_nogvl, &a, waits_ubf, rw->w);
   for (int i = 0; i < a.nready; i++) {
@@ -138,10 +133,20 @@ static VALUE waits_wait(VALUE self, VALUE timeout_ms, VALUE take, VALUE out) {
     rb_ary_push(out, INT2FIX(-1));
     rb_ary_push(out, INT2FIX(0));
   }
-  if (a.conn) return request_of(rb, a.conn);
+  for (int i = 0; i < a.nconns; i++) {
+    int state = 0;
+    build_args b = {rb, a.conns[i], Qnil};
+    rb_protect(build_request, (VALUE)&b, &state);
+    if (state) {
+      mg_conn_close(&rb->core, a.conns[i]);
+      for (int j = i + 1; j < a.nconns; j++) mg_conn_close(&rb->core, a.conns[j]); /* owned: not leaked */
+      rb_jump_tag(state);
+    }
+    rb_ary_push(requests, b.out);
+  }
   switch (a.result) {
   case MG_WAITS_STOP: return ID2SYM(id_stop);
-  case MG_WAITS_INTR: rb_thread_check_ints(); return Qnil;
+  case MG_WAITS_INTR: if (!a.nconns) rb_thread_check_ints(); return Qnil;
   case MG_WAITS_FAIL: errno = a.err; rb_sys_fail("Margay::Native::FiberWaits#wait: epoll");
   default: return Qnil;
   }
@@ -163,6 +168,6 @@ void mg_fibers_init(VALUE mNative) {
   rb_define_method(c, "arm", waits_arm, 2);
   rb_define_method(c, "disarm", waits_disarm, 1);
   rb_define_method(c, "poke", waits_poke, 0);
-  rb_define_method(c, "wait", waits_wait, 3);
+  rb_define_method(c, "wait", waits_wait, 4);
   rb_define_method(c, "close", waits_close, 0);
 }

@@ -21,6 +21,8 @@ module Margay
       # A thread takes no new request while this many of its fibers are ready to run: the ones
       # that compute are not joined by more work than the thread can turn over.
       RUNNABLE_CAP = 64
+      # At most this many requests taken per wait (core/waits.h MG_WAITS_TAKE).
+      TAKE_MAX = 16
       # env["puma.mark_as_io_bound"] in fiber mode: every request's waits already yield its
       # thread, so there is nothing to mark (true: marked).
       IO_BOUND = -> { true }
@@ -37,8 +39,9 @@ module Margay
           @count = 0
         end
 
-        def open?
-          @count < @max
+        # How many more requests may start.
+        def room
+          @max > @count ? @max - @count : 0
         end
 
         def enter
@@ -85,22 +88,28 @@ module Margay
 
       def serve_loop
         stopping = false
-        idle_since = Clock.now
+        idle_since = nil
+        requests = []
+        ready = @scheduler.ready
         loop do
-          run_ready
+          run_ready(ready) unless ready.empty?
           now = Clock.now
-          @scheduler.fire_timers(now)
-          run_ready
+          timeout = @scheduler.next_timeout_ms(now)
+          if timeout&.zero?
+            @scheduler.fire_timers(now)
+            run_ready(ready) unless ready.empty?
+            timeout = @scheduler.next_timeout_ms(now)
+          end
           break if stopping && @fibers.zero?
 
-          take = !stopping && @scheduler.ready.size < RUNNABLE_CAP && @in_flight.open?
-          timeout = @scheduler.ready.empty? ? @scheduler.next_timeout_ms(now) : 0
-          budget = (@pool.idle_budget if take && @fibers.zero?)
+          take = stopping ? 0 : [RUNNABLE_CAP - ready.size, @in_flight.room, TAKE_MAX].min
+          timeout = 0 unless ready.empty?
+          budget = (@pool.idle_budget if take.positive? && @fibers.zero?)
           timeout = [timeout || budget, budget].min if budget
-          result = @scheduler.wait_events(timeout, take)
-          if result.is_a?(Array)
+          result = @scheduler.wait_events(timeout, take, requests)
+          if !requests.empty?
             idle_since = nil
-            start(result)
+            requests.each { |request| start(request) }
           elsif result == :stop
             stopping = true
           elsif budget && @fibers.zero?
@@ -112,8 +121,7 @@ module Margay
 
       # Resume the fibers that were ready when the turn began (those they make ready run in
       # the next turn, after the wait: no fiber keeps others from their events).
-      def run_ready
-        ready = @scheduler.ready
+      def run_ready(ready)
         n = ready.size
         while n.positive? && (fiber, value = ready.shift)
           n -= 1

@@ -201,11 +201,12 @@ module Margay
         end
       end
 
-      # One wait in the private set: +timeout_ms+ (nil: until something happens), +take+: may
-      # take a request. Completes the waits whose fds became ready. Returns what
-      # FiberWaits#wait returned ([token, env], :stop or nil).
-      def wait_events(timeout_ms, take)
-        result = @waits.wait(timeout_ms, take, @out)
+      # One wait in the private set: +timeout_ms+ (nil: until something happens), +take+: how
+      # many requests it may take. Completes the waits whose fds became ready; the requests
+      # taken ([token, env] each) are in +requests+ (cleared first). Returns :stop or nil
+      # (FiberWaits#wait).
+      def wait_events(timeout_ms, take, requests)
+        result = @waits.wait(timeout_ms, take, @out, requests)
         out = @out
         i = 0
         while i < out.size
