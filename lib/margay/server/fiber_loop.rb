@@ -102,7 +102,7 @@ module Margay
           end
           break if stopping && @fibers.zero?
 
-          take = stopping ? 0 : [RUNNABLE_CAP - ready.size, @in_flight.room, TAKE_MAX].min
+          take = stopping ? 0 : [RUNNABLE_CAP - (ready.size / 2), @in_flight.room, TAKE_MAX].min
           timeout = 0 unless ready.empty?
           budget = (@pool.idle_budget if take.positive? && @fibers.zero?)
           timeout = [timeout || budget, budget].min if budget
@@ -123,8 +123,10 @@ module Margay
       # the next turn, after the wait: no fiber keeps others from their events).
       def run_ready(ready)
         n = ready.size
-        while n.positive? && (fiber, value = ready.shift)
-          n -= 1
+        while n.positive?
+          fiber = ready.shift
+          value = ready.shift
+          n -= 2
           fiber.transfer(value) if fiber.alive?
         end
       end
@@ -133,8 +135,7 @@ module Margay
         @fibers += 1
         @in_flight.enter
         @pool.busy!
-        fiber = Fiber.new(blocking: false) { serve_requests(*request) }
-        fiber.transfer
+        Fiber.new(blocking: false) { |token, env| serve_requests(token, env) }.transfer(*request)
       end
 
       # One connection's requests in this fiber: the first, then those it pipelined while

@@ -40,7 +40,8 @@ module Margay
       # All the events a fiber can wait for.
       ALL_EVENTS = IO::READABLE | IO::PRIORITY | IO::WRITABLE
 
-      # The fibers ready to run, in order (FiberLoop drains it).
+      # The fibers ready to run, in order, each followed by the value it resumes with (a flat
+      # list: no pair allocated per wake-up; FiberLoop drains it).
       attr_reader :ready
 
       # @param waits [Native::FiberWaits] this thread's private wait set
@@ -132,7 +133,7 @@ module Margay
       # Fiber.schedule: a non-blocking fiber, run at once (the caller runs again next round).
       def fiber(&block)
         fiber = Fiber.new(blocking: false, &block)
-        @ready << [Fiber.current, nil] unless Fiber.current.equal?(@root)
+        @ready.push(Fiber.current, nil) unless Fiber.current.equal?(@root)
         run(fiber, nil)
         fiber
       end
@@ -236,6 +237,8 @@ module Margay
       end
 
       def raise_pending(fiber)
+        return if @raises.empty?
+
         r = @raises.delete(fiber)
         raise r.klass, r.message if r
       end
@@ -247,7 +250,7 @@ module Margay
         wait.done = true
         wait.value = value
         cancel(wait)
-        @ready << [wait.fiber, value]
+        @ready.push(wait.fiber, value)
       end
 
       # Forget +wait+'s registrations (its fd, its timer, its blocker entry).
