@@ -113,7 +113,7 @@ module Margay
 
       # The calling thread's request ended: it counts against max again.
       def unmark_io!
-        return unless Thread.current.thread_variable_get(:margay_io_bound)
+        return if @max_io.zero? || !Thread.current.thread_variable_get(:margay_io_bound)
 
         Thread.current.thread_variable_set(:margay_io_bound, false)
         @lock.synchronize { @io_marked -= 1 }
