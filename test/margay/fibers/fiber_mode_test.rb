@@ -277,4 +277,27 @@ class FiberModeTest < Minitest::Test
       assert_equal [200, "3"], get(port, "/child").values_at(0, 2)
     end
   end
+
+  def test_a_computing_fiber_leaves_new_requests_to_the_other_threads
+    spinning = Queue.new
+    done = false
+    app = lambda do |env|
+      if env["PATH_INFO"] == "/spin" # computes for 1.5 s without a single wait
+        spinning << true
+        t = Margay::Clock.now
+        nil while Margay::Clock.now - t < 1.5
+        done = true
+      end
+      text(done ? "after" : "during")
+    end
+    fiber_server(app, min_threads: 2, max_threads: 2) do |_host, port|
+      spin = TCPSocket.new("127.0.0.1", port)
+      spin.write("GET /spin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      pop_within(spinning)
+      assert_equal [200, "during"], get(port, "/quick").values_at(0, 2), "the other thread took it"
+      assert_equal [200, "after"], read_response(spin).values_at(0, 2)
+    ensure
+      spin&.close
+    end
+  end
 end
