@@ -69,6 +69,7 @@ module Margay
         @out_of_band = out_of_band
         @request_timeout = request_timeout
         @fibers = 0
+        @oob_due = false
         @scheduler = nil
       end
 
@@ -100,6 +101,7 @@ module Margay
             run_ready(ready) unless ready.empty?
             timeout = @scheduler.next_timeout_ms(now)
           end
+          out_of_band if @oob_due
           break if stopping && @fibers.zero?
 
           take = stopping ? 0 : [RUNNABLE_CAP - (ready.size / 2), @in_flight.room, TAKE_MAX].min
@@ -181,7 +183,14 @@ module Margay
         @fibers -= 1
         @in_flight.leave
         @pool.idle!
-        @out_of_band&.call if @fibers.zero?
+        @oob_due = true if @fibers.zero? && @out_of_band
+      end
+
+      # Puma's out_of_band hooks, from the loop (not inside a request's fiber) once the
+      # thread's last fiber ended.
+      def out_of_band
+        @oob_due = false
+        @out_of_band.call if @fibers.zero?
       end
 
       IO_BOUND_KEY = "puma.mark_as_io_bound"

@@ -300,4 +300,16 @@ class FiberModeTest < Minitest::Test
       spin&.close
     end
   end
+
+  def test_out_of_band_runs_once_the_threads_fibers_are_done
+    ran = Queue.new
+    app = lambda do |_env|
+      sleep 0.05
+      text("ok")
+    end
+    fiber_server(app, hooks: { out_of_band: [-> { ran << Fiber.current.blocking? }] }) do |_host, port|
+      assert_equal [200], concurrent_gets(port, Array.new(4, "/")).map(&:first).uniq
+      assert_equal true, pop_within(ran), "run from the thread's loop, not inside a request's fiber"
+    end
+  end
 end
