@@ -19,6 +19,7 @@
 #include "ruby/cluster.h"
 #include "ruby/engine.h"
 #include "ruby/env.h"
+#include "ruby/fibers.h"
 #include "ruby/respond.h"
 #include "ruby/testing.h"
 
@@ -67,4 +68,5 @@ void Init_margay_native(void) {
   mg_respond_init(cEngine);
   mg_cluster_init(cEngine);
   mg_env_init();
+  mg_fibers_init(mNative); /* issue 13: fiber mode's per-thread wait sets */
 }

@@ -141,6 +141,12 @@ module Margay
 
     def app_flags(o)
       o.on("-t", "--threads MIN:MAX", "Threads running the app; N means N:N (default #{default_threads})") { |v| single(:threads, v) }
+      # Issue 13: fiber mode (docs/CONFIGURATION.md "Fiber mode").
+      o.on("--fibers", "Fiber mode: each request in a Fiber; waits (I/O, sleep, locks) yield the thread") do
+        setting(:fiber_scheduler, true)
+      end
+      o.on("--max-in-flight N", Integer, "Fiber mode: requests in flight per process, at most (default " \
+                                         "#{Configuration::DEFAULTS[:max_in_flight]})") { |v| setting(:max_in_flight, v) }
       o.on("-w", "--workers N", "Worker processes (cluster mode); auto: one per CPU (default: WEB_CONCURRENCY or 0)") { |v| single(:workers, v) }
       o.on("-e", "--environment ENV", "Environment, sets RACK_ENV (default: APP_ENV, RACK_ENV, RAILS_ENV or development)") do |v|
         single(:environment, v)

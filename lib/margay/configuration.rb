@@ -103,6 +103,10 @@ module Margay
       restart_command: nil,           # the command a hot restart re-executes (nil: the original argv)
       worker_culling_strategy: :youngest, # which workers TTOU and a lower count stop first (:youngest, :oldest)
       app: nil,                       # a Rack app from the config file (Puma's `app`), served instead of the rackup file
+      # Issue 13, fiber mode (docs/CONFIGURATION.md "Fiber mode"):
+      fiber_scheduler: false,         # each request in a Fiber under Margay's scheduler (epoll only)
+      max_in_flight: 1024,            # fiber mode: requests in flight per process, at most
+      max_io_threads: 0,              # Puma 8: threads beyond max_threads for requests marked I/O-bound
       hooks: {}.freeze                # name (one of HOOKS) => [callable or Hook]
     }.freeze
 
@@ -270,8 +274,20 @@ module Margay
       binds.each { |url| validate_bind(url) }
       invalid(:workers, "workers must be a non-negative integer") unless workers.is_a?(Integer) && workers >= 0
       validate_operational
-
+      validate_fibers # issue 13
       validate_hooks
+    end
+
+    # Issue 13: fiber mode's settings. The poll backend has no epoll set to nest (core/waits.h).
+    def validate_fibers
+      invalid(:fiber_scheduler, "fiber_scheduler must be true or false, got #{fiber_scheduler.inspect}") unless [true, false].include?(fiber_scheduler)
+      invalid(:max_in_flight, "max_in_flight must be a positive integer, got #{max_in_flight.inspect}") unless max_in_flight.is_a?(Integer) && max_in_flight.positive?
+      unless max_io_threads.is_a?(Integer) && max_io_threads >= 0
+        invalid(:max_io_threads, "max_io_threads must be a non-negative integer, got #{max_io_threads.inspect}")
+      end
+      return unless fiber_scheduler && event_backend == :poll
+
+      invalid(:fiber_scheduler, "fiber mode needs the epoll event backend: drop fiber_scheduler or use event_backend :epoll/:auto")
     end
 
     # The settings behind Puma's operational directives.

@@ -63,11 +63,16 @@ module Margay
                                    RequestHandler.env_template(@config))
       @listeners.each { |l| @engine.add_listener(l.io.fileno, l.unix, l.server_name, l.server_port) }
       @engine.publish_idle(*@idle_board) if @idle_board
-      deadline = (Deadline.new(@config.request_timeout, log: @log, on_stuck: @on_stuck) if @config.request_timeout)
-      handler = RequestHandler.new(@app, @engine, @config, @log, @counters, deadline: deadline,
+      fibers = fiber_mode?
+      # Fiber mode enforces request_timeout in each thread's scheduler (FiberLoop), not by Thread#raise.
+      deadline = (Deadline.new(@config.request_timeout, log: @log, on_stuck: @on_stuck) if @config.request_timeout && !fibers)
+      io_bound = IoBound.new(@app) unless fibers # env["puma.mark_as_io_bound"] (fiber mode sets its own)
+      handler = RequestHandler.new(io_bound || @app, @engine, @config, @log, @counters, deadline: deadline,
                                    out_of_band: (method(:out_of_band) if @config.hooks[:out_of_band]))
+      work = fibers ? fiber_work(handler) : ->(pool) { serve_thread(handler, pool) }
       @pool = ThreadPool.new(min: @config.effective_min_threads, max: @config.max_threads,
-                             idle_timeout: @config.thread_idle_timeout) { |pool| serve_thread(handler, pool) }
+                             idle_timeout: @config.thread_idle_timeout, max_io: @config.max_io_threads, &work)
+      io_bound&.pool = @pool
       supervisor = Supervisor.new(pool: @pool, engine: @engine, deadline: deadline, on_tick: @on_tick,
                                   watchdog: (Systemd.watchdog_interval if @owns_listeners),
                                   idle_timeout: (@config.idle_timeout if @owns_listeners), log: @log)
@@ -123,11 +128,33 @@ module Margay
     private
 
     # What each pool thread runs: the thread hooks around the request loop.
-    def serve_thread(handler, pool)
+    def serve_thread(handler, pool, fiber_loop = nil)
       @config.run_hook(:before_thread_start, ThreadControl.new(@pool.min, @pool.max), log: @log)
-      handler.serve(pool)
+      fiber_loop ? fiber_loop.serve : handler.serve(pool)
     ensure
       @config.run_hook(:before_thread_exit, log: @log)
+    end
+
+    # Issue 13: fiber mode when configured; refused with one line where the engine's event
+    # backend is not epoll (the configuration refuses event_backend :poll already; this is
+    # :auto on a system without epoll).
+    def fiber_mode?
+      return false unless @config.fiber_scheduler
+      return true if @engine.stats[:event_backend] == "epoll"
+
+      raise ConfigError, "fiber_scheduler: fiber mode needs the epoll event backend (this system's is " \
+                         "#{@engine.stats[:event_backend]})"
+    end
+
+    # What a fiber-mode pool thread runs: a FiberLoop (one per thread), under the thread hooks.
+    def fiber_work(handler)
+      in_flight = FiberLoop::InFlight.new(@config.max_in_flight)
+      oob = (method(:out_of_band) if @config.hooks[:out_of_band])
+      lambda do |pool|
+        fiber_loop = FiberLoop.new(engine: @engine, handler: handler, pool: pool, in_flight: in_flight, log: @log,
+                                   out_of_band: oob, request_timeout: @config.request_timeout)
+        serve_thread(handler, pool, fiber_loop)
+      end
     end
 
     # Puma's out_of_band: the hooks run when no request is running; the
@@ -186,3 +213,5 @@ require_relative "server/thread_pool"
 require_relative "server/request_handler"
 require_relative "server/deadline"
 require_relative "server/supervisor"
+require_relative "server/fiber_loop"
+require_relative "server/io_bound"

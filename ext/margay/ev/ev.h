@@ -50,4 +50,8 @@ static inline int mg_ev_wait(mg_ev *ev, mg_ev_event *out, int timeout_ms) {
 }
 static inline void mg_ev_free(mg_ev *ev) { ev->ops->free(ev); }
 
+/* Issue 13 (fiber mode): the epoll backend's own epoll fd, which a thread's private set nests
+ * (core/waits.c); -1 for any other backend. */
+int mg_ev_epoll_fd(const mg_ev *ev);
+
 #endif

@@ -13,7 +13,8 @@ module Margay
       SETTINGS = %i[control_url control_token state_path plugins redirect_stdout redirect_stderr
                     redirect_append tag directory lowlevel_error_handler log_formatter custom_logger
                     remote_address remote_address_header proxy_protocol idle_timeout
-                    force_shutdown_after restart_command worker_culling_strategy].freeze
+                    force_shutdown_after restart_command worker_culling_strategy
+                    fiber_scheduler max_io_threads].freeze
 
       # Puma name => [Margay setting, conversion]
       MAPPED = {
@@ -37,9 +38,8 @@ module Margay
         debug: "use --log-requests and the server log",
         raise_exception_on_sigterm: "TERM is always a graceful stop",
         shutdown_debug: "stuck requests are logged by request_timeout",
-        fiber_scheduler: "Margay runs apps on threads",
-        fiber_per_request: "Margay runs each request on a pool thread, not a fiber",
-        max_io_threads: "Margay's I/O runs in its native event loop, not in extra Ruby threads",
+        fiber_per_request: "a fresh fiber per request comes with fiber mode (fiber_scheduler true), " \
+                           "which also makes waits yield the thread",
         io_selector_backend: "Margay's event loop is native; see event_backend (:auto, :epoll, :poll)",
         clean_thread_locals: "not available: thread locals live as long as the pool thread",
         rack_url_scheme: "rack.url_scheme is http (Margay does not speak TLS; a proxy's X-Forwarded-Proto is for the app)",
@@ -57,6 +57,19 @@ module Margay
         define_method(puma_name) do |*_args, **_opts, &_block|
           warn_here("'#{puma_name}' is a Puma setting Margay does not have (#{why}); ignored")
         end
+      end
+
+      # Issue 13. Fiber mode: every request in a Fiber under Margay's scheduler
+      # (docs/CONFIGURATION.md "Fiber mode"). Not a Puma directive; it lives here with
+      # Puma's max_io_threads, its neighbour.
+      def fiber_scheduler(flag = true)
+        set(:fiber_scheduler, flag ? true : false)
+      end
+
+      # Puma 8: up to +max+ threads beyond max_threads for requests that called
+      # env["puma.mark_as_io_bound"] (thread mode; in fiber mode every wait yields anyway).
+      def max_io_threads(max)
+        set(:max_io_threads, integer(:max_io_threads, max))
       end
 
       # Puma's directives that silence one of its own warnings: Margay prints

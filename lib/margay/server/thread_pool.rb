@@ -33,9 +33,11 @@ module Margay
       # @yieldparam pool [ThreadPool] the block is what every thread runs; it
       #   asks #idle_budget how long to wait for work and #leave? when that
       #   passed, and returns when the thread should end
-      def initialize(min:, max:, idle_timeout:, &work)
+      def initialize(min:, max:, idle_timeout:, max_io: 0, &work)
         @min = min
         @max = max
+        @max_io = max_io # issue 13: Puma 8's max_io_threads (see #mark_io!)
+        @io_marked = 0
         @idle_ms = (idle_timeout * 1000).to_i
         @work = work
         @threads = []
@@ -87,14 +89,34 @@ module Margay
         grow
       end
 
-      # One thread more, up to max. Returns true when one started.
+      # One thread more, up to max (plus the threads marked I/O-bound, up to max_io). Returns
+      # true when one started.
       def grow
         @lock.synchronize do
-          next false unless @threads.size < @max && !@stopped
+          next false unless @threads.size < @max + [@io_marked, @max_io].min && !@stopped
 
           spawn_locked
           true
         end
+      end
+
+      # Issue 13, Puma 8's env["puma.mark_as_io_bound"]: the calling thread's request will
+      # mostly wait, so up to max_io such threads do not count against max (the growth policy
+      # may start one more thread for each). Cleared by #unmark_io! when the request ends.
+      def mark_io!
+        return true if @max_io.zero? || Thread.current.thread_variable_get(:margay_io_bound)
+
+        Thread.current.thread_variable_set(:margay_io_bound, true)
+        @lock.synchronize { @io_marked += 1 }
+        true
+      end
+
+      # The calling thread's request ended: it counts against max again.
+      def unmark_io!
+        return if @max_io.zero? || !Thread.current.thread_variable_get(:margay_io_bound)
+
+        Thread.current.thread_variable_set(:margay_io_bound, false)
+        @lock.synchronize { @io_marked -= 1 }
       end
 
       # How long the calling thread may idle before leaving (nil: forever).

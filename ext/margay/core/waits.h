@@ -1,0 +1,67 @@
+/*
+ * core/waits.h - a fiber-mode thread's private wait set (issue 13).
+ *
+ * Ruby fibers cannot move between threads, so each fiber-mode pool thread waits in an epoll
+ * set of its own. It holds three kinds of registration:
+ *   - the engine's shared epoll set, nested and level-triggered: "the loop has work" (a
+ *     connection or listener is ready). Enabled only while the thread may take a request;
+ *   - the fds its fibers wait on, one-shot, tagged with the fd;
+ *   - a mailbox (an eventfd): the one cross-thread case, a fiber of this thread unblocked from
+ *     another thread (or a wait to interrupt).
+ * One wait without the GVL returns a batch: the fds that became ready, whether the mailbox was
+ * poked, and the complete requests taken from the shared set with mg_loop_dispatch (no more
+ * than the thread has room for).
+ * No Ruby here: core/ never includes ruby.h.
+ */
+#ifndef MARGAY_CORE_WAITS_H
+#define MARGAY_CORE_WAITS_H
+
+#include <stdint.h>
+#include "core/conn.h"
+
+/* The events of a fiber's wait, with the values of Ruby's IO::READABLE, PRIORITY and WRITABLE;
+ * MG_WAITS_ERR in a result: an error or hang-up (every awaited event is then reported). */
+enum { MG_WAITS_IN = 1, MG_WAITS_PRI = 2, MG_WAITS_OUT = 4, MG_WAITS_ERR = 8 };
+/* At most this many fd events, and requests, per wait. */
+#define MG_WAITS_BATCH 64
+#define MG_WAITS_TAKE 16
+
+typedef struct mg_waits mg_waits;
+
+typedef struct {
+  int fd;
+  uint32_t events; /* MG_WAITS_* */
+} mg_waits_ready;
+
+enum { MG_WAITS_DONE = 0, MG_WAITS_STOP = 1, MG_WAITS_INTR = 2, MG_WAITS_FAIL = 3 };
+
+typedef struct {
+  mg_waits *w;
+  int64_t timeout_ms; /* in: return after this long without an event; <0: no limit of its own */
+  int take;           /* in: how many requests it may take from the shared set (0: none; at most
+                         MG_WAITS_TAKE): the room under the thread's caps */
+  int result;         /* out: MG_WAITS_DONE, STOP (stopping, no connection left: only when take),
+                         INTR (a signal: Ruby checks interrupts), FAIL (errno in err) */
+  int err;
+  int mailbox;        /* out: the mailbox was poked */
+  int nready;         /* out */
+  mg_waits_ready ready[MG_WAITS_BATCH];
+  int nconns;         /* out */
+  mg_conn *conns[MG_WAITS_TAKE]; /* out: connections with a complete request, owned by this thread */
+} mg_waits_args;
+
+/* A private set for a thread of engine +e+, nesting +shared_fd+ (mg_ev_epoll_fd). NULL with
+ * errno set on failure (ENOSYS: no epoll). */
+mg_waits *mg_waits_new(mg_engine *e, int shared_fd);
+void mg_waits_free(mg_waits *w);
+/* Wake this fd's waiter once for +events+ (MG_WAITS_IN|PRI|OUT). 0, or -1 with errno (EPERM:
+ * the fd cannot be polled, a regular file: it is always ready). */
+int mg_waits_arm(mg_waits *w, int fd, uint32_t events);
+/* Forget +fd+ (its last waiter gave up). */
+int mg_waits_disarm(mg_waits *w, int fd);
+/* Poke the mailbox: from any thread, with or without the GVL (also the wait's unblock function). */
+void mg_waits_poke(mg_waits *w);
+/* Wait as +args+ (an mg_waits_args) says; without the GVL. */
+void *mg_waits_wait_nogvl(void *args);
+
+#endif

@@ -1,0 +1,173 @@
+/*
+ * ruby/fibers.c - Margay::Native::FiberWaits, the Ruby face of core/waits.c (issue 13).
+ *
+ * One per fiber-mode pool thread (lib/margay/server/fiber_loop.rb), used only by that thread
+ * except #poke, which any thread may call: it is how a fiber blocked on this thread is woken
+ * from another one (Fiber::Scheduler#unblock). #wait is the thread's only blocking call: it
+ * releases the GVL and returns what became ready, and possibly one request taken from the
+ * engine's shared event set (the same dispatch a thread in Engine#next_request does).
+ */
+#include "ruby/fibers.h"
+#include "ruby/engine.h"
+#include "core/input.h"
+#include "core/waits.h"
+#include <errno.h>
+#include <ruby/thread.h>
+
+typedef struct {
+  mg_waits *w;
+  VALUE engine;
+} mg_rb_waits;
+
+static void waits_mark(void *p) { rb_gc_mark(((mg_rb_waits *)p)->engine); }
+
+static void waits_free(void *p) {
+  mg_rb_waits *rw = p;
+  mg_waits_free(rw->w);
+  xfree(rw);
+}
+
+static size_t waits_memsize(const void *p) { (void)p; return sizeof(mg_rb_waits); }
+
+static const rb_data_type_t waits_type = {
+  "Margay::Native::FiberWaits",
+  {waits_mark, waits_free, waits_memsize},
+  0, 0, RUBY_TYPED_FREE_IMMEDIATELY
+};
+
+static VALUE waits_alloc(VALUE klass) {
+  mg_rb_waits *rw;
+  VALUE obj = TypedData_Make_Struct(klass, mg_rb_waits, &waits_type, rw);
+  rw->engine = Qnil;
+  return obj;
+}
+
+static mg_rb_waits *waits_get(VALUE self) {
+  mg_rb_waits *rw = rb_check_typeddata(self, &waits_type);
+  if (!rw->w) rb_raise(rb_eIOError, "fiber waits closed");
+  return rw;
+}
+
+static ID id_stop;
+
+/* FiberWaits.new(engine): a private wait set nesting +engine+'s event set. Raises
+ * NotImplementedError when the engine's backend is not epoll (fiber mode needs it). */
+static VALUE waits_initialize(VALUE self, VALUE engine) {
+  mg_rb_waits *rw = rb_check_typeddata(self, &waits_type);
+  mg_engine *e = mg_engine_get(engine);
+  int shared = mg_ev_epoll_fd(e->ev);
+  if (shared < 0)
+    rb_raise(rb_eNotImpError, "fiber mode needs the epoll event backend (this engine uses %s)", e->ev->ops->name);
+  rw->w = mg_waits_new(e, shared);
+  if (!rw->w) rb_sys_fail("Margay::Native::FiberWaits#initialize: epoll_create1/eventfd");
+  RB_OBJ_WRITE(self, &rw->engine, engine);
+  return self;
+}
+
+/* #arm(fd, events) -> true, or false when +fd+ cannot be polled (a regular file: ready now).
+ * +events+: IO::READABLE | IO::PRIORITY | IO::WRITABLE. One event, then disarmed. */
+static VALUE waits_arm(VALUE self, VALUE fd, VALUE events) {
+  mg_rb_waits *rw = waits_get(self);
+  if (mg_waits_arm(rw->w, NUM2INT(fd), NUM2UINT(events)) == 0) return Qtrue;
+  if (errno == EPERM) return Qfalse;
+  rb_sys_fail("Margay::Native::FiberWaits#arm: epoll_ctl");
+}
+
+/* #disarm(fd): no waiter on +fd+ any more. */
+static VALUE waits_disarm(VALUE self, VALUE fd) {
+  mg_rb_waits *rw = waits_get(self);
+  if (mg_waits_disarm(rw->w, NUM2INT(fd)) != 0) rb_sys_fail("Margay::Native::FiberWaits#disarm: epoll_ctl");
+  return Qnil;
+}
+
+/* #poke: wake the owning thread's #wait (from any thread). */
+static VALUE waits_poke(VALUE self) {
+  mg_rb_waits *rw = rb_check_typeddata(self, &waits_type);
+  if (rw->w) mg_waits_poke(rw->w);
+  return Qnil;
+}
+
+static void waits_ubf(void *p) { mg_waits_poke(p); }
+
+typedef struct { mg_rb_engine *rb; mg_conn *c; VALUE out; } build_args;
+
+static VALUE build_request(VALUE p) {
+  build_args *b = (build_args *)p;
+  VALUE env = mg_env_build(b->rb->env_template, &b->rb->servers[b->c->listener], &b->rb->core.cfg, b->c);
+  mg_input_consume_head(b->c);
+  b->out = rb_assoc_new(mg_conn_token(b->c), env);
+  return b->out;
+}
+
+/*
+ * #wait(timeout_ms, take, events, requests) -> :stop or nil
+ * Waits (without the GVL unless +timeout_ms+ is 0) until a fiber's fd is ready, the mailbox is
+ * poked, requests are taken, or +timeout_ms+ pass (nil: no limit). +take+: how many requests
+ * it may take (0: none). +events+ (an Array, cleared) receives fd, events pairs, and -1, 0 when
+ * the mailbox was poked; +requests+ (cleared) the [token, env] of each request taken. :stop:
+ * the engine is stopping and holds no connection (only when +take+ is positive).
+ */
+static VALUE waits_wait(VALUE self, VALUE timeout_ms, VALUE take, VALUE out, VALUE requests) {
+  mg_rb_waits *rw = waits_get(self);
+  mg_rb_engine *rb = mg_rb_engine_get(rw->engine);
+  Check_Type(out, T_ARRAY);
+  Check_Type(requests, T_ARRAY);
+  rb_ary_clear(out);
+  rb_ary_clear(requests);
+  mg_waits_args a;
+  a.w = rw->w;
+  a.timeout_ms = NIL_P(timeout_ms) ? -1 : NUM2LL(timeout_ms);
+  a.take = NUM2INT(take);
+  if (a.take < 0) a.take = 0;
+  a.result = MG_WAITS_INTR;
+  a.nready = 0;
+  a.mailbox = 0;
+  a.nconns = 0;
+  if (a.timeout_ms == 0) mg_waits_wait_nogvl(&a); /* never blocks: keep the GVL */
+  else rb_thread_call_without_gvl2(mg_waits_wait_nogvl, &a, waits_ubf, rw->w);
+  for (int i = 0; i < a.nready; i++) {
+    rb_ary_push(out, INT2FIX(a.ready[i].fd));
+    rb_ary_push(out, INT2FIX(a.ready[i].events));
+  }
+  if (a.mailbox) {
+    rb_ary_push(out, INT2FIX(-1));
+    rb_ary_push(out, INT2FIX(0));
+  }
+  for (int i = 0; i < a.nconns; i++) {
+    int state = 0;
+    build_args b = {rb, a.conns[i], Qnil};
+    rb_protect(build_request, (VALUE)&b, &state);
+    if (state) {
+      mg_conn_close(&rb->core, a.conns[i]);
+      for (int j = i + 1; j < a.nconns; j++) mg_conn_close(&rb->core, a.conns[j]); /* owned: not leaked */
+      rb_jump_tag(state);
+    }
+    rb_ary_push(requests, b.out);
+  }
+  switch (a.result) {
+  case MG_WAITS_STOP: return ID2SYM(id_stop);
+  case MG_WAITS_INTR: if (!a.nconns) rb_thread_check_ints(); return Qnil;
+  case MG_WAITS_FAIL: errno = a.err; rb_sys_fail("Margay::Native::FiberWaits#wait: epoll");
+  default: return Qnil;
+  }
+}
+
+/* #close: free the set (the thread is done with it). */
+static VALUE waits_close(VALUE self) {
+  mg_rb_waits *rw = rb_check_typeddata(self, &waits_type);
+  mg_waits_free(rw->w);
+  rw->w = NULL;
+  return Qnil;
+}
+
+void mg_fibers_init(VALUE mNative) {
+  VALUE c = rb_define_class_under(mNative, "FiberWaits", rb_cObject);
+  rb_define_alloc_func(c, waits_alloc);
+  id_stop = rb_intern("stop");
+  rb_define_method(c, "initialize", waits_initialize, 1);
+  rb_define_method(c, "arm", waits_arm, 2);
+  rb_define_method(c, "disarm", waits_disarm, 1);
+  rb_define_method(c, "poke", waits_poke, 0);
+  rb_define_method(c, "wait", waits_wait, 4);
+  rb_define_method(c, "close", waits_close, 0);
+}

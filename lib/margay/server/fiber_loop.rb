@@ -1,0 +1,200 @@
+# frozen_string_literal: true
+
+require_relative "../clock"
+require_relative "../errors"
+require_relative "../log"
+require_relative "../native"
+require_relative "../runner"
+require_relative "fiber_scheduler"
+
+module Margay
+  class Server < Runner
+    # Internal: what a pool thread runs in fiber mode (config.fiber_scheduler, issue 13): each
+    # request in a non-blocking Fiber under this thread's FiberScheduler. One turn of #serve:
+    # run the fibers that are ready (each until its next wait), fire due timers, then wait once
+    # in C (Native::FiberWaits#wait, without the GVL) for a fiber's fd, a poke from another
+    # thread, a timer's time, or a new request, which it takes only while it has fewer than
+    # RUNNABLE_CAP fibers ready and the process has fewer than max_in_flight requests in flight
+    # (InFlight). A thread busy running fibers is not waiting, so the other threads take the
+    # new requests meanwhile, as in thread mode.
+    class FiberLoop
+      # A thread takes no new request while this many of its fibers are ready to run: the ones
+      # that compute are not joined by more work than the thread can turn over.
+      RUNNABLE_CAP = 64
+      # At most this many requests taken per wait (core/waits.h MG_WAITS_TAKE).
+      TAKE_MAX = 16
+      # env["puma.mark_as_io_bound"] in fiber mode: every request's waits already yield its
+      # thread, so there is nothing to mark (true: marked).
+      IO_BOUND = -> { true }
+
+      # The process-wide count of requests in flight in fiber mode, against max_in_flight.
+      # Updated under the GVL by the pool threads (a statistic-grade counter: the cap may be
+      # passed by one when two threads look at the same moment).
+      class InFlight
+        attr_reader :count, :max
+
+        # @param max [Integer] config.max_in_flight
+        def initialize(max)
+          @max = max
+          @count = 0
+        end
+
+        # How many more requests may start.
+        def room
+          @max > @count ? @max - @count : 0
+        end
+
+        def enter
+          @count += 1
+        end
+
+        def leave
+          @count -= 1
+        end
+      end
+
+      # @param engine [Native::Engine]
+      # @param handler [RequestHandler] runs each request (#call)
+      # @param pool [ThreadPool] the busy statistic and the idle-exit policy
+      # @param in_flight [InFlight] shared by the process's fiber-mode threads
+      # @param log [Log]
+      # @param out_of_band [#call, nil] called when the thread's last fiber ends
+      # @param request_timeout [Numeric, nil] config.request_timeout
+      def initialize(engine:, handler:, pool:, in_flight:, log:, out_of_band: nil, request_timeout: nil)
+        @engine = engine
+        @handler = handler
+        @pool = pool
+        @in_flight = in_flight
+        @log = log
+        @out_of_band = out_of_band
+        @request_timeout = request_timeout
+        @fibers = 0
+        @oob_due = false
+        @scheduler = nil
+      end
+
+      # Serve until the engine stops (and this thread's fibers are done) or the pool lets the
+      # thread go after idling.
+      def serve
+        waits = Native::FiberWaits.new(@engine)
+        @scheduler = FiberScheduler.new(waits)
+        Fiber.set_scheduler(@scheduler)
+        serve_loop
+      ensure
+        Fiber.set_scheduler(nil) if @scheduler
+        waits&.close
+      end
+
+      private
+
+      def serve_loop
+        stopping = false
+        idle_since = nil
+        requests = []
+        ready = @scheduler.ready
+        loop do
+          run_ready(ready) unless ready.empty?
+          now = Clock.now
+          timeout = @scheduler.next_timeout_ms(now)
+          if timeout&.zero?
+            @scheduler.fire_timers(now)
+            run_ready(ready) unless ready.empty?
+            timeout = @scheduler.next_timeout_ms(now)
+          end
+          out_of_band if @oob_due
+          break if stopping && @fibers.zero?
+
+          take = stopping ? 0 : [RUNNABLE_CAP - (ready.size / 2), @in_flight.room, TAKE_MAX].min
+          timeout = 0 unless ready.empty?
+          budget = (@pool.idle_budget if take.positive? && @fibers.zero?)
+          timeout = [timeout || budget, budget].min if budget
+          result = @scheduler.wait_events(timeout, take, requests)
+          if !requests.empty?
+            idle_since = nil
+            requests.each { |request| start(request) }
+          elsif result == :stop
+            stopping = true
+          elsif budget && @fibers.zero?
+            idle_since ||= now
+            break if Clock.now - idle_since >= budget / 1000.0 && @pool.leave?(Thread.current)
+          end
+        end
+      end
+
+      # Resume the fibers that were ready when the turn began (those they make ready run in
+      # the next turn, after the wait: no fiber keeps others from their events).
+      def run_ready(ready)
+        n = ready.size
+        while n.positive?
+          fiber = ready.shift
+          value = ready.shift
+          n -= 2
+          fiber.transfer(value) if fiber.alive?
+        end
+      end
+
+      def start(request)
+        @fibers += 1
+        @in_flight.enter
+        @pool.busy!
+        Fiber.new(blocking: false) { |token, env| serve_requests(token, env) }.transfer(*request)
+      end
+
+      # One connection's requests in this fiber: the first, then those it pipelined while
+      # this fiber's turn on it lasts (Engine#next_request with a continue token and no wait).
+      def serve_requests(token, env)
+        loop do
+          env[IO_BOUND_KEY] = IO_BOUND
+          continue_with = call(token, env)
+          break unless continue_with
+
+          request = @engine.next_request(continue_with, 0)
+          break unless request.is_a?(Array)
+
+          token, env = request
+        end
+      rescue StandardError, RequestTimeout => e # RequestHandler#call answered or aborted the request
+        @log.exception(e, "fiber-mode request")
+      ensure
+        finished
+      end
+
+      # One request, under request_timeout when set: RequestTimeout is raised in the fiber at
+      # its next wait past the limit (RequestHandler#call answers it with a 503). A fiber that
+      # computes without waiting cannot be interrupted by its own thread.
+      def call(token, env)
+        return @handler.call(token, env) unless @request_timeout
+
+        started = Clock.now
+        timer = @scheduler.raise_after(@request_timeout, Fiber.current, RequestTimeout,
+                                       "request ran past request_timeout (#{@request_timeout}s)")
+        begin
+          @handler.call(token, env)
+        ensure
+          @scheduler.cancel_timer(timer, Fiber.current)
+          elapsed = Clock.now - started
+          if elapsed >= @request_timeout
+            @log.error("request_timeout: #{Log.request(env)} ran #{elapsed.round(1)}s (limit #{@request_timeout}s)")
+          end
+        end
+      end
+
+      def finished
+        @fibers -= 1
+        @in_flight.leave
+        @pool.idle!
+        @oob_due = true if @fibers.zero? && @out_of_band
+      end
+
+      # Puma's out_of_band hooks, from the loop (not inside a request's fiber) once the
+      # thread's last fiber ended.
+      def out_of_band
+        @oob_due = false
+        @out_of_band.call if @fibers.zero?
+      end
+
+      IO_BOUND_KEY = "puma.mark_as_io_bound"
+      private_constant :IO_BOUND_KEY
+    end
+  end
+end

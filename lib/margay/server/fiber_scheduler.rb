@@ -1,0 +1,359 @@
+# frozen_string_literal: true
+
+require_relative "../clock"
+require_relative "../runner"
+
+module Margay
+  class Server < Runner
+    # Internal: the Fiber::Scheduler of one fiber-mode pool thread (issue 13). It keeps what
+    # the thread's fibers wait for: fds (in the thread's private epoll set, Native::FiberWaits),
+    # timers (a binary heap), blockers (Mutex, Queue, ConditionVariable, Thread#join) and the
+    # fibers ready to run. FiberLoop runs it: resumes ready fibers, takes requests, waits.
+    #
+    # Every suspension goes through #suspend: the fiber transfers to the thread's root fiber
+    # (where FiberLoop runs) with a Wait recording what it waits for; whichever event comes
+    # first (fd, timer, unblock, timeout) completes the Wait once and puts the fiber in the
+    # ready list. Fibers from other threads reach this one only through #unblock, which pushes
+    # onto an inbox and pokes the thread's mailbox (an eventfd): the only cross-thread path.
+    class FiberScheduler
+      # What a suspended fiber waits for; completed at most once (#finish).
+      class Wait
+        attr_reader :fiber, :events
+        attr_accessor :fd, :value, :done, :timer
+
+        def initialize(fiber, events = 0)
+          @fiber = fiber
+          @events = events
+          @fd = nil
+          @done = false
+          @value = nil
+          @timer = nil
+        end
+      end
+
+      # A pending raise into a fiber (Timeout.timeout, request_timeout): delivered at its
+      # next resumption.
+      Raise = Struct.new(:klass, :message, :timer)
+
+      # Readable, priority, writable, error (core/waits.h: IO's own values for the first three).
+      EVENT_ERR = 8
+      # All the events a fiber can wait for.
+      ALL_EVENTS = IO::READABLE | IO::PRIORITY | IO::WRITABLE
+
+      # The fibers ready to run, in order, each followed by the value it resumes with (a flat
+      # list: no pair allocated per wake-up; FiberLoop drains it).
+      attr_reader :ready
+
+      # @param waits [Native::FiberWaits] this thread's private wait set
+      def initialize(waits)
+        @waits = waits
+        @thread = Thread.current
+        @root = Fiber.current
+        @ready = []
+        @timers = [] # binary heap of [at, seq, wait-or-proc]
+        @seq = 0
+        @io = {} # fd => [Wait, ...]
+        @blocked = {} # fiber => Wait (block, kernel_sleep: what #unblock ends)
+        @waiting = {} # fiber => Wait, every suspended fiber's
+        @inbox = [] # fibers unblocked from other threads (Array#push is atomic under the GVL)
+        @raises = {} # fiber => Raise, delivered at its next resumption
+        @out = []
+      end
+
+      # --- Fiber::Scheduler hooks ------------------------------------------------------
+
+      # Wait until +io+ is ready for +events+ or +timeout+ seconds pass. Returns the events
+      # that are ready, or false on timeout.
+      def io_wait(io, events, timeout = nil)
+        fd = io.fileno
+        wait = Wait.new(Fiber.current, events & ALL_EVENTS)
+        waiters = (@io[fd] ||= [])
+        waiters << wait
+        wait.fd = fd
+        return events unless arm(fd)
+
+        wait.timer = add_timer(timeout, wait, false) if timeout
+        suspend(wait)
+      end
+
+      # sleep: wake after +duration+ seconds (nil: until unblocked).
+      def kernel_sleep(duration = nil)
+        wait = Wait.new(Fiber.current)
+        wait.timer = add_timer(duration, wait, true) if duration
+        @blocked[wait.fiber] = wait
+        suspend(wait)
+        nil
+      end
+
+      # Mutex, Queue, ConditionVariable, Thread#join: wait until #unblock (or +timeout+).
+      # Returns true when unblocked, false on timeout.
+      def block(_blocker, timeout = nil)
+        wait = Wait.new(Fiber.current)
+        wait.timer = add_timer(timeout, wait, false) if timeout
+        @blocked[wait.fiber] = wait
+        suspend(wait)
+      end
+
+      # Make +fiber+ (blocked in #block or #kernel_sleep) ready. From any thread: from
+      # another one it goes through the inbox and the mailbox.
+      def unblock(_blocker, fiber)
+        if Thread.current.equal?(@thread)
+          wake_blocked(fiber)
+        else
+          @inbox << fiber
+          @waits.poke
+        end
+        nil
+      end
+
+      # Timeout.timeout: raise +klass+ in the calling fiber if the block runs past +duration+
+      # (at its next wait: a fiber that computes is not interrupted).
+      def timeout_after(duration, klass, message, &block)
+        fiber = Fiber.current
+        timer = raise_after(duration, fiber, klass, message)
+        begin
+          yield duration
+        ensure
+          cancel_timer(timer, fiber)
+        end
+      end
+
+      # Process.wait and friends: in a helper thread (the fiber waits for its end).
+      def process_wait(pid, flags)
+        Thread.new { Process::Status.wait(pid, flags) }.value
+      end
+
+      # DNS: getaddrinfo in a helper thread. Returns the addresses as Strings.
+      def address_resolve(hostname)
+        Thread.new { Addrinfo.getaddrinfo(hostname.delete_prefix("[").delete_suffix("]"), nil).map(&:ip_address).uniq }.value
+      rescue SocketError
+        []
+      end
+
+      # Fiber.schedule: a non-blocking fiber, run at once (the caller runs again next round).
+      def fiber(&block)
+        fiber = Fiber.new(blocking: false, &block)
+        @ready.push(Fiber.current, nil) unless Fiber.current.equal?(@root)
+        run(fiber, nil)
+        fiber
+      end
+
+      # The thread ends: its loop finished every fiber already.
+      def close
+        nil
+      end
+
+      # --- for FiberLoop -----------------------------------------------------------------
+
+      # Run +fiber+ with +value+ until it waits (or ends). From the root fiber, or from a
+      # request fiber handing over to a new one (#fiber).
+      def run(fiber, value)
+        if Fiber.current.equal?(@root)
+          fiber.transfer(value)
+        else
+          fiber.transfer(value) # the caller is in the ready list; it comes back through the root
+        end
+      end
+
+      # A timer raising +klass+ with +message+ in +fiber+ (at its next wait) after +duration+
+      # seconds, unless #cancel_timer is called first with what this returns.
+      def raise_after(duration, fiber, klass, message)
+        entry = add_timer(duration, nil, nil)
+        entry[2] = proc { interrupt(fiber, Raise.new(klass, message, entry)) }
+        entry
+      end
+
+      # Cancel a #raise_after timer of +fiber+, and its raise if it fired but was not yet
+      # delivered.
+      def cancel_timer(entry, fiber)
+        entry[2] = nil
+        @raises.delete(fiber) if @raises[fiber]&.timer.equal?(entry)
+      end
+
+      # Interrupt +fiber+ with +raise+ (a Raise) at its next wait, or at once when it waits now.
+      def interrupt(fiber, pending)
+        return unless fiber.alive?
+
+        @raises[fiber] = pending
+        wait = @waiting[fiber]
+        finish(wait, nil) if wait
+      end
+
+      # Milliseconds until the next timer (nil: none), 0 when one is due.
+      def next_timeout_ms(now)
+        top = @timers.first
+        top = pop_timer while top && top[2].nil?
+        return nil unless top
+
+        ms = ((top[0] - now) * 1000).ceil
+        ms.positive? ? ms : 0
+      end
+
+      # Fire the due timers.
+      def fire_timers(now)
+        while (top = @timers.first) && top[0] <= now
+          pop_timer
+          target = top[2]
+          case target
+          when nil then next
+          when Proc then target.call
+          else finish(target, top[3])
+          end
+        end
+      end
+
+      # One wait in the private set: +timeout_ms+ (nil: until something happens), +take+: how
+      # many requests it may take. Completes the waits whose fds became ready; the requests
+      # taken ([token, env] each) are in +requests+ (cleared first). Returns :stop or nil
+      # (FiberWaits#wait).
+      def wait_events(timeout_ms, take, requests)
+        result = @waits.wait(timeout_ms, take, @out, requests)
+        out = @out
+        i = 0
+        while i < out.size
+          fd = out[i]
+          fd.negative? ? drain_inbox : fd_ready(fd, out[i + 1])
+          i += 2
+        end
+        result
+      end
+
+      # Whether fibers of this thread wait for anything (or are ready).
+      def pending?
+        !@ready.empty? || !@io.empty? || !@blocked.empty?
+      end
+
+      private
+
+      # Transfer to the root fiber until +wait+ completes; returns its value (or raises what
+      # #interrupt asked for).
+      def suspend(wait)
+        @waiting[wait.fiber] = wait
+        value = @root.transfer
+        raise_pending(wait.fiber)
+        value
+      ensure
+        cancel(wait) unless wait.done
+      end
+
+      def raise_pending(fiber)
+        return if @raises.empty?
+
+        r = @raises.delete(fiber)
+        raise r.klass, r.message if r
+      end
+
+      # Complete +wait+ with +value+ once: the fiber becomes ready.
+      def finish(wait, value)
+        return if wait.done
+
+        wait.done = true
+        wait.value = value
+        cancel(wait)
+        @ready.push(wait.fiber, value)
+      end
+
+      # Forget +wait+'s registrations (its fd, its timer, its blocker entry).
+      def cancel(wait)
+        wait.done = true
+        if wait.timer
+          wait.timer[2] = nil
+          wait.timer = nil
+        end
+        @blocked.delete(wait.fiber) if @blocked[wait.fiber].equal?(wait)
+        @waiting.delete(wait.fiber) if @waiting[wait.fiber].equal?(wait)
+        return unless wait.fd
+
+        waiters = @io[wait.fd]
+        if waiters&.delete(wait) && waiters.empty?
+          @io.delete(wait.fd)
+          @waits.disarm(wait.fd)
+        end
+        wait.fd = nil
+      end
+
+      def wake_blocked(fiber)
+        wait = @blocked[fiber]
+        finish(wait, true) if wait
+      end
+
+      def drain_inbox
+        while (fiber = @inbox.shift)
+          wake_blocked(fiber)
+        end
+      end
+
+      # Arm +fd+ for the union of its waiters' events; false when it cannot be polled (then
+      # every waiter on it is ready at once).
+      def arm(fd)
+        waiters = @io[fd]
+        events = waiters.sum(0) { |w| w.events }
+        return true if @waits.arm(fd, events)
+
+        waiters.dup.each { |w| w.fiber.equal?(Fiber.current) ? cancel(w) : finish(w, w.events) }
+        false
+      end
+
+      def fd_ready(fd, revents)
+        waiters = @io[fd]
+        return unless waiters
+
+        waiters.dup.each do |w|
+          got = revents & EVENT_ERR == 0 ? revents & w.events : w.events
+          finish(w, got) unless got.zero?
+        end
+        arm(fd) if @io.key?(fd) # the ones still waiting (one-shot: it fired)
+      end
+
+      # A timer +duration+ seconds from now for +target+ (a Wait to finish with +value+, or a
+      # Proc to call). Returns its entry (entry[2] = nil cancels it).
+      def add_timer(duration, target, value)
+        @seq += 1
+        entry = [Clock.now + duration, @seq, target, value]
+        heap_push(entry)
+        entry
+      end
+
+      def heap_push(entry)
+        h = @timers
+        h << entry
+        i = h.size - 1
+        while i.positive?
+          parent = (i - 1) / 2
+          break if earlier?(h[parent], entry)
+
+          h[i] = h[parent]
+          i = parent
+        end
+        h[i] = entry
+      end
+
+      def pop_timer
+        h = @timers
+        last = h.pop
+        return h.first if h.empty?
+
+        h[0] = last
+        i = 0
+        n = h.size
+        loop do
+          l = (2 * i) + 1
+          break if l >= n
+
+          r = l + 1
+          c = r < n && earlier?(h[r], h[l]) ? r : l
+          break if earlier?(last, h[c])
+
+          h[i] = h[c]
+          i = c
+        end
+        h[i] = last
+        h.first
+      end
+
+      def earlier?(a, b)
+        a[0] < b[0] || (a[0] == b[0] && a[1] < b[1])
+      end
+    end
+  end
+end
