@@ -210,6 +210,7 @@ module Margay
                "* Environment: #{@config.environment}",
                "* App: #{description}",
                "* Threads: #{min}:#{max}"]
+      lines << "* Fibers: a fiber per request, at most #{@config.max_in_flight} in flight" if @config.fiber_scheduler
       lines << "* Workers: #{@config.workers} (preload_app: #{@config.preload_app?})" if @config.workers.positive?
       lines << "* Pidfile: #{@config.pidfile}" if @config.pidfile
       lines.concat(addresses.map { |address| "* Listening on #{address}" })

@@ -106,6 +106,16 @@ class SlowCLITest < Minitest::Test
     assert_raises(Errno::ECONNREFUSED) { TCPSocket.new("127.0.0.1", port) }
   end
 
+  def test_fiber_mode_from_the_command_line
+    spawn_margay("-b", "tcp://127.0.0.1:0", "--fibers", "--max-in-flight", "50", "-t", "1:1", "app.ru")
+    port = port_from_banner
+    assert_match(/Fibers: a fiber per request, at most 50 in flight/, @output)
+    assert_equal "200", get(port, "/").code
+
+    Process.kill("TERM", @pid)
+    assert wait_exit.success?, @output
+  end
+
   def test_demo_app_without_config_ru_and_int_stops
     File.delete(File.join(@dir, "app.ru"))
     spawn_margay("-b", "tcp://127.0.0.1:0", "--log-requests")
