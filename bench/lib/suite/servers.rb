@@ -65,7 +65,7 @@ module MargayBench
       when "itsi"
         conf = File.join(tmp, "itsi-#{port}.rb")
         File.write(conf, "ruby_thread_request_backlog_size 4096\n")
-        [%W[bundle exec itsi -C #{conf} -b http://127.0.0.1:#{port} -w #{w} -f -r #{app}], {}]
+        [%W[bundle exec itsi -C #{conf} -b http://127.0.0.1:#{port} -w #{w} -f -r #{File.expand_path(app, ROOT)}], {}]
       when "puma"
         [%W[bundle exec puma -b tcp://127.0.0.1:#{port} -e production -C - -q -w #{w} -t #{t}:#{t} --preload #{app}], {}]
       when "unicorn"
@@ -106,7 +106,8 @@ module MargayBench
 
       def start
         argv, extra = SuiteServers.command(@name, port: @port, app: @app, tmp: @tmp, w: @budget["w"], t: @budget["t"])
-        launch(@env.merge(extra), argv, chdir: ROOT)
+        # Itsi writes .itsi.pid into its working directory: the tmp dir, not the checkout.
+        launch(@env.merge(extra), argv, chdir: @name == "itsi" ? @tmp : ROOT)
       end
     end
   end

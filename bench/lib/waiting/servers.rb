@@ -47,7 +47,7 @@ module MargayBench
       when "itsi"
         conf = File.join(tmp, "itsi.rb")
         File.write(conf, ITSI_CONFIG)
-        [%W[bundle exec itsi -C #{conf} -b http://127.0.0.1:#{port} -w #{workers} -f -r #{app}], {}]
+        [%W[bundle exec itsi -C #{conf} -b http://127.0.0.1:#{port} -w #{workers} -f -r #{File.expand_path(app, ROOT)}], {}]
       else
         raise ArgumentError, "no command for #{name}"
       end
@@ -77,7 +77,8 @@ module MargayBench
       def start
         argv, extra = WaitingServers.command(@name, port: @port, app: @app, workers: @workers, margay_dir: @margay_dir,
                                                     tmp: @tmp)
-        launch(@env.merge(extra), argv, chdir: ROOT)
+        # Itsi writes .itsi.pid into its working directory: the tmp dir, not the checkout.
+        launch(@env.merge(extra), argv, chdir: @name == "itsi" ? @tmp : ROOT)
       end
     end
   end
