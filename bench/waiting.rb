@@ -44,6 +44,7 @@ module MargayBench
     end
 
     def run
+      return report_only if @o.report_only
       return 2 unless prepare(prerequisites, "margay-waiting-")
 
       @env = Env.clean.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile"), "RACK_ENV" => "production",
@@ -268,6 +269,13 @@ module MargayBench
 
     def markdown(result)
       WaitingReport.new(result).markdown
+    end
+
+    def report_only
+      md = WaitingReport.new(JSON.parse(File.read(@o.report_only))).markdown
+      File.write(@o.report_only.sub(/\.json\z/, "") + ".md", md)
+      puts md
+      0
     end
 
     def versions

@@ -27,7 +27,7 @@ module MargayBench
     QUICK = { rounds: 1, duration: 2, warmup: 1 }.freeze
 
     attr_accessor :mode, :bars, :servers, :rounds, :duration, :warmup, :wrk_timeout, :margay_dir,
-                  :results_dir, :start_timeout, :concurrency
+                  :results_dir, :start_timeout, :concurrency, :report_only
 
     def initialize(argv)
       @mode = "full"
@@ -83,6 +83,9 @@ module MargayBench
         end
         o.on("--results-dir DIR", "where the JSON and Markdown go (default bench/results)") do |v|
           @results_dir = File.expand_path(v)
+        end
+        o.on("--report-only JSON", "no measuring: print the Markdown of a results file (and write it beside it as .md)") do |v|
+          @report_only = File.expand_path(v)
         end
         o.on("--start-timeout S", Integer, "seconds a server gets to answer its first request (default 60)") do |v|
           @start_timeout = v

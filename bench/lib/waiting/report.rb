@@ -118,20 +118,23 @@ module MargayBench
         l << "#### #{bar}: #{det.dig(bar, 'what')} (`#{det.dig(bar, 'app')}` `GET #{det.dig(bar, 'path')}`, " \
              "workers #{det.dig(bar, 'workers')})"
         l << ""
-        l << "| c | server | req/s (median) | req/s per round | p50 ms | p99 ms | max ms | errors | PSS MiB | procs | CPU µs/req | pg / slow svc CPU % |"
-        l << "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"
+        l << "| c | server | req/s (median) | req/s per round | p50 ms | p99 ms | max ms | errors | PSS MiB | procs | CPU µs/req | pg / slow svc CPU % | other CPU % (max) |"
+        l << "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"
         rows.select { |x| x["bar"] == bar }.each do |x|
           h = x["helpers_cpu_pct_median"]
           l << "| #{x['concurrency']} | #{x['server']} | #{x['rps_median']&.round} | #{x['rps_all'].map(&:round).join(', ')} | " \
                "#{x['p50_ms']} | #{x['p99_ms']} | #{x['max_ms']} | #{x['errors']} | #{x['pss_mib']} | #{x['processes']} | " \
-               "#{x['server_cpu_us_per_request']&.round} | #{h ? "#{h['postgres']} / #{h['slow_service']}" : '–'} |"
+               "#{x['server_cpu_us_per_request']&.round} | #{h ? "#{h['postgres']} / #{h['slow_service']}" : '–'} | " \
+               "#{x['other_cpu_pct_max']} |"
         end
       end
       l << ""
       l << "Latencies: wrk's (closed loop, keep-alive), median over rounds. errors: non-2xx + timeouts + socket " \
            "errors, summed over rounds. PSS: peak over the measured run of the sum over the server's processes " \
            "(`/proc/PID/smaps_rollup`), median over rounds. pg / slow svc: CPU of the PostgreSQL cluster and of " \
-           "bench/slow_service.rb during the run, in % of one CPU."
+           "bench/slow_service.rb during the run, in % of one CPU. other CPU: what processes other than the " \
+           "server, wrk, PostgreSQL and the slow service used during the run, in % of all CPUs (the worst round; " \
+           "above 5 % the run was disturbed)."
     end
 
     def failures(l)
