@@ -110,7 +110,7 @@ module MargayBench
       bars = @o.bars.map { |b| WaitingBars::ALL[b] }
       return unless bars.any? { |b| b[:postgres] }
 
-      @backends = WaitingBackends.new(tmp: @tmp, env: @env, progress: method(:progress))
+      @backends = WaitingBackends.new(tmp: @tmp, env: @env, progress: method(:progress), pool: @o.rails_pool)
       @backends.start(slow: bars.any? { |b| b[:slow_service] })
     end
 

@@ -16,7 +16,8 @@ module MargayBench
 
     attr_reader :postgres
 
-    def initialize(tmp:, env:, progress:)
+    def initialize(tmp:, env:, progress:, pool: POOL)
+      @pool = pool
       @tmp = tmp
       @env = env
       @progress = progress
@@ -34,7 +35,7 @@ module MargayBench
     # The environment a server of a rails-pg workload gets (+fibers+: the server runs
     # requests in fibers, so Rails isolates its state per fiber).
     def env(fibers: false)
-      e = { "DATABASE_URL" => @postgres.url, "BENCH_RAILS_POOL" => POOL.to_s }
+      e = { "DATABASE_URL" => @postgres.url, "BENCH_RAILS_POOL" => @pool.to_s }
       e["BENCH_SLOW_URL"] = "http://127.0.0.1:#{@slow_port}/" if @slow_pid
       e["BENCH_RAILS_ISOLATION"] = "fiber" if fibers
       e

@@ -27,7 +27,7 @@ module MargayBench
     QUICK = { rounds: 1, duration: 2, warmup: 1 }.freeze
 
     attr_accessor :mode, :bars, :servers, :rounds, :duration, :warmup, :wrk_timeout, :margay_dir,
-                  :results_dir, :start_timeout, :concurrency, :report_only
+                  :results_dir, :start_timeout, :concurrency, :report_only, :rails_pool
 
     def initialize(argv)
       @mode = "full"
@@ -38,6 +38,7 @@ module MargayBench
       @margay_dir = ROOT
       @results_dir = File.join(BENCH, "results")
       @start_timeout = 60
+      @rails_pool = 64
       overrides = {}
       parser(overrides).parse!(argv)
       raise OptionParser::InvalidArgument, "unexpected argument(s): #{argv.join(' ')}" unless argv.empty?
@@ -83,6 +84,9 @@ module MargayBench
         end
         o.on("--results-dir DIR", "where the JSON and Markdown go (default bench/results)") do |v|
           @results_dir = File.expand_path(v)
+        end
+        o.on("--rails-pool N", Integer, "ActiveRecord connections per process for the rails bar (default 64)") do |v|
+          @rails_pool = v
         end
         o.on("--report-only JSON", "no measuring: print the Markdown of a results file (and write it beside it as .md)") do |v|
           @report_only = File.expand_path(v)
