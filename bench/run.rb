@@ -31,6 +31,8 @@ require_relative "lib/suite/servers"
 require_relative "lib/suite/capacity"
 require_relative "lib/suite/charts"
 require_relative "lib/suite/report"
+require_relative "lib/postgres"
+require_relative "lib/waiting/backends"
 
 module MargayBench
   # The suite: every repeat, workload and server, a fresh session (see the top of the file).
@@ -57,6 +59,7 @@ module MargayBench
                "concurrency #{@o.concurrency.join(',')}; #{@o.repeats} repeat(s) x #{@o.duration}s (+#{@o.warmup}s warm-up)"
       @unavailable.each { |u| progress "not run: #{u['server']}: #{u['reason']}" }
       seed_rails if @o.workloads.include?("realistic")
+      start_backends
       result = result_head("suite").merge("servers_run" => @servers, "servers_unavailable" => @unavailable)
       runs, probes = measure_all
       result["runs"] = runs
@@ -65,6 +68,7 @@ module MargayBench
       result["capacity"] = summarize_capacity(probes)
       finish(result, "suite")
     ensure
+      @backends&.stop
       clean_up
     end
 
@@ -77,6 +81,9 @@ module MargayBench
       problems << "wrk not found: `sudo apt-get install wrk`" unless Env.which("wrk")
       problems << "bundler not found: `sudo apt-get install ruby-bundler`" unless Env.which("bundle")
       problems.concat(Prereqs.margay(ROOT, "exe/margay"))
+      if @o.workloads.any? { |w| WORKLOADS[w][:postgres] } && (pg = Postgres.missing)
+        problems << pg
+      end
       unless Prereqs.bundled?(File.join(BENCH, "Gemfile"))
         problems << "the bench bundle is not installed: `bundle install --gemfile bench/Gemfile`"
       end
@@ -89,8 +96,40 @@ module MargayBench
       @o.servers.filter_map do |s|
         if SuiteServers::KNOWN_UNAVAILABLE[s]
           { "server" => s, "reason" => SuiteServers::KNOWN_UNAVAILABLE[s] }
+        elsif s == "margay-fibers" && !margay_help.include?("--fibers")
+          { "server" => s, "reason" => "this tree's Margay has no --fibers (issue 13's fiber mode)" }
         elsif Machine.locked(lock, SuiteServers::GEM[s]).nil?
           { "server" => s, "reason" => "not in bench/Gemfile.lock" }
+        end
+      end
+    end
+
+    def margay_help
+      @margay_help ||= Machine.capture("bundle", "exec", "exe/margay", "--help", env: @env).to_s
+    end
+
+    # PostgreSQL (and the slow service) for the rails-pg workloads, once per run.
+    def start_backends
+      specs = @o.workloads.map { |w| WORKLOADS[w] }
+      return unless specs.any? { |w| w[:postgres] }
+
+      @backends = WaitingBackends.new(tmp: @tmp, env: @env, progress: method(:progress))
+      @backends.start(slow: specs.any? { |w| w[:slow_service] })
+    end
+
+    # Stops PostgreSQL and the slow service too on ^C (the harness's handler exits without
+    # running ensure blocks; the cluster's own watchdog would catch it a second later).
+    def trap_signals
+      %w[INT TERM].each do |sig|
+        trap(sig) do
+          Thread.new do
+            [@load_pid, @slow_pid].compact.each { |pid| Procs.stop(pid, grace: 2) }
+            @live.each(&:stop)
+            @backends&.stop
+            FileUtils.rm_rf(@tmp) if @tmp
+            warn "#{@script}: interrupted, load generators, servers and PostgreSQL stopped"
+            exit!(130)
+          end
         end
       end
     end
@@ -131,8 +170,9 @@ module MargayBench
         return [[], []]
       end
       spec = WORKLOADS.fetch(wl)
+      env = spec[:postgres] ? @env.merge(@backends.env(fibers: SuiteServers::FIBER.include?(server))) : @env
       inst = SuiteServers::Instance.new(server, app: spec[:app], path: spec[:path], tmp: @tmp, budget: @budget,
-                                                env: @env, start_timeout: @o.start_timeout)
+                                                env: env, start_timeout: @o.start_timeout)
       @live << inst
       begin
         inst.start
@@ -308,7 +348,8 @@ module MargayBench
         "margay_commit" => Machine.commit,
         "servers" => SuiteServers.versions(lock).merge("margay" => Machine.margay_version),
         "rack" => Machine.locked(lock, "rack"), "rails" => Machine.locked(lock, "railties"),
-        "sqlite3" => Machine.locked(lock, "sqlite3"),
+        "sqlite3" => Machine.locked(lock, "sqlite3"), "pg" => Machine.locked(lock, "pg"),
+        "postgresql" => @backends&.postgres&.version,
         "wrk" => Machine.wrk_version
       }
     end

@@ -43,6 +43,32 @@ class BenchSuiteSmokeTest < Minitest::Test
     end
   end
 
+  # Issue 13's waiting workload in the suite: rails-pg-slow (its own PostgreSQL cluster, the
+  # slow service) under Margay and Itsi's fiber-scheduler mode, every request answered 2xx.
+  def test_quick_suite_runs_the_waiting_rails_workload
+    skip "wrk is not installed (apt-get install wrk)" unless executable_in_path?("wrk")
+    skip "the bench bundle is not installed (bundle install --gemfile bench/Gemfile)" unless bench_bundle?
+    skip "PostgreSQL is not installed (apt-get install postgresql libpq-dev)" if Dir.glob("/usr/lib/postgresql/*/bin/initdb").empty?
+
+    Dir.mktmpdir("margay-suite-smoke-") do |dir|
+      out, status = Open3.capture2e(clean_env, RbConfig.ruby, RUN, "--quick", "--servers", "margay,itsi",
+                                    "--workloads", "rails-pg-slow", "--concurrency", "4", "--slo-workloads", "none",
+                                    "--results-dir", dir, "--no-charts", chdir: ROOT, unsetenv_others: true)
+      latest = File.join(dir, "suite-latest.json")
+      assert File.exist?(latest), "bench/run.rb wrote no suite-latest.json (exit #{status.exitstatus}):\n#{out}"
+
+      result = JSON.parse(File.read(latest))
+      assert_empty result["failures"], "bench/run.rb reported failures:\n#{out}"
+      %w[margay itsi].each do |server|
+        row = result.fetch("summary").find { |r| r["server"] == server && r["workload"] == "rails-pg-slow" }
+        refute_nil row, "no rails-pg-slow row for #{server}:\n#{out}"
+        assert_operator row["requests"], :>, 0, "#{server} served no request:\n#{out}"
+        assert_equal 0, row["non2xx"] + row["timeouts"] + row["socket_errors"], "#{server} had errors:\n#{out}"
+      end
+      assert_match(/PostgreSQL/, result.dig("versions", "postgresql").to_s)
+    end
+  end
+
   private
 
   def executable_in_path?(cmd)

@@ -9,7 +9,13 @@ module MargayBench
     "hello" => { app: "bench/apps/hello.ru", path: "/", what: "13-byte `Hello, World!`" },
     "realistic" => { app: "bench/apps/rails/config.ru", path: "/",
                      what: "Rails 7.2 + ActiveRecord/SQLite: 2 queries + ERB template with layout (~2.5 KB)" },
-    "io" => { app: "bench/apps/io.ru", path: "/", what: "sleep 10 ms + build a 2 KB JSON body" },
+    "io" => { app: "bench/apps/io.ru", path: "/", what: "sleep 10 ms + build a 2 KB JSON body (the sleep workload of issue 13)" },
+    # Issue 13's waiting Rails workloads: the same app on PostgreSQL (a cluster bench/run.rb
+    # starts, bench/lib/postgres.rb), and after a 50 ms Net::HTTP call to bench/slow_service.rb.
+    "rails-pg" => { app: "bench/apps/rails/config.ru", path: "/", postgres: true,
+                    what: "Rails 7.2 + ActiveRecord/PostgreSQL (unix socket): 2 queries + ERB template with layout" },
+    "rails-pg-slow" => { app: "bench/apps/rails/config.ru", path: "/slow", postgres: true, slow_service: true,
+                         what: "rails-pg after a 50 ms Net::HTTP GET to a local slow service (bench/slow_service.rb)" },
     "cpu" => { app: "bench/apps/cpu.ru", path: "/", what: "~5 ms of pure Ruby (fixed 72k-iteration loop)" },
     "big" => { app: "bench/apps/big.ru", path: "/", what: "1 MiB response body" },
     "upload" => { app: "bench/apps/upload.ru", path: "/", what: "8 MiB POST body, read fully by the app",

@@ -10,6 +10,9 @@ module MargayBench
   # - servers with processes and threads (Margay, Puma, Iodine, Agoo): W workers x T threads;
   # - single-threaded forking servers (Unicorn, Pitchfork): 2W worker processes;
   # - Falcon (fibers, no thread pool): W forked processes (its default "forked" model);
+  # - Margay in fiber mode and Itsi in fiber-scheduler mode (issue 13): W workers, a fiber per
+  #   request (Margay's default threads; Itsi 1 thread, request backlog raised to 4096 so it
+  #   does not answer 503 to what its default backlog of 30 cannot hold);
   # - Thin (one EventMachine process; `-s N` would give N servers on N ports): 1 process,
   #   --threaded with a pool of T threads.
   # Preloading the app before forking: Margay (default in cluster mode), Puma (--preload),
@@ -17,10 +20,12 @@ module MargayBench
   # from it; Iodine and Agoo load the rackup file before forking workers; Falcon loads it in
   # each forked process.
   module SuiteServers
-    ALL = %w[margay puma unicorn pitchfork falcon iodine agoo thin passenger].freeze
-    GEM = { "margay" => "margay", "puma" => "puma", "unicorn" => "unicorn", "pitchfork" => "pitchfork",
-            "falcon" => "falcon", "iodine" => "iodine", "agoo" => "agoo", "thin" => "thin",
-            "passenger" => "passenger" }.freeze
+    ALL = %w[margay margay-fibers puma unicorn pitchfork falcon itsi iodine agoo thin passenger].freeze
+    GEM = { "margay" => "margay", "margay-fibers" => "margay", "puma" => "puma", "unicorn" => "unicorn",
+            "pitchfork" => "pitchfork", "falcon" => "falcon", "itsi" => "itsi-server", "iodine" => "iodine",
+            "agoo" => "agoo", "thin" => "thin", "passenger" => "passenger" }.freeze
+    # Servers that run each request in a fiber: the Rails app isolates its state per fiber there.
+    FIBER = %w[margay-fibers falcon itsi].freeze
 
     # Known reasons a server is not in the run on this machine (checked again at run time).
     KNOWN_UNAVAILABLE = {
@@ -43,6 +48,8 @@ module MargayBench
         "margay" => "#{w} workers x #{t} threads", "puma" => "#{w} workers x #{t} threads (preload)",
         "unicorn" => "#{2 * w} workers (preload_app)", "pitchfork" => "#{2 * w} workers (mold)",
         "falcon" => "#{w} processes (forked, fibers)", "iodine" => "#{w} workers x #{t} threads",
+        "margay-fibers" => "#{w} workers, --fibers (a fiber per request)",
+        "itsi" => "#{w} workers x 1 thread, fiber scheduler (Itsi::Scheduler)",
         "agoo" => "#{w} workers x #{t} threads", "thin" => "1 process x #{t} threads (--threaded)",
         "w" => w, "t" => t
       }
@@ -53,6 +60,12 @@ module MargayBench
       case name
       when "margay"
         [%W[bundle exec exe/margay -b tcp://127.0.0.1:#{port} -e production -q -w #{w} -t #{t}:#{t} #{app}], {}]
+      when "margay-fibers"
+        [%W[bundle exec exe/margay -b tcp://127.0.0.1:#{port} -e production -q -w #{w} --fibers #{app}], {}]
+      when "itsi"
+        conf = File.join(tmp, "itsi-#{port}.rb")
+        File.write(conf, "ruby_thread_request_backlog_size 4096\n")
+        [%W[bundle exec itsi -C #{conf} -b http://127.0.0.1:#{port} -w #{w} -f -r #{File.expand_path(app, ROOT)}], {}]
       when "puma"
         [%W[bundle exec puma -b tcp://127.0.0.1:#{port} -e production -C - -q -w #{w} -t #{t}:#{t} --preload #{app}], {}]
       when "unicorn"
@@ -93,7 +106,8 @@ module MargayBench
 
       def start
         argv, extra = SuiteServers.command(@name, port: @port, app: @app, tmp: @tmp, w: @budget["w"], t: @budget["t"])
-        launch(@env.merge(extra), argv, chdir: ROOT)
+        # Itsi writes .itsi.pid into its working directory: the tmp dir, not the checkout.
+        launch(@env.merge(extra), argv, chdir: @name == "itsi" ? @tmp : ROOT)
       end
     end
   end

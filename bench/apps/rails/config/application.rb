@@ -21,6 +21,14 @@ module BenchRails
     config.action_controller.perform_caching = false
     config.active_record.maintain_test_schema = false
     config.active_support.deprecation = :silence
+    # Under a fiber scheduler (Margay --fibers, Falcon, Itsi) many requests share a thread:
+    # ActiveSupport::IsolatedExecutionState (the executor's state, ActiveRecord's connection
+    # lease and query cache, CurrentAttributes) must then be per fiber, or two requests on one
+    # thread would share one database connection. The bench harnesses set
+    # BENCH_RAILS_ISOLATION=fiber for the fiber servers; thread servers keep Rails' default.
+    if (level = ENV["BENCH_RAILS_ISOLATION"])
+      config.active_support.isolation_level = level.to_sym
+    end
   end
 
   # Creates and fills the database once (under an exclusive lock, so concurrently

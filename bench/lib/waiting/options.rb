@@ -1,0 +1,100 @@
+# frozen_string_literal: true
+
+require "optparse"
+require_relative "../procs"
+require_relative "servers"
+
+module MargayBench
+  # bench/waiting.rb's bars (issue 13) and its command-line options.
+  module WaitingBars
+    ALL = {
+      "sleep" => { app: "bench/apps/io.ru", path: "/", workers: 1, concurrency: [256, 1024],
+                   servers: WaitingServers::ALL,
+                   what: "10 ms sleep + 2 KB JSON (`bench/apps/io.ru`), single process" },
+      "cluster" => { app: "bench/apps/io.ru", path: "/", workers: 2, concurrency: [256],
+                     servers: %w[margay-fibers falcon],
+                     what: "the same app, 2 workers (Falcon: 2 forked processes)" },
+      "rails" => { app: "bench/apps/rails/config.ru", path: "/slow", workers: 1, concurrency: [64, 256],
+                   servers: %w[margay margay-fibers puma falcon itsi], postgres: true, slow_service: true,
+                   what: "Rails 7.2 + PostgreSQL (2 queries, ERB) after a 50 ms Net::HTTP call to " \
+                         "`bench/slow_service.rb`, single process" }
+    }.freeze
+  end
+
+  # bench/waiting.rb's options with the defaults of the full and the quick mode.
+  class WaitingOptions
+    FULL = { rounds: 3, duration: 5, warmup: 2 }.freeze
+    QUICK = { rounds: 1, duration: 2, warmup: 1 }.freeze
+
+    attr_accessor :mode, :bars, :servers, :rounds, :duration, :warmup, :wrk_timeout, :margay_dir,
+                  :results_dir, :start_timeout, :concurrency, :report_only, :rails_pool
+
+    def initialize(argv)
+      @mode = "full"
+      @bars = WaitingBars::ALL.keys
+      @servers = nil
+      @concurrency = nil
+      @wrk_timeout = 10
+      @margay_dir = ROOT
+      @results_dir = File.join(BENCH, "results")
+      @start_timeout = 60
+      @rails_pool = 64
+      overrides = {}
+      parser(overrides).parse!(argv)
+      raise OptionParser::InvalidArgument, "unexpected argument(s): #{argv.join(' ')}" unless argv.empty?
+
+      (@mode == "quick" ? QUICK : FULL).merge(overrides).each { |k, v| public_send(:"#{k}=", v) }
+      bad = @bars - WaitingBars::ALL.keys
+      raise OptionParser::InvalidArgument, "unknown bar(s) #{bad.join(', ')}" unless bad.empty?
+      bad = (@servers || []) - WaitingServers::ALL
+      raise OptionParser::InvalidArgument, "unknown server(s) #{bad.join(', ')}" unless bad.empty?
+      raise OptionParser::InvalidArgument, "--duration must be 1..60 s" unless (1..60).cover?(@duration)
+      raise OptionParser::InvalidArgument, "--rounds must be at least 1" if @rounds < 1
+    end
+
+    # The servers of +bar+ this run measures.
+    def servers_for(bar)
+      list = WaitingBars::ALL.fetch(bar)[:servers]
+      @servers ? list & @servers : list
+    end
+
+    def concurrency_for(bar)
+      @concurrency || WaitingBars::ALL.fetch(bar)[:concurrency]
+    end
+
+    private
+
+    def parser(ov)
+      OptionParser.new do |o|
+        o.banner = "usage: bench/waiting.rb [--quick] [options]"
+        o.on("--quick", "smoke mode: 1 round x 2 s (+1 s warm-up) per point") { @mode = "quick" }
+        o.on("--bars LIST", Array, "subset of #{WaitingBars::ALL.keys.join(',')} (default: all)") { |v| @bars = v }
+        o.on("--servers LIST", Array, "only these of #{WaitingServers::ALL.join(',')} (default: each bar's own)") do |v|
+          @servers = v
+        end
+        o.on("--concurrency LIST", Array, "connection counts for every bar (default: each bar's own)") do |v|
+          @concurrency = v.map { |c| Integer(c) }
+        end
+        o.on("--rounds N", Integer, "rounds, server order rotated each round (full 3)") { |v| ov[:rounds] = v }
+        o.on("--duration S", Integer, "seconds per measured wrk run (full 5)") { |v| ov[:duration] = v }
+        o.on("--warmup S", Integer, "seconds of discarded warm-up per point (full 2; 0: none)") { |v| ov[:warmup] = v }
+        o.on("--wrk-timeout S", Integer, "wrk --timeout (default 10)") { |v| @wrk_timeout = v }
+        o.on("--margay-dir DIR", "the Margay checkout to run (built: lib/margay/margay_native.so; default: this one)") do |v|
+          @margay_dir = File.expand_path(v)
+        end
+        o.on("--results-dir DIR", "where the JSON and Markdown go (default bench/results)") do |v|
+          @results_dir = File.expand_path(v)
+        end
+        o.on("--rails-pool N", Integer, "ActiveRecord connections per process for the rails bar (default 64)") do |v|
+          @rails_pool = v
+        end
+        o.on("--report-only JSON", "no measuring: print the Markdown of a results file (and write it beside it as .md)") do |v|
+          @report_only = File.expand_path(v)
+        end
+        o.on("--start-timeout S", Integer, "seconds a server gets to answer its first request (default 60)") do |v|
+          @start_timeout = v
+        end
+      end
+    end
+  end
+end
