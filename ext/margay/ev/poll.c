@@ -65,7 +65,13 @@ static int pl_disarm(mg_ev *ev, int fd) {
 static int pl_wait(mg_ev *ev, mg_ev_event *out, int timeout_ms) {
   mg_ev_poll *p = (mg_ev_poll *)ev;
   int found = 0;
-  pthread_mutex_lock(&p->leader);
+  /* A look without waiting (timeout 0, taken with the GVL held) never queues behind the
+   * leader's poll: nothing is ready for it then. */
+  if (timeout_ms == 0) {
+    if (pthread_mutex_trylock(&p->leader) != 0) return 0;
+  } else {
+    pthread_mutex_lock(&p->leader);
+  }
   pthread_mutex_lock(&p->lock);
   int n = 0;
   p->pfds[n].fd = p->ctl[0];
