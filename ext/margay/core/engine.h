@@ -91,6 +91,15 @@ typedef struct mg_engine {
   pthread_mutex_t standby_lock;
   pthread_cond_t standby_cond; /* CLOCK_MONOTONIC */
   int standbys;                /* under standby_lock */
+  /* Events taken from the kernel by one wait beyond the one the waiting thread handles
+   * (MG_STASH at most, oldest first): the next thread in the loop takes them before it asks
+   * the kernel again. One epoll_wait serves several requests; each event's fd stays disarmed
+   * (one-shot) until it is handled, exactly as in the kernel's ready list. */
+#define MG_STASH 16
+  pthread_mutex_t stash_lock;
+  mg_ev_event stash[MG_STASH];
+  int stash_head, stash_len;   /* under stash_lock */
+  int stash_reserved;          /* room promised to waits under way, under stash_lock */
   _Atomic int watcher;         /* the standby that ticks (core/loop.c), changed under standby_lock */
 } mg_engine;
 

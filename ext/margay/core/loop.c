@@ -94,6 +94,36 @@ int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out) {
   return 1;
 }
 
+/* At most this many events beyond the first per wait go to the stash: two waits may be under
+ * way at once (the poller's, and a thread's with the GVL in mg_loop_try), and the stash has
+ * room for both. */
+#define MG_FETCH (MG_STASH / 2)
+
+/* The oldest stashed event, else one from the backend (and up to MG_FETCH more into the stash):
+ * 1, 0 (timeout) or -1 (errno). */
+static int take_event(mg_engine *e, mg_ev_event *ev, int timeout_ms) {
+  pthread_mutex_lock(&e->stash_lock);
+  if (e->stash_len > 0) {
+    *ev = e->stash[e->stash_head];
+    e->stash_head = (e->stash_head + 1) % MG_STASH;
+    e->stash_len--;
+    pthread_mutex_unlock(&e->stash_lock);
+    return 1;
+  }
+  int room = MG_STASH - e->stash_len - e->stash_reserved;
+  if (room > MG_FETCH) room = MG_FETCH;
+  e->stash_reserved += room;
+  pthread_mutex_unlock(&e->stash_lock);
+  mg_ev_event evs[1 + MG_FETCH];
+  int n = mg_ev_wait_many(e->ev, evs, 1 + room, timeout_ms);
+  if (n >= 1) *ev = evs[0];
+  pthread_mutex_lock(&e->stash_lock);
+  for (int i = 1; i < n; i++) e->stash[(e->stash_head + e->stash_len++) % MG_STASH] = evs[i];
+  e->stash_reserved -= room;
+  pthread_mutex_unlock(&e->stash_lock);
+  return n > 1 ? 1 : n;
+}
+
 /* The calling thread counts as waiting for work (the pool's growth policy, the cluster board,
  * accept batches) while it is in the loop. */
 static void enter(mg_engine *e) {
@@ -117,7 +147,7 @@ int mg_loop_try(mg_engine *e, mg_conn **out) {
   if (now >= atomic_load(&e->next_sweep_ms)) mg_sweep(e, now);
   for (int i = 0; i < MG_TRY_EVENTS && !got; i++) {
     mg_ev_event ev;
-    if (mg_ev_wait(e->ev, &ev, 0) != 1) break;
+    if (take_event(e, &ev, 0) != 1) break;
     /* The wake fd is level-triggered: left unread, it is the blocking wait's to see (a stop,
      * or an interrupted poller). */
     if (ev.data & MG_DATA_WAKE) break;
@@ -218,7 +248,7 @@ void *mg_wait_nogvl(void *p) {
       signal_standby(e, 0);
     }
     mg_ev_event ev;
-    int n = mg_ev_wait(e->ev, &ev, timeout);
+    int n = take_event(e, &ev, timeout);
     if (n < 0) { atomic_store(&e->pollers, 0); a->result = MG_WAIT_INTR; break; } /* EINTR: Ruby checks interrupts and calls again */
     if (n == 0) { atomic_store(&e->pollers, 0); continue; }
     /* Dispatched out of the poller's place (an accept batch or a read takes a while): a thread

@@ -134,7 +134,13 @@ static void pl_free(mg_ev *ev) {
   free(p);
 }
 
-static const struct mg_ev_ops poll_ops = {"poll", pl_arm, pl_disarm, pl_wait, pl_free};
+/* One event per wait: the leader hands out what it found one at a time. */
+static int pl_wait_many(mg_ev *ev, mg_ev_event *out, int max, int timeout_ms) {
+  (void)max;
+  return pl_wait(ev, out, timeout_ms);
+}
+
+static const struct mg_ev_ops poll_ops = {"poll", pl_arm, pl_disarm, pl_wait, pl_free, pl_wait_many};
 
 mg_ev *mg_ev_poll_new(int max_fds) {
   mg_ev_poll *p = calloc(1, sizeof(*p));
