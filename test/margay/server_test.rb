@@ -460,6 +460,32 @@ class FastPathTest < Minitest::Test
     end
   end
 
+  # One wait takes several ready events; those beyond the first wait in the engine's stash for
+  # the next thread in the loop. Many connections ready at once, with one thread and with two:
+  # every request is answered, in as many rounds as the clients send.
+  def test_events_taken_together_are_all_served
+    [1, 2].each do |threads|
+      gate = Queue.new
+      arrived = Queue.new
+      app = ->(env) { env["PATH_INFO"] == "/wait" ? (arrived << true; gate.pop; HELLO.call(env)) : HELLO.call(env) }
+      with_server(app, min_threads: threads, max_threads: threads) do |_, port|
+        blocker = TCPSocket.new("127.0.0.1", port)
+        blocker.write("GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
+        pop_within(arrived) # every thread of the pool is in the app (or one stands by) ...
+        socks = Array.new(40) { TCPSocket.new("127.0.0.1", port) }
+        socks.each { |s| s.write("GET /#{s.local_address.ip_port} HTTP/1.1\r\nHost: x\r\n\r\n") }
+        sleep 0.05 # ... while 40 requests become ready together
+        gate << true
+        3.times do |round|
+          socks.each { |s| assert_equal 200, read_response(s)[0], "round #{round}, #{threads} thread(s)" }
+          socks.each { |s| s.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n") } if round < 2
+        end
+        assert_equal 200, read_response(blocker)[0]
+        (socks << blocker).each(&:close)
+      end
+    end
+  end
+
   # A request without a body gets the one shared, frozen empty input; it reads like an empty
   # binary IO (Rack::Lint's checks run in the next test).
   def test_bodiless_requests_share_one_empty_input
