@@ -9,8 +9,8 @@ module MargayBench
   # checkout (margay-base), Puma and Iodine from bench/Gemfile, nginx with
   # bench/nginx/hello.conf; margay-w2 and nginx-w2 are the same with 2 workers.
   class CoreServer < ServerInstance
-    # Iodine's best single-process setting on this machine: one worker process, one thread
-    # (more threads hand the GVL back and forth on a hello-world app).
+    # Iodine's single-process setting: one worker process, one thread (the setting issue 14
+    # measured; more threads hand the GVL back and forth on a hello-world app).
     IODINE_SETTING = "-t 1 -w 1"
 
     def initialize(name, opts, tmp, app:, threads: nil)
