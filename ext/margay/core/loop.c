@@ -99,9 +99,7 @@ int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out) {
  * room for both. */
 #define MG_FETCH (MG_STASH / 2)
 
-/* The oldest stashed event, else one from the backend (and up to MG_FETCH more into the stash):
- * 1, 0 (timeout) or -1 (errno). */
-static int take_event(mg_engine *e, mg_ev_event *ev, int timeout_ms) {
+int mg_loop_take(mg_engine *e, mg_ev_event *ev, int timeout_ms) {
   pthread_mutex_lock(&e->stash_lock);
   if (e->stash_len > 0) {
     *ev = e->stash[e->stash_head];
@@ -147,7 +145,7 @@ int mg_loop_try(mg_engine *e, mg_conn **out) {
   if (now >= atomic_load(&e->next_sweep_ms)) mg_sweep(e, now);
   for (int i = 0; i < MG_TRY_EVENTS && !got; i++) {
     mg_ev_event ev;
-    if (take_event(e, &ev, 0) != 1) break;
+    if (mg_loop_take(e, &ev, 0) != 1) break;
     /* The wake fd is level-triggered: left unread, it is the blocking wait's to see (a stop,
      * or an interrupted poller). */
     if (ev.data & MG_DATA_WAKE) break;
@@ -248,7 +246,7 @@ void *mg_wait_nogvl(void *p) {
       signal_standby(e, 0);
     }
     mg_ev_event ev;
-    int n = take_event(e, &ev, timeout);
+    int n = mg_loop_take(e, &ev, timeout);
     if (n < 0) { atomic_store(&e->pollers, 0); a->result = MG_WAIT_INTR; break; } /* EINTR: Ruby checks interrupts and calls again */
     if (n == 0) { atomic_store(&e->pollers, 0); continue; }
     /* Dispatched out of the poller's place (an accept batch or a read takes a while): a thread

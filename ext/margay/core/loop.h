@@ -43,7 +43,13 @@ int mg_loop_turn_left(const mg_conn *c);
  * list; the thread that reaches it frames the request. */
 void mg_loop_requeue(mg_engine *e, mg_conn *c);
 
-/* Handle one event taken from the engine's event set (mg_ev_wait): a wake, a listener (accept),
+/* Take one event from the engine's set: the oldest in the engine's stash, else from the backend
+ * (one epoll_wait takes up to MG_STASH / 2 more into the stash, for the next thread). 1, 0
+ * (timeout) or -1 (errno). A second wait loop takes its events here, not with mg_ev_wait on
+ * e->ev directly: events in the stash are otherwise seen only by the threads in this loop. */
+int mg_loop_take(mg_engine *e, mg_ev_event *ev, int timeout_ms);
+
+/* Handle one event taken from the engine's event set (mg_loop_take): a wake, a listener (accept),
  * or a connection (read, frame, finish a write, linger). Returns 1 with *out set to the owned
  * connection when that completed a request (this thread's turn on it begins), else 0. Without
  * the GVL. */
