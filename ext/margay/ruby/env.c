@@ -53,8 +53,10 @@ static const char *peer_text(mg_conn *c) {
   return c->peer_text;
 }
 
-/* An address as an interned frozen String: the same object for every request from it. */
-static VALUE addr_str(const char *s) { return rb_interned_str_cstr(s); }
+/* An address as a new String. (Interned strings, rb_interned_str, were tried: on Ruby 3.1 one
+ * kept in the env of an earlier request was seen replaced by another object for the same
+ * address, with heap corruption in the same runs, so every request gets its own.) */
+static VALUE addr_str(const char *s) { return rb_str_new_cstr(s); }
 
 /* Whether field name +s+ is +want+ (lowercase, '-'; see remote_header in core/engine.h). A name
  * with '_' never matches: X_Forwarded_For cannot stand in for X-Forwarded-For (CVE-2024-45614). */
@@ -131,7 +133,7 @@ static VALUE *find(pairs *p, VALUE key) {
   return NULL;
 }
 
-/* SERVER_NAME and SERVER_PORT from a host[:port] authority (interned: a server sees few). */
+/* SERVER_NAME and SERVER_PORT from a host[:port] authority. */
 static void set_server(pairs *pp, const char *p, size_t n, int https) {
   size_t name_end = n;
   const char *port = NULL;
@@ -144,8 +146,8 @@ static void set_server(pairs *pp, const char *p, size_t n, int https) {
     const char *colon = memchr(p, ':', n);
     if (colon) { name_end = (size_t)(colon - p); port = colon + 1; port_len = n - name_end - 1; }
   }
-  put(pp, k_SERVER_NAME, name_end ? rb_interned_str(p, (long)name_end) : v_localhost);
-  put(pp, k_SERVER_PORT, port_len ? rb_interned_str(port, (long)port_len) : https ? v_port443 : v_port80);
+  put(pp, k_SERVER_NAME, name_end ? rb_str_new(p, (long)name_end) : v_localhost);
+  put(pp, k_SERVER_PORT, port_len ? rb_str_new(port, (long)port_len) : https ? v_port443 : v_port80);
 }
 
 /* The fixed pairs, the SERVER_* and CONTENT_LENGTH pairs and rack.input besides the fields. */
