@@ -1,12 +1,15 @@
 #!/usr/bin/env ruby
 # frozen_string_literal: true
 
-# bench/core.rb: the core benchmark of Margay against Puma and nginx, on loopback.
+# bench/core.rb: the core benchmark of Margay against Iodine, Puma and nginx, on loopback.
 #
 #   bench/core.rb              full run: 3 rounds x 10 s per server and connection count
 #   bench/core.rb --quick      smoke run: 1 round x 3 s, short slow-client scenario (< 2 min)
 #   bench/core.rb --baseline ../margay-before   also run that checkout as margay-base
 #   bench/core.rb --help       all options
+#
+# Servers: margay, iodine (-t 1 -w 1), puma and nginx (1 worker) by default; margay-w2 and
+# nginx-w2 (2 workers each: the cluster row) with --servers.
 #
 # Scenario "hello": bench/apps/hello.ru (nginx: `return 200 "Hello, World!"`), keep-alive,
 # wrk -t2 at 16/64/256 connections. Every measurement gets a freshly started server, a
@@ -174,9 +177,10 @@ module MargayBench
       end
       by = rows.to_h { |r| [[r["server"], r["connections"]], r] }
       rows.each do |r|
-        %w[nginx puma].each do |peer|
+        cluster = r["server"].end_with?("-w2") # a 2-worker row is compared with nginx's 2 workers
+        { "nginx" => cluster ? "nginx-w2" : "nginx", "puma" => "puma", "iodine" => "iodine" }.each do |key, peer|
           p = by[[peer, r["connections"]]]
-          r["rps_vs_#{peer}"] = p && p["rps_median"]&.positive? ? (r["rps_median"] / p["rps_median"]).round(3) : nil
+          r["rps_vs_#{key}"] = p && p["rps_median"]&.positive? ? (r["rps_median"] / p["rps_median"]).round(3) : nil
         end
       end
       order = CoreOptions::ORDER
@@ -299,6 +303,7 @@ module MargayBench
         "margay_default_threads" => Machine.margay_default_threads,
         "puma" => Machine.locked(lock, "puma"),
         "puma_default_threads" => "0:5",
+        "iodine" => Machine.locked(lock, "iodine"),
         "rack_bench_bundle" => Machine.locked(lock, "rack"),
         "nginx" => Machine.nginx_version,
         "wrk" => Machine.wrk_version
@@ -306,7 +311,7 @@ module MargayBench
     end
 
     def config
-      servers = %w[margay puma nginx]
+      servers = CoreOptions::ORDER - ["margay-base"]
       servers.insert(1, "margay-base") if @o.baseline
       config = {
         "servers" => @o.servers, "scenarios" => @o.scenarios, "connections" => @o.connections,

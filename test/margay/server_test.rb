@@ -402,3 +402,145 @@ class BackendTest < Minitest::Test
     end
   end
 end
+
+# The hello-world fast path (issue 14): what a thread does between two requests, and the
+# per-request objects the server no longer builds.
+class FastPathTest < Minitest::Test
+  include Margay::TestHelper
+
+  def get(sock, path = "/")
+    sock.write("GET #{path} HTTP/1.1\r\nHost: x\r\n\r\n")
+    read_response(sock)
+  end
+
+  # A pool of several threads at rest: one waits in the event set, the others stand by (they
+  # are woken only when the threads out with requests stay away, busy in the app). Before, every
+  # idle thread waited in the event set, and the kernel handed them the requests in turn: a
+  # GVL hand-off and a context switch for much of a fast app's traffic.
+  def test_at_rest_one_thread_polls_and_the_others_stand_by
+    with_server(HELLO, min_threads: 3, max_threads: 3) do |_, port, server|
+      sock = TCPSocket.new("127.0.0.1", port)
+      10.times { assert_equal 200, get(sock)[0] }
+      engine = server.instance_variable_get(:@engine) # set once the server runs
+      Timeout.timeout(5) { sleep 0.01 until engine.stats[:waiting_threads] == 3 && engine.stats[:polling] == 1 }
+      stats = engine.stats
+      assert_equal 1, stats[:polling]
+      assert_equal 2, stats[:standing_by]
+      sock.close
+    end
+  end
+
+  # A thread blocked in the app does not hold the others' requests: a standing-by thread
+  # takes the poller's place once no thread came back to the loop for a millisecond.
+  def test_a_standby_serves_while_the_other_thread_is_blocked_in_the_app
+    gate = Queue.new
+    arrived = Queue.new
+    app = ->(env) { env["PATH_INFO"] == "/wait" ? (arrived << true; gate.pop; HELLO.call(env)) : HELLO.call(env) }
+    with_server(app, min_threads: 2, max_threads: 2) do |_, port|
+      blocked = TCPSocket.new("127.0.0.1", port)
+      blocked.write("GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
+      pop_within(arrived)
+      3.times { assert_match(/hello\z/, raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) }
+      gate << true
+      assert_equal 200, read_response(blocked)[0]
+      blocked.close
+    end
+  end
+
+  # Threads standing by (not in the event set) still stop with the server, at once.
+  def test_standing_by_threads_stop_promptly
+    with_server(HELLO, min_threads: 4, max_threads: 4) do |_, port, server, thread|
+      sock = TCPSocket.new("127.0.0.1", port)
+      5.times { assert_equal 200, get(sock)[0] }
+      sock.close
+      started = Margay::Clock.now
+      server.stop
+      assert thread.join(5), "the server did not stop"
+      assert_operator Margay::Clock.now - started, :<, 2
+    end
+  end
+
+  # One wait takes several ready events; those beyond the first wait in the engine's stash for
+  # the next thread in the loop. Many connections ready at once, with one thread and with two:
+  # every request is answered, in as many rounds as the clients send.
+  def test_events_taken_together_are_all_served
+    [1, 2].each do |threads|
+      gate = Queue.new
+      arrived = Queue.new
+      app = ->(env) { env["PATH_INFO"] == "/wait" ? (arrived << true; gate.pop; HELLO.call(env)) : HELLO.call(env) }
+      with_server(app, min_threads: threads, max_threads: threads) do |_, port|
+        blocker = TCPSocket.new("127.0.0.1", port)
+        blocker.write("GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
+        pop_within(arrived) # every thread of the pool is in the app (or one stands by) ...
+        socks = Array.new(40) { TCPSocket.new("127.0.0.1", port) }
+        socks.each { |s| s.write("GET /#{s.local_address.ip_port} HTTP/1.1\r\nHost: x\r\n\r\n") }
+        sleep 0.05 # ... while 40 requests become ready together
+        gate << true
+        3.times do |round|
+          socks.each { |s| assert_equal 200, read_response(s)[0], "round #{round}, #{threads} thread(s)" }
+          socks.each { |s| s.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n") } if round < 2
+        end
+        assert_equal 200, read_response(blocker)[0]
+        (socks << blocker).each(&:close)
+      end
+    end
+  end
+
+  # A request without a body gets the one shared, frozen empty input; it reads like an empty
+  # binary IO (Rack::Lint's checks run in the next test).
+  def test_bodiless_requests_share_one_empty_input
+    inputs = []
+    app = lambda do |env|
+      input = env["rack.input"]
+      inputs << input
+      reads = [input.read, input.read(4), input.read(0), input.gets, input.rewind, input.read(2, +"ab"), input.size]
+      lines = []
+      input.each { |line| lines << line }
+      reads << lines
+      input.close
+      [200, { "content-type" => "text/plain" }, [reads.inspect]]
+    end
+    with_server(app, lint: false) do |_, port|
+      sock = TCPSocket.new("127.0.0.1", port)
+      2.times { assert_equal '["", nil, "", nil, 0, nil, 0, []]', get(sock)[2] }
+      sock.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+      assert_equal 200, read_response(sock)[0]
+      sock.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+      assert_equal '["abc", nil, "", nil, 0, "ab", 3, ["c"]]', read_response(sock)[2]
+      sock.close
+    end
+    assert_same inputs[0], inputs[1]
+    assert_same inputs[0], inputs[2]
+    assert inputs[0].frozen?
+    assert_equal Encoding::BINARY, inputs[0].read.encoding
+    refute_same inputs[0], inputs[3]
+  end
+
+  def test_the_empty_input_passes_rack_lint
+    app = lambda do |env|
+      input = env["rack.input"]
+      body = [input.read, input.read(10), input.gets].inspect
+      input.each { |_| nil }
+      [200, { "content-type" => "text/plain" }, [body]]
+    end
+    with_server(app) do |_, port|
+      raw = raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      assert_match(/\["", nil, nil\]\z/, raw)
+    end
+  end
+
+  # REMOTE_ADDR is formatted once per connection (kept as text on the connection) and is the
+  # same for every request on it, and on the next connection from the same address.
+  def test_remote_addr_on_every_request_of_a_connection
+    addrs = []
+    app = ->(env) { addrs << env["REMOTE_ADDR"]; HELLO.call(env) }
+    with_server(app) do |_, port|
+      2.times do
+        sock = TCPSocket.new("127.0.0.1", port)
+        2.times { assert_equal 200, get(sock)[0] }
+        sock.close
+      end
+    end
+    assert_equal ["127.0.0.1"] * 4, addrs
+  end
+end

@@ -59,7 +59,34 @@ class BenchSmokeTest < Minitest::Test
     end
   end
 
+  # Iodine (the bench bundle's) and the 2-worker rows run in the rotation; each row gets its
+  # ratio to its peer (margay-w2's "vs nginx" is to nginx-w2), and the fast-path bars are listed.
+  def test_iodine_and_the_two_worker_rows_run_in_the_rotation
+    skip "wrk is not installed (apt-get install wrk)" unless executable_in_path?("wrk")
+    skip "nginx is not installed" unless executable_in_path?("nginx") || File.executable?("/usr/sbin/nginx")
+    skip "the bench bundle is not installed" unless bench_bundle?
+
+    Dir.mktmpdir("margay-bench-smoke-") do |dir|
+      out, status = Open3.capture2e(RbConfig.ruby, CORE, "--quick", "--servers", "margay,iodine,margay-w2,nginx-w2",
+                                    "--scenarios", "hello", "--connections", "16", "--duration", "1", "--warmup", "0",
+                                    "--results-dir", dir, chdir: ROOT)
+      assert status.success?, "bench/core.rb exited #{status.exitstatus}:\n#{out}"
+      result = JSON.parse(File.read(File.join(dir, "core-latest.json")))
+      rows = result.dig("hello", "summary").to_h { |r| [r["server"], r] }
+      assert_equal %w[iodine margay margay-w2 nginx-w2], rows.keys.sort
+      rows.each_value { |r| assert_operator r["requests"], :>, 0, "#{r['server']} served nothing" }
+      assert_in_delta 1.0, rows["iodine"]["rps_vs_iodine"], 0.001
+      assert_operator rows["margay-w2"]["rps_vs_nginx"], :>, 0
+      assert(result["bars"].any? { |b| b["bar"].include?("Iodine") })
+      assert_includes File.read(File.join(dir, "core-latest.md")), "vs Iodine"
+    end
+  end
+
   private
+
+  def bench_bundle?
+    system({ "BUNDLE_GEMFILE" => File.join(ROOT, "bench", "Gemfile") }, "bundle", "check", out: File::NULL, err: File::NULL)
+  end
 
   def executable_in_path?(cmd)
     ENV.fetch("PATH", "").split(File::PATH_SEPARATOR).any? do |d|

@@ -6,9 +6,12 @@ require_relative "../procs"
 module MargayBench
   # bench/core.rb's command-line options with the defaults of the full and the quick mode.
   class CoreOptions
-    ALL_SERVERS = %w[margay puma nginx].freeze
+    # The default servers (single process each; Iodine with its best single-process setting).
+    ALL_SERVERS = %w[margay iodine puma nginx].freeze
+    # Asked for by name: 2-worker cluster Margay and nginx with 2 workers.
+    CLUSTER_SERVERS = %w[margay-w2 nginx-w2].freeze
     # Every server bench/core.rb knows, in report order; margay-base only with --baseline.
-    ORDER = %w[margay margay-base puma nginx].freeze
+    ORDER = %w[margay margay-base iodine puma nginx margay-w2 nginx-w2].freeze
     ALL_SCENARIOS = %w[hello slow].freeze
     FULL = { rounds: 3, duration: 10, warmup: 2, slow_duration: 20, slow_settle: 2, slow_rounds: 1 }.freeze
     QUICK = { rounds: 1, duration: 3, warmup: 1, slow_duration: 5, slow_settle: 1, slow_rounds: 1 }.freeze
@@ -39,7 +42,7 @@ module MargayBench
 
       (@mode == "quick" ? QUICK : FULL).merge(overrides).each { |k, v| public_send(:"#{k}=", v) }
       @servers ||= @baseline ? ORDER.dup : ALL_SERVERS.dup
-      bad = @servers - (@baseline ? ORDER : ALL_SERVERS)
+      bad = @servers - (@baseline ? ORDER : ORDER - ["margay-base"])
       unless bad.empty?
         hint = bad.include?("margay-base") ? " (margay-base needs --baseline DIR)" : ""
         raise OptionParser::InvalidArgument, "unknown server(s) #{bad.join(', ')}#{hint}"
@@ -59,7 +62,8 @@ module MargayBench
       OptionParser.new do |o|
         o.banner = "usage: bench/core.rb [--quick] [options]"
         o.on("--quick", "one short round of everything (smoke test, < 2 min)") { @mode = "quick" }
-        o.on("--servers LIST", Array, "subset of #{ORDER.join(',')} (default: all; margay-base with --baseline)") do |v|
+        o.on("--servers LIST", Array, "any of #{ORDER.join(',')} (default: #{ALL_SERVERS.join(',')}, and margay-base " \
+                                      "with --baseline)") do |v|
           @servers = v
         end
         o.on("--scenarios LIST", Array, "subset of #{ALL_SCENARIOS.join(',')} (default: all)") { |v| @scenarios = v }

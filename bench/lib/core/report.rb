@@ -13,11 +13,13 @@ module MargayBench
       @result = result
     end
 
-    # The bars, each { bar, target, value, met }.
+    # The bars, each { bar, target, value, met }: the core bars at 64 connections, and issue
+    # 14's fast-path bars at 64 and 256 connections (Iodine, nginx, CPU per request) and for the
+    # 2-worker cluster (margay-w2 vs nginx-w2) when those ran.
     def bars
       out = []
       rows = @result.dig("hello", "summary") || []
-      at = ->(server) { rows.find { |r| r["server"] == server && r["connections"] == 64 } }
+      at = ->(server, conns = 64) { rows.find { |r| r["server"] == server && r["connections"] == conns } }
       m = at.call("margay")
       n = at.call("nginx")
       p = at.call("puma")
@@ -26,6 +28,7 @@ module MargayBench
       out << bar("p99 at 64 connections <= Puma's", m && p && [m["p99_ms"], p["p99_ms"]], "Margay <= Puma") { |a, b| a <= b }
       out << bar("RSS after the 64-connection run <= Puma's", m && p && [m["rss_mib_median"], p["rss_mib_median"]],
                  "Margay <= Puma (MiB, median)") { |a, b| a <= b }
+      fast_path_bars(out, at)
       slow = (@result.dig("slow", "summary") || []).find { |r| r["server"] == "margay" }
       out << bar("slow clients: Margay p99 < 50 ms", slow && slow["p99_ms"], "< 50 ms") { |v| v < 50 }
       out
@@ -44,6 +47,22 @@ module MargayBench
 
     private
 
+    def fast_path_bars(out, at)
+      [64, 256].each do |conns|
+        m = at.call("margay", conns)
+        i = at.call("iodine", conns)
+        n = at.call("nginx", conns)
+        out << bar("req/s at #{conns} connections >= 1.15x Iodine", m && i && m["rps_median"] / i["rps_median"], ">= 1.15") { |v| v >= 1.15 }
+        out << bar("req/s at #{conns} connections >= 0.8x nginx", m && n && m["rps_median"] / n["rps_median"], ">= 0.8") { |v| v >= 0.8 }
+        out << bar("server CPU per request at #{conns} connections <= 15 µs", m && m["server_cpu_us_per_request_median"],
+                   "<= 15 µs") { |v| v <= 15 }
+      end
+      w = at.call("margay-w2")
+      nw = at.call("nginx-w2")
+      out << bar("2-worker cluster req/s at 64 connections >= 0.9x nginx (2 workers)",
+                 w && nw && w["rps_median"] / nw["rps_median"], ">= 0.9") { |v| v >= 0.9 }
+    end
+
     def bar(name, value, target)
       met = value.nil? ? nil : yield(*Array(value))
       shown = case value
@@ -59,7 +78,8 @@ module MargayBench
       v = @result["versions"]
       ["## Core benchmark (#{@result['mode']}) — #{@result['started_at']}", "",
        "Machine: #{m['nproc']} CPUs (#{m['cpu_model']}), Linux #{m['kernel']}, load average at start #{m['loadavg']}. " \
-       "#{v['ruby']}. Margay #{v['margay']} (#{v['margay_commit']}), Puma #{v['puma']}, #{v['nginx']}, #{v['wrk']}."]
+       "#{v['ruby']}. Margay #{v['margay']} (#{v['margay_commit']}), Iodine #{v['iodine']}, Puma #{v['puma']}, " \
+       "#{v['nginx']}, #{v['wrk']}."]
     end
 
     def hello(lines)
@@ -71,16 +91,19 @@ module MargayBench
                "#{c['wrk_timeout_s']}s --latency -s bench/wrk/report.lua`, median of #{c['rounds']} round(s))"
       lines << ""
       lines << "Margay threads: #{h['margay_threads'] == 'default' ? "default (#{v['margay_default_threads']})" : h['margay_threads']}; " \
-               "Puma: single mode, default threads (#{v['puma_default_threads']}); nginx: 1 worker."
+               "Iodine: `-t 1 -w 1`; Puma: single mode, default threads (#{v['puma_default_threads']}); nginx: 1 worker; " \
+               "margay-w2 and nginx-w2: 2 workers (their \"vs nginx\" is vs nginx-w2)."
       lines << ""
-      lines << "| conns | server | req/s | vs nginx | vs Puma | p50 | p90 | p99 | non-2xx | socket errors | RSS after (MiB) | server CPU µs/req |"
-      lines << "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+      lines << "| conns | server | req/s | vs nginx | vs Iodine | vs Puma | p50 | p90 | p99 | non-2xx | socket errors | " \
+               "RSS after (MiB) | server CPU µs/req |"
+      lines << "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
       h["summary"].each do |r|
         lines << "| #{r['connections']} | #{r['server']} | #{r['rps_median'].round} | #{ratio(r['rps_vs_nginx'])} | " \
+                 "#{ratio(r['rps_vs_iodine'])} | " \
                  "#{ratio(r['rps_vs_puma'])} | #{Stats.ms(r['p50_ms'])} | #{Stats.ms(r['p90_ms'])} | #{Stats.ms(r['p99_ms'])} | " \
                  "#{r['non2xx']} | #{r['socket_errors']} | #{r['rss_mib_median']} | #{r['server_cpu_us_per_request_median']} |"
       end
-      lines << "| – | (no results) |||||||||||" if h["summary"].empty?
+      lines << "| – | (no results) ||||||||||||" if h["summary"].empty?
       lines << ""
       noise(lines, h["runs"])
     end

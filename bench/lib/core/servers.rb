@@ -6,8 +6,13 @@ require_relative "../server_instance"
 
 module MargayBench
   # One server of bench/core.rb: Margay from this checkout, Margay from the --baseline
-  # checkout (margay-base), Puma from bench/Gemfile, or nginx with bench/nginx/hello.conf.
+  # checkout (margay-base), Puma and Iodine from bench/Gemfile, nginx with
+  # bench/nginx/hello.conf; margay-w2 and nginx-w2 are the same with 2 workers.
   class CoreServer < ServerInstance
+    # Iodine's single-process setting: one worker process, one thread (the setting issue 14
+    # measured; more threads hand the GVL back and forth on a hello-world app).
+    IODINE_SETTING = "-t 1 -w 1"
+
     def initialize(name, opts, tmp, app:, threads: nil)
       super(name, tmp: tmp, start_timeout: opts.start_timeout, read_timeout: 2)
       @opts = opts
@@ -28,8 +33,11 @@ module MargayBench
       when "margay-base"
         "BUNDLE_GEMFILE=#{opts.baseline}/Gemfile bundle exec #{opts.baseline}/exe/margay -b tcp://127.0.0.1:PORT " \
           "-e production -q #{threads}APP"
+      when "margay-w2" then "bundle exec #{opts.margay_exe} -b tcp://127.0.0.1:PORT -e production -q #{threads}-w 2 APP"
       when "puma" then "BUNDLE_GEMFILE=bench/Gemfile bundle exec puma -b tcp://127.0.0.1:PORT -e production -C - -q APP"
+      when "iodine" then "BUNDLE_GEMFILE=bench/Gemfile bundle exec iodine -b 127.0.0.1 -p PORT #{IODINE_SETTING} APP"
       when "nginx" then "nginx -p TMP/ -c TMP/nginx.conf -e stderr (bench/nginx/hello.conf, __PORT__ replaced)"
+      when "nginx-w2" then "nginx -p TMP/ -c TMP/nginx.conf -e stderr (bench/nginx/hello.conf, __PORT__ replaced, 2 workers)"
       end
     end
 
@@ -41,6 +49,12 @@ module MargayBench
       env = Env.clean
       case @name
       when "margay" then [env.merge("BUNDLE_GEMFILE" => File.join(ROOT, "Gemfile")), margay_argv(@opts.margay_exe), ROOT]
+      when "margay-w2"
+        argv = margay_argv(@opts.margay_exe)
+        [env.merge("BUNDLE_GEMFILE" => File.join(ROOT, "Gemfile")), argv.insert(-2, "-w", "2"), ROOT]
+      when "iodine"
+        argv = %W[bundle exec iodine -b 127.0.0.1 -p #{@port}] + IODINE_SETTING.split << @app
+        [env.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile")), argv, ROOT]
       when "margay-base"
         base = @opts.baseline
         [env.merge("BUNDLE_GEMFILE" => File.join(base, "Gemfile")), margay_argv(File.join(base, "exe", "margay")), ROOT]
@@ -48,7 +62,8 @@ module MargayBench
         argv = %W[bundle exec puma -b tcp://127.0.0.1:#{@port} -e production -C - -q]
         argv += ["-t", @threads] if @threads
         [env.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile")), argv << @app, ROOT]
-      when "nginx" then nginx_args(env)
+      when "nginx" then nginx_args(env, 1)
+      when "nginx-w2" then nginx_args(env, 2)
       else raise ArgumentError, @name
       end
     end
@@ -59,10 +74,11 @@ module MargayBench
       argv << @app
     end
 
-    def nginx_args(env)
+    def nginx_args(env, workers)
       prefix = File.join(@tmp, "nginx-#{@port}")
       FileUtils.mkdir_p(prefix)
       conf = File.read(File.join(BENCH, "nginx", "hello.conf")).gsub("__PORT__", @port.to_s)
+                 .sub(/^worker_processes \d+;/, "worker_processes #{workers};")
       File.write(File.join(prefix, "nginx.conf"), conf)
       [env, [Env.which("nginx"), "-p", "#{prefix}/", "-c", File.join(prefix, "nginx.conf"), "-e", "stderr"], prefix]
     end
@@ -76,7 +92,7 @@ module MargayBench
       problems = []
       hello = opts.scenarios.include?("hello")
       problems << "wrk not found: install it, e.g. `sudo apt-get install wrk` (Debian/Ubuntu)" if hello && !Env.which("wrk")
-      if opts.servers.include?("nginx") && hello && !Env.which("nginx")
+      if (opts.servers & %w[nginx nginx-w2]).any? && hello && !Env.which("nginx")
         problems << "nginx not found: `sudo apt-get install nginx-light` (or nginx), or leave it out with --servers margay,puma"
       end
       if opts.ruby_servers.any? && !Env.which("bundle")
@@ -85,7 +101,10 @@ module MargayBench
       if opts.servers.include?("puma") && Env.which("bundle") && !Prereqs.bundled?(File.join(BENCH, "Gemfile"))
         problems << "the bench bundle (Puma) is not installed: `bundle install --gemfile bench/Gemfile`"
       end
-      problems.concat(Prereqs.margay(ROOT, opts.margay_exe)) if opts.servers.include?("margay")
+      if opts.servers.include?("iodine") && Env.which("bundle") && !Prereqs.bundled?(File.join(BENCH, "Gemfile"))
+        problems << "the bench bundle (Iodine) is not installed: `bundle install --gemfile bench/Gemfile`"
+      end
+      problems.concat(Prereqs.margay(ROOT, opts.margay_exe)) if (opts.servers & %w[margay margay-w2]).any?
       problems.concat(baseline(opts.baseline)) if opts.servers.include?("margay-base")
       problems
     end

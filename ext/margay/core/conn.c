@@ -42,6 +42,7 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
   c->peer_len = plen;
   c->proxy_pending = e->cfg.proxy_protocol && !kept_alive; /* adopted kept alive: read already */
   c->proxy_addr[0] = '\0';
+  c->peer_text[0] = '\0';
   c->deadline_ms = mg_now_ms() + (kept_alive ? e->cfg.keepalive_timeout_ms : e->cfg.header_timeout_ms);
   atomic_fetch_add(&e->nconns, 1);
   mg_board_count(e, MG_BOARD_CONNS, 1);

@@ -74,6 +74,7 @@ typedef struct mg_conn {
    * kept-alive connection), and its address is every request's REMOTE_ADDR */
   int proxy_pending;      /* the next bytes must be the PROXY line */
   char proxy_addr[MG_ADDR_MAX]; /* the source address it gave; "": none (UNKNOWN) */
+  char peer_text[MG_ADDR_MAX];  /* the peer's address as text, formatted by its first env; "": not yet */
 } mg_conn;
 
 /* Event data of a connection: its fd and generation (see MG_DATA_* in core/engine.h). */

@@ -62,6 +62,14 @@ int mg_engine_open(mg_engine *e, int backend) {
     return failed;
   }
   pthread_mutex_init(&e->sweep_lock, NULL);
+  pthread_mutex_init(&e->standby_lock, NULL);
+  pthread_mutex_init(&e->stash_lock, NULL);
+  e->stash_head = e->stash_len = e->stash_reserved = 0;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&e->standby_cond, &ca);
+  pthread_condattr_destroy(&ca);
   mg_pins_init(&e->pins);
   return MG_OPEN_OK;
 }
@@ -72,5 +80,8 @@ void mg_engine_close(mg_engine *e) {
   if (e->ev) { mg_ev_free(e->ev); e->ev = NULL; }
   close_wake_fd(e->wake_fd);
   pthread_mutex_destroy(&e->sweep_lock);
+  pthread_mutex_destroy(&e->standby_lock);
+  pthread_mutex_destroy(&e->stash_lock);
+  pthread_cond_destroy(&e->standby_cond);
   mg_pins_destroy(&e->pins); /* every segment is gone with its connection */
 }

@@ -80,6 +80,27 @@ typedef struct mg_engine {
   int board_n, board_index;
   int detach_cursor;         /* where mg_detach_idle(pending_only) looks next (the caller holds the GVL) */
   int closed;                /* until opened, and once closed (ruby/engine.c raises IOError then) */
+  /* Issue 14, the fast path (core/loop.c): at most one thread blocks in the event set at a
+   * time (the poller); the other waiting threads stand by on standby_cond, and one of them
+   * (the watcher) takes the poller's place only when no thread came back to the loop for
+   * MG_STANDBY_US: a fast app's thread finds the next request itself, without waking another
+   * thread and handing the GVL over. */
+  _Atomic int pollers;         /* 0 or 1: a thread in (or about to enter) a blocking mg_ev_wait */
+  _Atomic int64_t visit_us;    /* when a thread last entered or left the loop (0: promote now) */
+  _Atomic int gvl_waiters;     /* threads back from the loop with a request, before the GVL */
+  pthread_mutex_t standby_lock;
+  pthread_cond_t standby_cond; /* CLOCK_MONOTONIC */
+  int standbys;                /* under standby_lock */
+  /* Events taken from the kernel by one wait beyond the one the waiting thread handles
+   * (MG_STASH at most, oldest first): the next thread in the loop takes them before it asks
+   * the kernel again. One epoll_wait serves several requests; each event's fd stays disarmed
+   * (one-shot) until it is handled, exactly as in the kernel's ready list. */
+#define MG_STASH 16
+  pthread_mutex_t stash_lock;
+  mg_ev_event stash[MG_STASH];
+  int stash_head, stash_len;   /* under stash_lock */
+  int stash_reserved;          /* room promised to waits under way, under stash_lock */
+  _Atomic int watcher;         /* the standby that ticks (core/loop.c), changed under standby_lock */
 } mg_engine;
 
 /* Event data: the wake fd, a listener (its index in the low bits), or a connection
@@ -106,11 +127,27 @@ static inline int64_t mg_now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Wake a thread waiting in the event loop. */
-static inline void mg_engine_wake(mg_engine *e) {
+/* The engine's fine clock: monotonic microseconds. */
+static inline int64_t mg_now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Wake the thread blocked in the event set (the wake fd is level-triggered: the next poller
+ * sees it when none is blocked now). */
+static inline void mg_engine_wake_poller(mg_engine *e) {
   uint64_t one = 1;
   ssize_t w = write(e->wake_fd[1], &one, e->wake_fd[0] == e->wake_fd[1] ? sizeof one : 1);
   (void)w;
+}
+
+/* Wake every thread waiting in the event loop: the poller and the standbys (a stop). */
+static inline void mg_engine_wake(mg_engine *e) {
+  mg_engine_wake_poller(e);
+  pthread_mutex_lock(&e->standby_lock);
+  pthread_cond_broadcast(&e->standby_cond);
+  pthread_mutex_unlock(&e->standby_lock);
 }
 
 #endif

@@ -94,17 +94,133 @@ int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out) {
   return 1;
 }
 
+/* At most this many events beyond the first per wait go to the stash: two waits may be under
+ * way at once (the poller's, and a thread's with the GVL in mg_loop_try), and the stash has
+ * room for both. */
+#define MG_FETCH (MG_STASH / 2)
+
+int mg_loop_take(mg_engine *e, mg_ev_event *ev, int timeout_ms) {
+  pthread_mutex_lock(&e->stash_lock);
+  if (e->stash_len > 0) {
+    *ev = e->stash[e->stash_head];
+    e->stash_head = (e->stash_head + 1) % MG_STASH;
+    e->stash_len--;
+    pthread_mutex_unlock(&e->stash_lock);
+    return 1;
+  }
+  int room = MG_STASH - e->stash_len - e->stash_reserved;
+  if (room > MG_FETCH) room = MG_FETCH;
+  e->stash_reserved += room;
+  pthread_mutex_unlock(&e->stash_lock);
+  mg_ev_event evs[1 + MG_FETCH];
+  int n = mg_ev_wait_many(e->ev, evs, 1 + room, timeout_ms);
+  if (n >= 1) *ev = evs[0];
+  pthread_mutex_lock(&e->stash_lock);
+  for (int i = 1; i < n; i++) e->stash[(e->stash_head + e->stash_len++) % MG_STASH] = evs[i];
+  e->stash_reserved -= room;
+  pthread_mutex_unlock(&e->stash_lock);
+  return n > 1 ? 1 : n;
+}
+
+/* The calling thread counts as waiting for work (the pool's growth policy, the cluster board,
+ * accept batches) while it is in the loop. */
+static void enter(mg_engine *e) {
+  atomic_fetch_add(&e->idle_waiters, 1);
+  mg_board_count(e, MG_BOARD_WAITING, 1);
+}
+
+static void leave(mg_engine *e) {
+  mg_board_count(e, MG_BOARD_WAITING, -1);
+  if (atomic_fetch_sub(&e->idle_waiters, 1) == 1) atomic_store(&e->all_busy_since_ms, mg_now_ms());
+}
+
+/* At most this many events per mg_loop_try (each was ready, so each is quick). */
+#define MG_TRY_EVENTS 64
+
+int mg_loop_try(mg_engine *e, mg_conn **out) {
+  if (atomic_load(&e->pollers) || atomic_load(&e->gvl_waiters) || atomic_load(&e->stopping)) return 0;
+  enter(e);
+  int got = 0;
+  int64_t now = mg_now_ms();
+  if (now >= atomic_load(&e->next_sweep_ms)) mg_sweep(e, now);
+  for (int i = 0; i < MG_TRY_EVENTS && !got; i++) {
+    mg_ev_event ev;
+    if (mg_loop_take(e, &ev, 0) != 1) break;
+    /* The wake fd is level-triggered: left unread, it is the blocking wait's to see (a stop,
+     * or an interrupted poller). */
+    if (ev.data & MG_DATA_WAKE) break;
+    got = mg_loop_dispatch(e, &ev, out);
+  }
+  if (got) atomic_store(&e->visit_us, mg_now_us());
+  leave(e);
+  return got;
+}
+
+void mg_loop_unblock(void *p) {
+  mg_wait_args *a = p;
+  mg_engine *e = a->e;
+  atomic_store(&a->interrupted, 1);
+  pthread_mutex_lock(&e->standby_lock);
+  pthread_cond_broadcast(&e->standby_cond);
+  pthread_mutex_unlock(&e->standby_lock);
+  mg_engine_wake_poller(e);
+}
+
+/* After this long without a thread coming back to the loop, the watcher sleeps until the next
+ * request taken from the poller wakes it (an idle server does not tick every MG_STANDBY_US). */
+#define MG_WATCH_QUIET_US 100000
+
+enum { WATCHER_NONE = 0, WATCHER_TICKING = 1, WATCHER_ASLEEP = 2 };
+
+/* Stand by (another thread is the poller) for up to +timeout_ms+. The first standby is the
+ * watcher: it looks again every MG_STANDBY_US while requests come and go, so that it takes the
+ * poller's place once the threads out with requests stay away (busy in the app); after
+ * MG_WATCH_QUIET_US without a request it sleeps like the others. */
+static void stand_by(mg_engine *e, mg_wait_args *a, int timeout_ms) {
+  pthread_mutex_lock(&e->standby_lock);
+  if (!atomic_load(&a->interrupted)) {
+    int watcher = atomic_load(&e->watcher) == WATCHER_NONE;
+    int64_t wait_us = (int64_t)timeout_ms * 1000;
+    if (watcher) {
+      int64_t since = mg_now_us() - atomic_load(&e->visit_us);
+      int asleep = atomic_load(&e->pollers) && since >= MG_WATCH_QUIET_US;
+      atomic_store(&e->watcher, asleep ? WATCHER_ASLEEP : WATCHER_TICKING);
+      if (!asleep && wait_us > MG_STANDBY_US) wait_us = MG_STANDBY_US;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t ns = ts.tv_nsec + (wait_us % 1000000) * 1000;
+    ts.tv_sec += (time_t)(wait_us / 1000000 + ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    e->standbys++;
+    pthread_cond_timedwait(&e->standby_cond, &e->standby_lock, &ts);
+    e->standbys--;
+    if (watcher) atomic_store(&e->watcher, WATCHER_NONE);
+  }
+  pthread_mutex_unlock(&e->standby_lock);
+}
+
+/* Signal one standby: to take the poller's place (+now+: the poller left without a request, a
+ * timeout, a stop, an interrupt), or to become the watcher. */
+static void signal_standby(mg_engine *e, int now) {
+  if (now) atomic_store(&e->visit_us, 0);
+  pthread_mutex_lock(&e->standby_lock);
+  if (e->standbys) pthread_cond_signal(&e->standby_cond);
+  pthread_mutex_unlock(&e->standby_lock);
+}
+
 void *mg_wait_nogvl(void *p) {
   mg_wait_args *a = p;
   mg_engine *e = a->e;
   int64_t start = mg_now_ms();
-  atomic_fetch_add(&e->idle_waiters, 1);
-  mg_board_count(e, MG_BOARD_WAITING, 1);
+  int stood_by = 0;
+  enter(e);
   a->conn = NULL;
   for (;;) {
+    if (atomic_load(&a->interrupted)) { a->result = MG_WAIT_INTR; break; }
     int stopping = atomic_load(&e->stopping);
     if (stopping && atomic_load(&e->nconns) == 0) {
-      mg_engine_wake(e); /* pass it on to the next waiting thread */
+      mg_engine_wake(e); /* pass it on to the other waiting threads */
       a->result = MG_WAIT_STOP;
       break;
     }
@@ -116,13 +232,39 @@ void *mg_wait_nogvl(void *p) {
       if (left <= 0) { a->result = MG_WAIT_TIMEOUT; break; }
       if (left < timeout) timeout = (int)left;
     }
+    /* A thread coming from Ruby takes a free poller's place; one that stood by only when no
+     * thread came back to the loop for MG_STANDBY_US (or the poller left without a request). */
+    int free_place = 0;
+    if (stood_by && mg_now_us() - atomic_load(&e->visit_us) < MG_STANDBY_US) free_place = -1;
+    if (free_place != 0 || !atomic_compare_exchange_strong(&e->pollers, &free_place, 1)) {
+      stand_by(e, a, timeout);
+      stood_by = 1;
+      continue;
+    }
+    if (stood_by) { /* a standby took over: another becomes the watcher */
+      stood_by = 0;
+      signal_standby(e, 0);
+    }
     mg_ev_event ev;
-    int n = mg_ev_wait(e->ev, &ev, timeout);
-    if (n < 0) { a->result = MG_WAIT_INTR; break; } /* EINTR: Ruby checks interrupts and calls again */
-    if (n == 0) continue;
-    if (mg_loop_dispatch(e, &ev, &a->conn)) { a->result = MG_WAIT_READY; break; }
+    int n = mg_loop_take(e, &ev, timeout);
+    if (n < 0) { atomic_store(&e->pollers, 0); a->result = MG_WAIT_INTR; break; } /* EINTR: Ruby checks interrupts and calls again */
+    if (n == 0) { atomic_store(&e->pollers, 0); continue; }
+    /* Dispatched out of the poller's place (an accept batch or a read takes a while): a thread
+     * coming back takes it meanwhile; standbys wait, this thread is not busy in the app. */
+    atomic_store(&e->visit_us, mg_now_us());
+    atomic_store(&e->pollers, 0);
+    if (mg_loop_dispatch(e, &ev, &a->conn)) {
+      /* Out with a request: the standbys give it MG_STANDBY_US; a sleeping watcher starts
+       * ticking (read unlocked: a stale look costs one tick). */
+      atomic_store(&e->visit_us, mg_now_us());
+      if (atomic_load(&e->watcher) == WATCHER_ASLEEP) signal_standby(e, 0);
+      atomic_fetch_add(&e->gvl_waiters, 1);
+      a->result = MG_WAIT_READY;
+      break;
+    }
   }
-  mg_board_count(e, MG_BOARD_WAITING, -1);
-  if (atomic_fetch_sub(&e->idle_waiters, 1) == 1) atomic_store(&e->all_busy_since_ms, mg_now_ms());
+  /* Leaving without a request while nobody polls: a standby takes over at once. */
+  if (a->result != MG_WAIT_READY && atomic_load(&e->pollers) == 0) signal_standby(e, 1);
+  leave(e);
   return NULL;
 }

@@ -15,7 +15,19 @@ typedef struct {
   mg_conn *conn;         /* out: the connection with a complete request (MG_WAIT_READY), owned */
   int64_t idle_ms;       /* return MG_WAIT_TIMEOUT after this long without work; <0: never */
   int result;
+  _Atomic int interrupted; /* set by mg_loop_unblock (Ruby's unblocking function) */
 } mg_wait_args;
+
+/* How long the loop may go without a thread coming back to it (a request taken, or a thread
+ * entering next_request) before a standing-by thread takes the poller's place: the threads
+ * that are out with requests are then really busy in the app (or blocked in it). Shorter
+ * than this, the thread that finishes its response finds the next request itself. */
+#define MG_STANDBY_US 1000
+
+/* How long a thread may keep the GVL while it takes request after request without blocking
+ * (mg_loop_try): then it goes through the blocking wait once, so that a Ruby thread waiting
+ * for the GVL (the supervisor's tick) gets it without waiting for Ruby's 100 ms timeslice. */
+#define MG_GVL_TURN_US 2000
 
 /* How long a thread may keep serving one connection's pipelined requests back to back: from
  * when it took the connection from the event loop. Beyond it the next request waits its turn
@@ -31,11 +43,31 @@ int mg_loop_turn_left(const mg_conn *c);
  * list; the thread that reaches it frames the request. */
 void mg_loop_requeue(mg_engine *e, mg_conn *c);
 
-/* Handle one event taken from the engine's event set (mg_ev_wait): a wake, a listener (accept),
+/* Take one event from the engine's set: the oldest in the engine's stash, else from the backend
+ * (one epoll_wait takes up to MG_STASH / 2 more into the stash, for the next thread). 1, 0
+ * (timeout) or -1 (errno). A second wait loop takes its events here, not with mg_ev_wait on
+ * e->ev directly: events in the stash are otherwise seen only by the threads in this loop. */
+int mg_loop_take(mg_engine *e, mg_ev_event *ev, int timeout_ms);
+
+/* Handle one event taken from the engine's event set (mg_loop_take): a wake, a listener (accept),
  * or a connection (read, frame, finish a write, linger). Returns 1 with *out set to the owned
  * connection when that completed a request (this thread's turn on it begins), else 0. Without
  * the GVL. */
 int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out);
+
+/* With the GVL, never blocking (issue 14): when no other thread is blocked in the event set
+ * (it would take what is ready anyway) and none is back with a request waiting for the GVL,
+ * take the events that are ready now, up to a bound, until one completes a request. Returns
+ * 1 with *out set (owned, its turn begun), else 0: nothing ready, or the blocking wait must
+ * decide (the engine stops). */
+int mg_loop_try(mg_engine *e, mg_conn **out);
+
+/* Ruby's unblocking function for mg_wait_nogvl (rb_thread_call_without_gvl2's ubf, with the
+ * same mg_wait_args): makes that thread return MG_WAIT_INTR, standing by or polling. */
+void mg_loop_unblock(void *args);
+
+/* A thread back from mg_wait_nogvl with MG_WAIT_READY holds the GVL again. */
+static inline void mg_loop_got_gvl(mg_engine *e) { atomic_fetch_sub(&e->gvl_waiters, 1); }
 
 /* Wait for events and handle them until a request is complete, the engine stops, +idle_ms+
  * pass, or a signal interrupts (for rb_thread_call_without_gvl2: +args+ is an mg_wait_args). */

@@ -51,17 +51,31 @@ static int ep_disarm(mg_ev *ev, int fd) {
   return -1;
 }
 
+static void from_epoll(const struct epoll_event *e, mg_ev_event *out) {
+  out->data = e->data.u64;
+  out->events = 0;
+  if (e->events & (EPOLLIN | EPOLLRDHUP)) out->events |= MG_EV_IN;
+  if (e->events & EPOLLOUT) out->events |= MG_EV_OUT;
+  if (e->events & (EPOLLERR | EPOLLHUP)) out->events |= MG_EV_ERR | MG_EV_IN;
+}
+
 static int ep_wait(mg_ev *ev, mg_ev_event *out, int timeout_ms) {
   mg_ev_epoll *ep = (mg_ev_epoll *)ev;
   struct epoll_event e;
   int n = epoll_wait(ep->epfd, &e, 1, timeout_ms);
   if (n <= 0) return n;
-  out->data = e.data.u64;
-  out->events = 0;
-  if (e.events & (EPOLLIN | EPOLLRDHUP)) out->events |= MG_EV_IN;
-  if (e.events & EPOLLOUT) out->events |= MG_EV_OUT;
-  if (e.events & (EPOLLERR | EPOLLHUP)) out->events |= MG_EV_ERR | MG_EV_IN;
+  from_epoll(&e, out);
   return 1;
+}
+
+#define MG_EP_MANY 64
+
+static int ep_wait_many(mg_ev *ev, mg_ev_event *out, int max, int timeout_ms) {
+  mg_ev_epoll *ep = (mg_ev_epoll *)ev;
+  struct epoll_event e[MG_EP_MANY];
+  int n = epoll_wait(ep->epfd, e, max < MG_EP_MANY ? max : MG_EP_MANY, timeout_ms);
+  for (int i = 0; i < n; i++) from_epoll(&e[i], &out[i]);
+  return n;
 }
 
 static void ep_free(mg_ev *ev) {
@@ -71,7 +85,7 @@ static void ep_free(mg_ev *ev) {
   free(ep);
 }
 
-static const struct mg_ev_ops epoll_ops = {"epoll", ep_arm, ep_disarm, ep_wait, ep_free};
+static const struct mg_ev_ops epoll_ops = {"epoll", ep_arm, ep_disarm, ep_wait, ep_free, ep_wait_many};
 
 mg_ev *mg_ev_epoll_new(int max_fds) {
   mg_ev_epoll *ep = calloc(1, sizeof(*ep));

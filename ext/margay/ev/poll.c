@@ -65,7 +65,13 @@ static int pl_disarm(mg_ev *ev, int fd) {
 static int pl_wait(mg_ev *ev, mg_ev_event *out, int timeout_ms) {
   mg_ev_poll *p = (mg_ev_poll *)ev;
   int found = 0;
-  pthread_mutex_lock(&p->leader);
+  /* A look without waiting (timeout 0, taken with the GVL held) never queues behind the
+   * leader's poll: nothing is ready for it then. */
+  if (timeout_ms == 0) {
+    if (pthread_mutex_trylock(&p->leader) != 0) return 0;
+  } else {
+    pthread_mutex_lock(&p->leader);
+  }
   pthread_mutex_lock(&p->lock);
   int n = 0;
   p->pfds[n].fd = p->ctl[0];
@@ -128,7 +134,13 @@ static void pl_free(mg_ev *ev) {
   free(p);
 }
 
-static const struct mg_ev_ops poll_ops = {"poll", pl_arm, pl_disarm, pl_wait, pl_free};
+/* One event per wait: the leader hands out what it found one at a time. */
+static int pl_wait_many(mg_ev *ev, mg_ev_event *out, int max, int timeout_ms) {
+  (void)max;
+  return pl_wait(ev, out, timeout_ms);
+}
+
+static const struct mg_ev_ops poll_ops = {"poll", pl_arm, pl_disarm, pl_wait, pl_free, pl_wait_many};
 
 mg_ev *mg_ev_poll_new(int max_fds) {
   mg_ev_poll *p = calloc(1, sizeof(*p));

@@ -259,13 +259,18 @@ static VALUE ready(mg_rb_engine *rb, mg_conn *c) {
   return b.out;
 }
 
+/* When the calling thread last got the GVL back from the blocking wait: it takes ready work
+ * without releasing the GVL (mg_loop_try) for at most MG_GVL_TURN_US after that. */
+static _Thread_local int64_t gvl_since_us;
+
 /*
  * Engine#next_request(continue_token = nil, idle_ms = nil)
  *   -> [token, env], :timeout (idle_ms passed without work), or nil (stopped)
  * Waits without the GVL. continue_token: the token #respond returned, when a
  * pipelined request is already buffered on that connection: it is served at once while the
  * thread's turn on the connection lasts (MG_TURN_MS since it took it from the event loop),
- * else requeued behind the other ready connections and pending accepts.
+ * else requeued behind the other ready connections and pending accepts. Ready work is taken
+ * first without releasing the GVL (for MG_GVL_TURN_US after the thread last waited).
  */
 static VALUE engine_next_request(int argc, VALUE *argv, VALUE self) {
   VALUE cont, idle;
@@ -279,11 +284,19 @@ static VALUE engine_next_request(int argc, VALUE *argv, VALUE self) {
     if (c && !mg_loop_turn_left(c)) mg_loop_requeue(e, c);
     else if (c && mg_input_continue(e, c)) return ready(rb, c);
   }
-  mg_wait_args a = {e, NULL, NIL_P(idle) ? -1 : NUM2LL(idle), 0};
+  /* Ready work first, keeping the GVL: no hand-off, no wake of another thread (core/loop.h). */
+  mg_conn *c;
+  if (mg_now_us() - gvl_since_us < MG_GVL_TURN_US && mg_loop_try(e, &c)) return ready(rb, c);
+  mg_wait_args a = {e, NULL, NIL_P(idle) ? -1 : NUM2LL(idle), 0, 0};
   for (;;) {
     a.result = MG_WAIT_INTR;
-    rb_thread_call_without_gvl2(mg_wait_nogvl, &a, RUBY_UBF_IO, NULL);
-    if (a.result == MG_WAIT_READY) return ready(rb, a.conn);
+    atomic_store(&a.interrupted, 0);
+    rb_thread_call_without_gvl2(mg_wait_nogvl, &a, mg_loop_unblock, &a);
+    gvl_since_us = mg_now_us();
+    if (a.result == MG_WAIT_READY) {
+      mg_loop_got_gvl(e);
+      return ready(rb, a.conn);
+    }
     if (a.result == MG_WAIT_TIMEOUT) return ID2SYM(id_timeout);
     if (a.result == MG_WAIT_STOP) return Qnil;
     rb_thread_check_ints(); /* interrupted: signals, Thread#raise, or a closed engine */
@@ -338,7 +351,9 @@ static VALUE engine_error_response(VALUE self, VALUE token, VALUE status) {
   return Qnil;
 }
 
-/* Engine#stats -> {connections:, waiting_threads:, requests:, max_connections:, event_backend:} */
+/* Engine#stats -> {connections:, waiting_threads:, requests:, max_connections:, event_backend:,
+ * polling:, standing_by:} (the last two: of the waiting threads, the one blocked in the event set
+ * and those standing by, core/loop.c) */
 static VALUE engine_stats(VALUE self) {
   mg_engine *e = mg_engine_get(self);
   VALUE h = rb_hash_new();
@@ -347,6 +362,11 @@ static VALUE engine_stats(VALUE self) {
   rb_hash_aset(h, ID2SYM(rb_intern("requests")), ULL2NUM(atomic_load(&e->requests)));
   rb_hash_aset(h, ID2SYM(rb_intern("max_connections")), INT2NUM(e->cfg.max_connections));
   rb_hash_aset(h, ID2SYM(rb_intern("event_backend")), rb_str_new_cstr(e->ev->ops->name));
+  rb_hash_aset(h, ID2SYM(rb_intern("polling")), INT2NUM(atomic_load(&e->pollers)));
+  pthread_mutex_lock(&e->standby_lock);
+  int standbys = e->standbys;
+  pthread_mutex_unlock(&e->standby_lock);
+  rb_hash_aset(h, ID2SYM(rb_intern("standing_by")), INT2NUM(standbys));
   return h;
 }
 

@@ -36,40 +36,27 @@ static VALUE method_string(const char *p, size_t n) {
 
 static VALUE span_str(const char *buf, mg_span s) { return rb_str_new(buf + s.off, s.len); }
 
-/* SERVER_NAME and SERVER_PORT from a host[:port] authority. */
-static void set_server(VALUE env, const char *p, size_t n, int https) {
-  size_t name_end = n;
-  const char *port = NULL;
-  size_t port_len = 0;
-  if (n && p[0] == '[') {
-    const char *close = memchr(p, ']', n);
-    name_end = close ? (size_t)(close - p) + 1 : n;
-    if (name_end < n && p[name_end] == ':') { port = p + name_end + 1; port_len = n - name_end - 1; }
-  } else {
-    const char *colon = memchr(p, ':', n);
-    if (colon) { name_end = (size_t)(colon - p); port = colon + 1; port_len = n - name_end - 1; }
-  }
-  rb_hash_aset(env, k_SERVER_NAME, name_end ? rb_str_new(p, (long)name_end) : v_localhost);
-  rb_hash_aset(env, k_SERVER_PORT, port_len ? rb_str_new(port, (long)port_len) : https ? v_port443 : v_port80);
-}
-
-/* The socket's peer; an IPv4 client of a dual-stack listener as IPv4 (::ffff:1.2.3.4 is 1.2.3.4,
- * as Puma gives it). */
-static VALUE peer_addr(mg_conn *c) {
-  char ip[INET6_ADDRSTRLEN];
+/* The socket's peer as text, formatted once per connection; an IPv4 client of a dual-stack
+ * listener as IPv4 (::ffff:1.2.3.4 is 1.2.3.4, as Puma gives it). */
+static const char *peer_text(mg_conn *c) {
+  if (c->peer_text[0]) return c->peer_text;
+  const char *ip = NULL;
   if (c->peer.ss_family == AF_INET) {
     struct sockaddr_in *a = (struct sockaddr_in *)&c->peer;
-    if (inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip)) return rb_str_new_cstr(ip);
+    ip = inet_ntop(AF_INET, &a->sin_addr, c->peer_text, sizeof c->peer_text);
   } else if (c->peer.ss_family == AF_INET6) {
     struct sockaddr_in6 *a = (struct sockaddr_in6 *)&c->peer;
-    if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
-      if (inet_ntop(AF_INET, a->sin6_addr.s6_addr + 12, ip, sizeof ip)) return rb_str_new_cstr(ip);
-    } else if (inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip)) {
-      return rb_str_new_cstr(ip);
-    }
+    if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) ip = inet_ntop(AF_INET, a->sin6_addr.s6_addr + 12, c->peer_text, sizeof c->peer_text);
+    else ip = inet_ntop(AF_INET6, &a->sin6_addr, c->peer_text, sizeof c->peer_text);
   }
-  return rb_str_new_cstr("127.0.0.1"); /* Unix sockets, like Puma */
+  if (!ip) snprintf(c->peer_text, sizeof c->peer_text, "127.0.0.1"); /* Unix sockets, like Puma */
+  return c->peer_text;
 }
+
+/* An address as a new String. (Interned strings, rb_interned_str, were tried: on Ruby 3.1 one
+ * kept in the env of an earlier request was seen replaced by another object for the same
+ * address, with heap corruption in the same runs, so every request gets its own.) */
+static VALUE addr_str(const char *s) { return rb_str_new_cstr(s); }
 
 /* Whether field name +s+ is +want+ (lowercase, '-'; see remote_header in core/engine.h). A name
  * with '_' never matches: X_Forwarded_For cannot stand in for X-Forwarded-For (CVE-2024-45614). */
@@ -81,18 +68,18 @@ static int is_field(const char *b, mg_span s, const char *want) {
  * forwarding field (the one the nearest proxy added: every earlier one is the client's to
  * choose); else the PROXY line's address; else the socket's peer. */
 static VALUE remote_addr(const mg_settings *cfg, mg_conn *c) {
-  if (cfg->remote_value[0]) return rb_str_new_cstr(cfg->remote_value);
+  if (cfg->remote_value[0]) return addr_str(cfg->remote_value);
   if (cfg->remote_header[0]) {
     const mg_request *r = &c->req;
     for (size_t i = r->nheaders; i-- > 0;) {
       if (!is_field(c->rbuf, r->headers[i].name, cfg->remote_header)) continue;
       char ip[MG_ADDR_MAX];
-      if (mg_forwarded_last(c->rbuf + r->headers[i].value.off, r->headers[i].value.len, ip)) return rb_str_new_cstr(ip);
+      if (mg_forwarded_last(c->rbuf + r->headers[i].value.off, r->headers[i].value.len, ip)) return addr_str(ip);
       break; /* the last line decides: an earlier one is no better than the socket */
     }
   }
-  if (c->proxy_addr[0]) return rb_str_new_cstr(c->proxy_addr);
-  return peer_addr(c);
+  if (c->proxy_addr[0]) return addr_str(c->proxy_addr);
+  return addr_str(peer_text(c));
 }
 
 /* HTTP_<NAME> for a field name; NULL key (Qnil) when the name must be dropped. */
@@ -110,39 +97,81 @@ static VALUE header_key(const char *name, size_t n) {
   return rb_interned_str(buf, (long)(n + 5));
 }
 
+/* rack.input for a request with a body (in memory or in a tempfile); Qundef without one: the
+ * env keeps the template's shared empty input (RequestHandler::EMPTY_INPUT). */
 static VALUE make_input(mg_conn *c) {
   if (c->bfd >= 0) {
     VALUE io = rb_funcall(rb_cFile, id_for_fd, 2, INT2FIX(c->bfd), rb_str_new_cstr("rb"));
     c->bfd = -1; /* Ruby owns it now and closes it after the request */
     return io;
   }
+  if (!c->blen) return Qundef;
   if (!cStringIO) {
     cStringIO = rb_const_get(rb_cObject, rb_intern("StringIO"));
     rb_gc_register_mark_object(cStringIO);
   }
-  VALUE str = c->blen ? rb_str_new(c->bmem, (long)c->blen) : rb_str_buf_new(0);
+  VALUE str = rb_str_new(c->bmem, (long)c->blen);
   rb_enc_associate(str, rb_ascii8bit_encoding());
   return rb_class_new_instance(1, &str, cStringIO);
 }
 
+/* The env's own pairs, gathered before they go into the template's copy. Keys are interned: a
+ * repeated field finds its earlier pair by identity (no hash lookup per field). */
+typedef struct {
+  VALUE *kv;
+  long n; /* values used (2 per pair) */
+} pairs;
+
+static void put(pairs *p, VALUE key, VALUE value) {
+  p->kv[p->n++] = key;
+  p->kv[p->n++] = value;
+}
+
+/* The value already gathered for +key+, or NULL. */
+static VALUE *find(pairs *p, VALUE key) {
+  for (long i = 0; i < p->n; i += 2) if (p->kv[i] == key) return &p->kv[i + 1];
+  return NULL;
+}
+
+/* SERVER_NAME and SERVER_PORT from a host[:port] authority. */
+static void set_server(pairs *pp, const char *p, size_t n, int https) {
+  size_t name_end = n;
+  const char *port = NULL;
+  size_t port_len = 0;
+  if (n && p[0] == '[') {
+    const char *close = memchr(p, ']', n);
+    name_end = close ? (size_t)(close - p) + 1 : n;
+    if (name_end < n && p[name_end] == ':') { port = p + name_end + 1; port_len = n - name_end - 1; }
+  } else {
+    const char *colon = memchr(p, ':', n);
+    if (colon) { name_end = (size_t)(colon - p); port = colon + 1; port_len = n - name_end - 1; }
+  }
+  put(pp, k_SERVER_NAME, name_end ? rb_str_new(p, (long)name_end) : v_localhost);
+  put(pp, k_SERVER_PORT, port_len ? rb_str_new(port, (long)port_len) : https ? v_port443 : v_port80);
+}
+
+/* The fixed pairs, the SERVER_* and CONTENT_LENGTH pairs and rack.input besides the fields. */
+#define MG_ENV_FIXED_PAIRS 16
+
 VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_settings *cfg, mg_conn *c) {
   const char *b = c->rbuf;
   mg_request *r = &c->req;
-  VALUE env = rb_hash_dup(env_template);
+  VALUE tmp = 0;
+  pairs p = {ALLOCV_N(VALUE, tmp, 2 * (MG_ENV_FIXED_PAIRS + r->nheaders)), 0};
 
-  rb_hash_aset(env, k_REQUEST_METHOD, method_string(b + r->method.off, r->method.len));
-  if (r->target_form == MG_ASTERISK_FORM) rb_hash_aset(env, k_PATH_INFO, v_star);
-  else if (r->path.len == 0) rb_hash_aset(env, k_PATH_INFO, rb_str_new_cstr("/"));
-  else rb_hash_aset(env, k_PATH_INFO, span_str(b, r->path));
-  rb_hash_aset(env, k_QUERY_STRING, r->query.len ? span_str(b, r->query) : rb_str_new(NULL, 0));
-  rb_hash_aset(env, k_REQUEST_URI, span_str(b, r->target));
-  rb_hash_aset(env, k_SERVER_PROTOCOL, r->minor ? v_HTTP_1_1 : v_HTTP_1_0);
-  rb_hash_aset(env, k_REMOTE_ADDR, remote_addr(cfg, c));
+  put(&p, k_REQUEST_METHOD, method_string(b + r->method.off, r->method.len));
+  if (r->target_form == MG_ASTERISK_FORM) put(&p, k_PATH_INFO, v_star);
+  else if (r->path.len == 0) put(&p, k_PATH_INFO, rb_str_new_cstr("/"));
+  else put(&p, k_PATH_INFO, span_str(b, r->path));
+  put(&p, k_QUERY_STRING, r->query.len ? span_str(b, r->query) : rb_str_new(NULL, 0));
+  put(&p, k_REQUEST_URI, span_str(b, r->target));
+  put(&p, k_SERVER_PROTOCOL, r->minor ? v_HTTP_1_1 : v_HTTP_1_0);
+  put(&p, k_REMOTE_ADDR, remote_addr(cfg, c));
 
+  long fields = p.n;
   for (size_t i = 0; i < r->nheaders; i++) {
     const char *name = b + r->headers[i].name.off;
     size_t nlen = r->headers[i].name.len;
-    VALUE value = span_str(b, r->headers[i].value);
     VALUE key;
     if (mg_span_ieq(b, r->headers[i].name, "content-length")) {
       continue; /* set below from the parsed, validated length */
@@ -154,30 +183,41 @@ VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_set
       key = header_key(name, nlen);
       if (NIL_P(key)) continue;
     }
-    VALUE prev = rb_hash_lookup2(env, key, Qundef);
-    if (prev != Qundef && key != k_CONTENT_TYPE) {
-      rb_str_cat(prev, key == k_HTTP_COOKIE ? "; " : ", ", 2);
-      rb_str_append(prev, value);
+    VALUE value = span_str(b, r->headers[i].value);
+    pairs seen = {p.kv + fields, p.n - fields};
+    VALUE *prev = find(&seen, key);
+    if (prev && key != k_CONTENT_TYPE) {
+      rb_str_cat(*prev, key == k_HTTP_COOKIE ? "; " : ", ", 2);
+      rb_str_append(*prev, value);
+    } else if (prev) {
+      *prev = value; /* the last content-type wins */
     } else {
-      rb_hash_aset(env, key, value);
+      put(&p, key, value);
     }
   }
   if (r->content_length >= 0 || r->chunked) {
     char num[24];
     int n = snprintf(num, sizeof num, "%llu", (unsigned long long)(r->chunked ? c->btotal : (uint64_t)r->content_length));
-    rb_hash_aset(env, k_CONTENT_LENGTH, rb_str_new(num, n));
+    put(&p, k_CONTENT_LENGTH, rb_str_new(num, n));
   }
+  VALUE *host;
   if (r->authority.len) {
-    rb_hash_aset(env, k_HTTP_HOST, span_str(b, r->authority));
+    VALUE authority = span_str(b, r->authority);
+    if ((host = find(&p, k_HTTP_HOST))) *host = authority;
+    else put(&p, k_HTTP_HOST, authority);
     int https = r->target.len > 5 && (b[r->target.off + 4] == 's' || b[r->target.off + 4] == 'S');
-    set_server(env, b + r->authority.off, r->authority.len, https);
+    set_server(&p, b + r->authority.off, r->authority.len, https);
   } else if (r->host.len) {
-    set_server(env, b + r->host.off, r->host.len, 0);
+    set_server(&p, b + r->host.off, r->host.len, 0);
   } else {
-    rb_hash_aset(env, k_SERVER_NAME, server->server_name);
-    rb_hash_aset(env, k_SERVER_PORT, server->server_port);
+    put(&p, k_SERVER_NAME, server->server_name);
+    put(&p, k_SERVER_PORT, server->server_port);
   }
-  rb_hash_aset(env, k_rack_input, make_input(c));
+  VALUE input = make_input(c);
+  if (input != Qundef) put(&p, k_rack_input, input);
+  VALUE env = rb_hash_dup(env_template);
+  for (long i = 0; i < p.n; i += 2) rb_hash_aset(env, p.kv[i], p.kv[i + 1]);
+  ALLOCV_END(tmp);
   return env;
 }
 

@@ -38,10 +38,47 @@ module Margay
         end
       end
 
+      # rack.input of a request without a body: one frozen, stateless object
+      # shared by every such request (no StringIO and String per request). It
+      # reads like an empty binary IO at its end, and rewinds and closes
+      # without effect, so an app may still call everything it calls on a
+      # StringIO input.
+      class EmptyInput
+        # nil (no line).
+        def gets(*) = nil
+
+        # Yields nothing.
+        def each = self
+
+        # "" when +length+ is nil or 0 (IO#read's answer at the end), else
+        # nil; +buffer+ is emptied and returned in place of "".
+        def read(length = nil, buffer = nil)
+          buffer&.clear
+          return nil if length&.positive?
+
+          buffer || String.new(encoding: Encoding::BINARY)
+        end
+
+        # 0: always at the start, which is also the end.
+        def rewind = 0
+
+        def size = 0
+
+        def eof? = true
+
+        def close = nil
+
+        def external_encoding = Encoding::BINARY
+      end
+
+      EMPTY_INPUT = EmptyInput.new.freeze
+
       # The env entries that are the same for every request; the engine
-      # starts each request's env from them.
+      # starts each request's env from them (rack.input: EMPTY_INPUT unless
+      # the request has a body).
       def self.env_template(config)
         {
+          Rack::RACK_INPUT => EMPTY_INPUT,
           Rack::SCRIPT_NAME => "",
           "SERVER_SOFTWARE" => "Margay/#{VERSION}",
           Rack::RACK_URL_SCHEME => "http",
@@ -89,7 +126,7 @@ module Margay
         hijack = Hijack.new(@engine, token, env)
         env[Rack::RACK_HIJACK] = hijack
         env[RACK_EARLY_HINTS] = EarlyHints.new(@engine, token)
-        Upgrade.prepare(env)
+        Upgrade.prepare(env) if env.key?("HTTP_UPGRADE")
         callbacks = env[Rack::RACK_RESPONSE_FINISHED] = []
         status = headers = body = error = nil
         continue_with = nil
@@ -102,7 +139,7 @@ module Margay
         ensure
           close_body(body, env)
           input.close if input.is_a?(File) && !input.closed?
-          finish_callbacks(callbacks, env, status, headers, error)
+          finish_callbacks(callbacks, env, status, headers, error) unless callbacks.empty?
           log_access(env, status, started) if @access_log
         end
         continue_with
