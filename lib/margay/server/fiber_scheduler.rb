@@ -287,7 +287,7 @@ module Margay
       # every waiter on it is ready at once).
       def arm(fd)
         waiters = @io[fd]
-        events = waiters.sum(0) { |w| w.events }
+        events = waiters.inject(0) { |m, w| m | w.events } # a union: two readers are still IO::READABLE
         return true if @waits.arm(fd, events)
 
         waiters.dup.each { |w| w.fiber.equal?(Fiber.current) ? cancel(w) : finish(w, w.events) }
