@@ -77,7 +77,7 @@ module Margay
       # thread go after idling.
       def serve
         waits = Native::FiberWaits.new(@engine)
-        @scheduler = FiberScheduler.new(waits)
+        @scheduler = FiberScheduler.new(waits, log: @log)
         Fiber.set_scheduler(@scheduler)
         serve_loop
       ensure
@@ -102,11 +102,11 @@ module Margay
             timeout = @scheduler.next_timeout_ms(now)
           end
           out_of_band if @oob_due
-          break if stopping && @fibers.zero?
+          break if stopping && idle?
 
           take = stopping ? 0 : [RUNNABLE_CAP - (ready.size / 2), @in_flight.room, TAKE_MAX].min
           timeout = 0 unless ready.empty?
-          budget = (@pool.idle_budget if take.positive? && @fibers.zero?)
+          budget = (@pool.idle_budget if take.positive? && idle?)
           timeout = [timeout || budget, budget].min if budget
           result = @scheduler.wait_events(timeout, take, requests)
           if !requests.empty?
@@ -114,11 +114,16 @@ module Margay
             requests.each { |request| start(request) }
           elsif result == :stop
             stopping = true
-          elsif budget && @fibers.zero?
+          elsif budget && idle?
             idle_since ||= now
             break if Clock.now - idle_since >= budget / 1000.0 && @pool.leave?(Thread.current)
           end
         end
+      end
+
+      # No fiber of this thread left: neither a request's nor a Fiber.schedule'd one.
+      def idle?
+        @fibers.zero? && @scheduler.scheduled.zero?
       end
 
       # Resume the fibers that were ready when the turn began (those they make ready run in

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../clock"
+require_relative "../errors"
 require_relative "../runner"
 
 module Margay
@@ -45,8 +46,11 @@ module Margay
       attr_reader :ready
 
       # @param waits [Native::FiberWaits] this thread's private wait set
-      def initialize(waits)
+      # @param log [Log, nil] where a Fiber.schedule'd fiber's error is logged
+      def initialize(waits, log: nil)
         @waits = waits
+        @log = log
+        @scheduled = 0
         @thread = Thread.current
         @root = Fiber.current
         @ready = []
@@ -131,14 +135,24 @@ module Margay
       end
 
       # Fiber.schedule: a non-blocking fiber, run at once (the caller runs again next round).
+      # Counted in #scheduled until it ends (the loop waits for it before stopping or idling
+      # out). What it raises ends that fiber only, logged: entered by transfer, it would
+      # otherwise surface in the root fiber and unwind the thread's loop with every other
+      # fiber of the thread. ForceShutdown does unwind it (the thread is to stop now).
       def fiber(&block)
-        fiber = Fiber.new(blocking: false, &block)
+        fiber = Fiber.new(blocking: false) { |*args| run_scheduled(block, args) }
+        @scheduled += 1
         @ready.push(Fiber.current, nil) unless Fiber.current.equal?(@root)
         run(fiber, nil)
         fiber
       end
 
-      # The thread ends: its loop finished every fiber already.
+      # The fibers made by #fiber that have not ended.
+      attr_reader :scheduled
+
+      # The thread ends: its loop ends only once every fiber it counts (requests and
+      # #scheduled) ended, so none is left to run here, except when a ForceShutdown unwound
+      # the loop (those are abandoned: the thread is to stop now).
       def close
         nil
       end
@@ -224,6 +238,17 @@ module Margay
       end
 
       private
+
+      def run_scheduled(block, args)
+        block.call(*args)
+      rescue ForceShutdown
+        raise
+      rescue Exception => e # rubocop:disable Lint/RescueException -- it would unwind the thread's loop
+        @log&.exception(e, "Fiber.schedule'd fiber raised")
+        nil
+      ensure
+        @scheduled -= 1
+      end
 
       # Transfer to the root fiber until +wait+ completes; returns its value (or raises what
       # #interrupt asked for).

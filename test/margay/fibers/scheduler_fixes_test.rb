@@ -82,4 +82,52 @@ class FiberSchedulerFixesTest < Minitest::Test
     r&.close
     w&.close
   end
+
+  # What a Fiber.schedule'd fiber raises ends that fiber only: it is logged, the thread's
+  # other requests are answered, and the thread goes on serving.
+  def test_a_raising_scheduled_fiber_is_logged_and_its_thread_goes_on
+    threads = Queue.new
+    app = lambda do |env|
+      case env["PATH_INFO"]
+      when "/bg"
+        Fiber.schedule do
+          sleep 0.05
+          raise "bg boom"
+        end
+        text("spawned")
+      when "/sleep"
+        threads << Thread.current
+        sleep 0.3
+        text("slept")
+      else
+        threads << Thread.current
+        text("later")
+      end
+    end
+    fiber_server(app, shutdown_timeout: 5) do |_host, port|
+      sleeper = send_get(port, "/sleep")
+      first = pop_within(threads)
+      assert_equal "spawned", read_response(send_get(port, "/bg"))[2]
+      assert_equal [200, "slept"], read_response(sleeper, timeout: 5).values_at(0, 2)
+      assert_equal "later", read_response(send_get(port, "/later"), timeout: 5)[2]
+      assert_same first, pop_within(threads), "the same pool thread serves on"
+    end
+    assert_match(/Fiber.schedule'd fiber raised: RuntimeError: bg boom/, @server_log.string)
+  end
+
+  # Fiber.schedule'd fibers are counted: a graceful stop lets them end.
+  def test_graceful_stop_waits_for_scheduled_fibers
+    done = Queue.new
+    app = lambda do |_env|
+      Fiber.schedule do
+        sleep 0.3
+        done << :ran
+      end
+      text("spawned")
+    end
+    fiber_server(app, shutdown_timeout: 10) do |_host, port|
+      assert_equal "spawned", read_response(send_get(port, "/"))[2]
+    end
+    assert_equal 1, done.size, "the scheduled fiber ran to its end before the server stopped"
+  end
 end
