@@ -27,29 +27,46 @@ module Margay
       # thread, so there is nothing to mark (true: marked).
       IO_BOUND = -> { true }
 
-      # The process-wide count of requests in flight in fiber mode, against max_in_flight.
-      # Updated under the GVL by the pool threads (a statistic-grade counter: the cap may be
-      # passed by one when two threads look at the same moment).
+      # The process-wide count of requests in flight in fiber mode, against max_in_flight. A
+      # slot is claimed in C (Native::InFlight, atomically) by the wait that takes a request,
+      # so several threads never pass the cap together; #leave releases it when the request's
+      # fiber ends and, when the cap was full, pokes every thread's set: one parked for lack
+      # of room (taking nothing, not listening to the engine) looks again.
       class InFlight
-        attr_reader :count, :max
-
         # @param max [Integer] config.max_in_flight
         def initialize(max)
-          @max = max
-          @count = 0
+          @native = Native::InFlight.new(max)
+          @waits = [] # every fiber-mode thread's Native::FiberWaits
         end
 
-        # How many more requests may start.
+        # The Native::InFlight that FiberWaits#wait claims slots of.
+        attr_reader :native
+
+        def max
+          @native.max
+        end
+
+        def count
+          @native.count
+        end
+
+        # How many more requests may start (a hint: the wait claims each one).
         def room
-          @max > @count ? @max - @count : 0
+          n = @native.max - @native.count
+          n.positive? ? n : 0
         end
 
-        def enter
-          @count += 1
+        # A thread's set, poked when room comes back.
+        def register(waits)
+          @waits << waits
+        end
+
+        def unregister(waits)
+          @waits.delete(waits)
         end
 
         def leave
-          @count -= 1
+          @waits.dup.each(&:poke) if @native.leave
         end
       end
 
@@ -76,13 +93,17 @@ module Margay
       # Serve until the engine stops (and this thread's fibers are done) or the pool lets the
       # thread go after idling.
       def serve
-        waits = Native::FiberWaits.new(@engine)
+        waits = Native::FiberWaits.new(@engine, @in_flight.native)
+        @in_flight.register(waits)
         @scheduler = FiberScheduler.new(waits, log: @log)
         Fiber.set_scheduler(@scheduler)
         serve_loop
       ensure
         Fiber.set_scheduler(nil) if @scheduler
-        waits&.close
+        if waits
+          @in_flight.unregister(waits)
+          waits.close
+        end
       end
 
       private
@@ -104,9 +125,11 @@ module Margay
           out_of_band if @oob_due
           break if stopping && idle?
 
-          take = stopping ? 0 : [RUNNABLE_CAP - (ready.size / 2), @in_flight.room, TAKE_MAX].min
+          # nil once stopping: take nothing, and :stop is known (otherwise reported whatever
+          # take is: a thread parked at the cap sees the stop too)
+          take = (stopping ? nil : [RUNNABLE_CAP - (ready.size / 2), @in_flight.room, TAKE_MAX].min)
           timeout = 0 unless ready.empty?
-          budget = (@pool.idle_budget if take.positive? && idle?)
+          budget = (@pool.idle_budget if take&.positive? && idle?)
           timeout = [timeout || budget, budget].min if budget
           result = @scheduler.wait_events(timeout, take, requests)
           if !requests.empty?
@@ -139,8 +162,7 @@ module Margay
       end
 
       def start(request)
-        @fibers += 1
-        @in_flight.enter
+        @fibers += 1 # its slot of @in_flight was claimed by the wait that took it
         @pool.busy!
         Fiber.new(blocking: false) { |token, env| serve_requests(token, env) }.transfer(*request)
       end

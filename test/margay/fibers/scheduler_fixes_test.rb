@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "margay/clock"
 
 # Fiber mode (issue 13): the review's findings on the scheduler and the loop, each over real
 # sockets. Behaviour is asserted (who woke, what was answered, which thread), never wall time
@@ -129,5 +130,67 @@ class FiberSchedulerFixesTest < Minitest::Test
       assert_equal "spawned", read_response(send_get(port, "/"))[2]
     end
     assert_equal 1, done.size, "the scheduled fiber ran to its end before the server stopped"
+  end
+
+  # A thread parked for lack of room (max_in_flight reached, no fiber of its own) still sees
+  # the stop: a graceful stop ends when the requests do, not after the whole shutdown_timeout.
+  def test_graceful_stop_after_reaching_the_cap_ends_promptly
+    app = lambda do |env|
+      sleep(env["PATH_INFO"] == "/long" ? 1.0 : 0.1)
+      text("ok")
+    end
+    stop_took = nil
+    with_server(app, fiber_scheduler: true, event_backend: :auto, min_threads: 2, max_threads: 2,
+                     max_in_flight: 1, shutdown_timeout: 30) do |_host, port, server, thread|
+      long = send_get(port, "/long")
+      sleep 0.2
+      short = send_get(port, "/short")
+      assert_equal [[200, "ok"], [200, "ok"]], [long, short].map { |s| read_response(s, timeout: 10).values_at(0, 2) }
+      started = Margay::Clock.now
+      server.stop
+      thread.join(40)
+      stop_took = Margay::Clock.now - started
+    end
+    # without the fix: the full 30 s grace, then ForceShutdown
+    assert_operator stop_took, :<, 10, "a graceful stop with nothing in flight took #{stop_took.round(1)}s"
+  end
+
+  # With max_in_flight reached the threads are not what is short: the pool does not grow.
+  def test_the_pool_does_not_grow_while_the_cap_is_reached
+    app = lambda do |_env|
+      sleep 0.5
+      text("ok")
+    end
+    threads = nil
+    with_server(app, fiber_scheduler: true, event_backend: :auto, min_threads: 1, max_threads: 4,
+                     max_in_flight: 2) do |_host, port, server|
+      socks = Array.new(6) { send_get(port, "/") }
+      assert_equal [200] * 6, socks.map { |s| read_response(s, timeout: 10).first }
+      threads = server.stats[:threads]
+    end
+    assert_operator threads, :<=, 2, "the pool grew to #{threads} threads while max_in_flight was reached"
+  end
+
+  # The cap holds with several threads: each request's slot is claimed atomically when taken.
+  def test_max_in_flight_holds_across_threads
+    lock = Mutex.new
+    now = 0
+    most = 0
+    app = lambda do |_env|
+      lock.synchronize do
+        now += 1
+        most = now if now > most
+      end
+      sleep 0.2
+      lock.synchronize { now -= 1 }
+      text("ok")
+    end
+    with_server(app, fiber_scheduler: true, event_backend: :auto, min_threads: 4, max_threads: 4,
+                     max_in_flight: 2) do |_host, port|
+      socks = Array.new(12) { send_get(port, "/") }
+      assert_equal [200] * 12, socks.map { |s| read_response(s, timeout: 10).first }
+    end
+    assert_operator most, :<=, 2, "max_in_flight 2 with 4 threads: the app saw #{most} at once"
+    assert_equal 2, most, "requests overlapped up to the cap"
   end
 end
