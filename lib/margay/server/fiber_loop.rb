@@ -76,15 +76,13 @@ module Margay
       # @param in_flight [InFlight] shared by the process's fiber-mode threads
       # @param log [Log]
       # @param out_of_band [#call, nil] called when the thread's last fiber ends
-      # @param request_timeout [Numeric, nil] config.request_timeout
-      def initialize(engine:, handler:, pool:, in_flight:, log:, out_of_band: nil, request_timeout: nil)
+      def initialize(engine:, handler:, pool:, in_flight:, log:, out_of_band: nil)
         @engine = engine
         @handler = handler
         @pool = pool
         @in_flight = in_flight
         @log = log
         @out_of_band = out_of_band
-        @request_timeout = request_timeout
         @fibers = 0
         @oob_due = false
         @scheduler = nil
@@ -97,7 +95,8 @@ module Margay
         @in_flight.register(waits)
         @scheduler = FiberScheduler.new(waits, log: @log)
         Fiber.set_scheduler(@scheduler)
-        serve_loop
+        # RequestTimeout (FiberDeadline#check's Thread#raise) only while a request fiber runs
+        Thread.handle_interrupt(RequestTimeout => :never) { serve_loop }
       ensure
         Fiber.set_scheduler(nil) if @scheduler
         if waits
@@ -157,14 +156,28 @@ module Margay
           fiber = ready.shift
           value = ready.shift
           n -= 2
-          fiber.transfer(value) if fiber.alive?
+          enter(fiber, value) if fiber.alive?
         end
+      end
+
+      # Run +fiber+ until it waits or ends, open to the supervisor's RequestTimeout (the
+      # interrupt mask is the thread's: open only around the transfer, never in this root
+      # fiber). One that lands here was aimed at a fiber that yielded meanwhile: dropped (the
+      # scheduler's timer covers a waiting fiber).
+      def enter(fiber, *args)
+        entered = false
+        Thread.handle_interrupt(RequestTimeout => :immediate) do
+          entered = true
+          fiber.transfer(*args)
+        end
+      rescue RequestTimeout
+        retry unless entered # it was pending as the window opened: the fiber still runs
       end
 
       def start(request)
         @fibers += 1 # its slot of @in_flight was claimed by the wait that took it
         @pool.busy!
-        Fiber.new(blocking: false) { |token, env| serve_requests(token, env) }.transfer(*request)
+        enter(Fiber.new(blocking: false) { |token, env| serve_requests(token, env) }, *request)
       end
 
       # One connection's requests in this fiber: the first, then those it pipelined while
@@ -172,7 +185,7 @@ module Margay
       def serve_requests(token, env)
         loop do
           env[IO_BOUND_KEY] = IO_BOUND
-          continue_with = call(token, env)
+          continue_with = @handler.call(token, env) # request_timeout: FiberDeadline, the handler's deadline
           break unless continue_with
 
           request = @engine.next_request(continue_with, 0)
@@ -184,26 +197,6 @@ module Margay
         @log.exception(e, "fiber-mode request")
       ensure
         finished
-      end
-
-      # One request, under request_timeout when set: RequestTimeout is raised in the fiber at
-      # its next wait past the limit (RequestHandler#call answers it with a 503). A fiber that
-      # computes without waiting cannot be interrupted by its own thread.
-      def call(token, env)
-        return @handler.call(token, env) unless @request_timeout
-
-        started = Clock.now
-        timer = @scheduler.raise_after(@request_timeout, Fiber.current, RequestTimeout,
-                                       "request ran past request_timeout (#{@request_timeout}s)")
-        begin
-          @handler.call(token, env)
-        ensure
-          @scheduler.cancel_timer(timer, Fiber.current)
-          elapsed = Clock.now - started
-          if elapsed >= @request_timeout
-            @log.error("request_timeout: #{Log.request(env)} ran #{elapsed.round(1)}s (limit #{@request_timeout}s)")
-          end
-        end
       end
 
       def finished

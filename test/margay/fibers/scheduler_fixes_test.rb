@@ -193,4 +193,51 @@ class FiberSchedulerFixesTest < Minitest::Test
     assert_operator most, :<=, 2, "max_in_flight 2 with 4 threads: the app saw #{most} at once"
     assert_equal 2, most, "requests overlapped up to the cap"
   end
+
+  # request_timeout covers the app call only: a limit that expires while the body closes or
+  # the rack.response_finished callbacks run leaves them all to run.
+  def test_request_timeout_does_not_cut_body_close_or_callbacks
+    ran = Queue.new
+    body = Class.new do
+      define_method(:each) { |&b| b.call("ok") }
+      define_method(:close) do
+        sleep 0.3
+        ran << :closed
+      end
+    end
+    app = lambda do |env|
+      env["rack.response_finished"] << ->(*) { ran << :first_registered }
+      env["rack.response_finished"] << lambda do |*|
+        sleep 0.3
+        ran << :second_registered
+      end
+      sleep 0.1
+      [200, { "content-type" => "text/plain", "content-length" => "2" }, body.new]
+    end
+    fiber_server(app, lint: false, request_timeout: 0.2) do |_host, port|
+      assert_equal [200, "ok"], read_response(send_get(port, "/"), timeout: 5).values_at(0, 2)
+      3.times { pop_within(ran, 5) }
+    end
+    assert_equal 0, ran.size
+    refute_match(/RequestTimeout/, @server_log.string)
+  end
+
+  # A fiber that computes without waiting is interrupted by the supervisor, as a thread is
+  # in thread mode: 503, and the thread serves on.
+  def test_request_timeout_interrupts_a_computing_fiber
+    app = lambda do |env|
+      if env["PATH_INFO"] == "/spin"
+        t = Margay::Clock.now
+        nil while Margay::Clock.now - t < 2
+        text("spun")
+      else
+        text("ok")
+      end
+    end
+    fiber_server(app, request_timeout: 0.3) do |_host, port|
+      assert_equal 503, read_response(send_get(port, "/spin"), timeout: 5).first
+      assert_equal [200, "ok"], read_response(send_get(port, "/"), timeout: 5).values_at(0, 2)
+    end
+    assert_match(/request_timeout: GET \/spin ran/, @server_log.string)
+  end
 end
