@@ -59,7 +59,7 @@ module Margay
         @io = {} # fd => [Wait, ...]
         @blocked = {} # fiber => Wait (block, kernel_sleep: what #unblock ends)
         @waiting = {} # fiber => Wait, every suspended fiber's
-        @inbox = [] # fibers unblocked from other threads (Array#push is atomic under the GVL)
+        @inbox = [] # Waits (or fibers) unblocked from other threads (Array#push is atomic under the GVL)
         @raises = {} # fiber => Raise, delivered at its next resumption
         @out = []
       end
@@ -100,11 +100,14 @@ module Margay
 
       # Make +fiber+ (blocked in #block or #kernel_sleep) ready. From any thread: from
       # another one it goes through the inbox and the mailbox.
+      # From another thread the inbox carries the Wait the fiber is in now (read under the
+      # GVL), so an unblock that arrives late (the wait timed out meanwhile) cannot end a
+      # later wait of the same fiber; only the fiber when it has not registered its wait yet.
       def unblock(_blocker, fiber)
         if Thread.current.equal?(@thread)
           wake_blocked(fiber)
         else
-          @inbox << fiber
+          @inbox << (@blocked[fiber] || fiber)
           @waits.poke
         end
         nil
@@ -303,8 +306,8 @@ module Margay
       end
 
       def drain_inbox
-        while (fiber = @inbox.shift)
-          wake_blocked(fiber)
+        while (item = @inbox.shift)
+          item.is_a?(Wait) ? finish(item, true) : wake_blocked(item)
         end
       end
 

@@ -211,7 +211,6 @@ class FiberSchedulerFixesTest < Minitest::Test
         sleep 0.3
         ran << :second_registered
       end
-      sleep 0.1
       [200, { "content-type" => "text/plain", "content-length" => "2" }, body.new]
     end
     fiber_server(app, lint: false, request_timeout: 0.2) do |_host, port|
@@ -228,16 +227,50 @@ class FiberSchedulerFixesTest < Minitest::Test
     app = lambda do |env|
       if env["PATH_INFO"] == "/spin"
         t = Margay::Clock.now
-        nil while Margay::Clock.now - t < 2
+        nil while Margay::Clock.now - t < 5 # the supervisor gets the GVL once per time slice: a margin
         text("spun")
       else
         text("ok")
       end
     end
     fiber_server(app, request_timeout: 0.3) do |_host, port|
-      assert_equal 503, read_response(send_get(port, "/spin"), timeout: 5).first
+      assert_equal 503, read_response(send_get(port, "/spin"), timeout: 10).first
       assert_equal [200, "ok"], read_response(send_get(port, "/"), timeout: 5).values_at(0, 2)
     end
     assert_match(/request_timeout: GET \/spin ran/, @server_log.string)
+  end
+
+  # A cross-thread unblock that arrives after the wait it was for timed out (the thread was
+  # busy computing) does not end the fiber's next wait.
+  def test_a_late_cross_thread_unblock_does_not_cut_a_later_sleep
+    m = Mutex.new
+    cv = ConditionVariable.new
+    waiting = Queue.new
+    app = lambda do |env|
+      if env["PATH_INFO"] == "/wait"
+        m.synchronize do
+          waiting << 1
+          cv.wait(m, 0.05)
+        end
+        t = Margay::Clock.now
+        sleep 1
+        text(Margay::Clock.now - t)
+      else
+        t = Margay::Clock.now + 0.4
+        nil while Margay::Clock.now < t
+        text("spun")
+      end
+    end
+    fiber_server(app) do |_host, port|
+      waiter = send_get(port, "/wait")
+      pop_within(waiting)
+      sleep 0.01
+      spinner = send_get(port, "/spin")
+      sleep 0.15 # the pool thread spins: the cv wait's 0.05 s timer is due but cannot fire
+      m.synchronize { cv.signal } # the fiber is still in cv's wait queue: an unblock from this thread
+      slept = Float(read_response(waiter, timeout: 5)[2])
+      assert_equal "spun", read_response(spinner, timeout: 5)[2]
+      assert_operator slept, :>=, 0.9, "sleep(1) after the timed-out cv.wait ended after #{slept.round(3)}s"
+    end
   end
 end
