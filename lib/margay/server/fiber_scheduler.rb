@@ -74,7 +74,12 @@ module Margay
         waiters = (@io[fd] ||= [])
         waiters << wait
         wait.fd = fd
-        return events unless arm(fd)
+        begin
+          return events unless arm(fd)
+        rescue StandardError # EBADF, ...: no stale Wait left on the fd (its number is reused)
+          cancel(wait)
+          raise
+        end
 
         wait.timer = add_timer(timeout, wait, false) if timeout
         suspend(wait)

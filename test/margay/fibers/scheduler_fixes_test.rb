@@ -273,4 +273,26 @@ class FiberSchedulerFixesTest < Minitest::Test
       assert_operator slept, :>=, 0.9, "sleep(1) after the timed-out cv.wait ended after #{slept.round(3)}s"
     end
   end
+
+  # A wait on an fd that cannot be armed (closed: EBADF) raises and leaves no Wait on that fd
+  # number (the next IO to get it would otherwise share a stale waiter).
+  def test_a_failed_arm_leaves_no_stale_wait
+    app = lambda do |_env|
+      r, w = IO.pipe
+      stale = IO.for_fd(r.fileno, autoclose: false)
+      fd = r.fileno
+      r.close
+      w.close
+      error = begin
+        stale.wait_readable(1)
+        "no error"
+      rescue SystemCallError, IOError => e
+        e.class.name
+      end
+      text("#{error} #{Fiber.scheduler.instance_variable_get(:@io).key?(fd)}")
+    end
+    fiber_server(app) do |_host, port|
+      assert_equal "Errno::EBADF false", read_response(send_get(port, "/"), timeout: 5)[2]
+    end
+  end
 end
