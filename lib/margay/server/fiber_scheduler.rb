@@ -56,6 +56,7 @@ module Margay
         @ready = []
         @timers = [] # binary heap of [at, seq, wait-or-proc]
         @seq = 0
+        @dead = 0 # cancelled entries still in @timers
         @io = {} # fd => [Wait, ...]
         @blocked = {} # fiber => Wait (block, kernel_sleep: what #unblock ends)
         @waiting = {} # fiber => Wait, every suspended fiber's
@@ -188,7 +189,7 @@ module Margay
       # Cancel a #raise_after timer of +fiber+, and its raise if it fired but was not yet
       # delivered.
       def cancel_timer(entry, fiber)
-        entry[2] = nil
+        drop_timer(entry)
         @raises.delete(fiber) if @raises[fiber]&.timer.equal?(entry)
       end
 
@@ -290,7 +291,7 @@ module Margay
       def cancel(wait)
         wait.done = true
         if wait.timer
-          wait.timer[2] = nil
+          drop_timer(wait.timer)
           wait.timer = nil
         end
         @blocked.delete(wait.fiber) if @blocked[wait.fiber].equal?(wait)
@@ -347,6 +348,25 @@ module Margay
         entry
       end
 
+      # Cancel a timer entry. It stays in the heap (finding it there would cost a search) until
+      # it is due, or until cancelled entries are most of the heap: then it is rebuilt without
+      # them (request_timeout and read timeouts are mostly cancelled long before they are due).
+      def drop_timer(entry)
+        return if entry[2].nil?
+
+        entry[2] = nil
+        return unless entry[1] # popped already: not in the heap
+
+        @dead += 1
+        compact_timers if @dead > 64 && @dead * 2 > @timers.size
+      end
+
+      def compact_timers
+        @timers.reject! { |e| e[2].nil? }
+        @timers.sort_by! { |e| [e[0], e[1]] } # a sorted array is a heap
+        @dead = 0
+      end
+
       def heap_push(entry)
         h = @timers
         h << entry
@@ -363,6 +383,11 @@ module Margay
 
       def pop_timer
         h = @timers
+        root = h.first
+        if root
+          @dead -= 1 if root[2].nil?
+          root[1] = nil # out of the heap (#drop_timer)
+        end
         last = h.pop
         return h.first if h.empty?
 

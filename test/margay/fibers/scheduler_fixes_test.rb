@@ -295,4 +295,25 @@ class FiberSchedulerFixesTest < Minitest::Test
       assert_equal "Errno::EBADF false", read_response(send_get(port, "/"), timeout: 5)[2]
     end
   end
+  # Cancelled timers do not pile up in the heap until due: with a sleeping request's timer
+  # first in the heap, 300 requests under a 60 s request_timeout (each arms a timer and
+  # cancels it) leave far fewer than 300 entries.
+  def test_cancelled_timers_do_not_accumulate
+    app = lambda do |env|
+      sleep 2 if env["PATH_INFO"] == "/hold"
+      text(Fiber.scheduler.instance_variable_get(:@timers).size)
+    end
+    fiber_server(app, request_timeout: 60) do |_host, port|
+      hold = send_get(port, "/hold")
+      sleep 0.1
+      sock = TCPSocket.new("127.0.0.1", port)
+      sizes = Array.new(300) do
+        sock.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        Integer(read_response(sock, timeout: 5)[2])
+      end
+      sock.close
+      read_response(hold, timeout: 5)
+      assert_operator sizes.max, :<, 150, "timer heap entries seen: up to #{sizes.max}"
+    end
+  end
 end
