@@ -183,8 +183,12 @@ static VALUE waits_wait(VALUE self, VALUE timeout_ms, VALUE take, VALUE out, VAL
     build_args b = {rb, a.conns[i], Qnil};
     rb_protect(build_request, (VALUE)&b, &state);
     if (state) {
+      /* Only an interrupt gets here (ForceShutdown, Thread#kill: env building raises nothing
+       * else); the thread unwinds without starting any of these requests, so every one taken
+       * (those already built too) is closed, not left owned, and its slot released. */
       mg_rb_waits *cur = waits_get(self);
-      for (int j = i; j < a.nconns; j++) { /* owned: not leaked, and their slots released */
+      rb_ary_clear(requests);
+      for (int j = 0; j < a.nconns; j++) {
         mg_conn_close(&rb->core, a.conns[j]);
         mg_waits_cap_release(cap_get(cur->cap));
       }
