@@ -64,18 +64,20 @@ module Margay
       @listeners.each { |l| @engine.add_listener(l.io.fileno, l.unix, l.server_name, l.server_port) }
       @engine.publish_idle(*@idle_board) if @idle_board
       fibers = fiber_mode?
-      # Fiber mode enforces request_timeout in each thread's scheduler (FiberLoop), not by Thread#raise.
-      deadline = (Deadline.new(@config.request_timeout, log: @log, on_stuck: @on_stuck) if @config.request_timeout && !fibers)
+      # Fiber mode: FiberDeadline (a waiting fiber by its scheduler's timer, a computing one by Thread#raise).
+      deadline = ((fibers ? FiberDeadline : Deadline).new(@config.request_timeout, log: @log, on_stuck: @on_stuck) if @config.request_timeout)
       io_bound = IoBound.new(@app) unless fibers # env["puma.mark_as_io_bound"] (fiber mode sets its own)
       handler = RequestHandler.new(io_bound || @app, @engine, @config, @log, @counters, deadline: deadline,
                                    out_of_band: (method(:out_of_band) if @config.hooks[:out_of_band]))
-      work = fibers ? fiber_work(handler) : ->(pool) { serve_thread(handler, pool) }
+      in_flight = (FiberLoop::InFlight.new(@config.max_in_flight) if fibers)
+      work = fibers ? fiber_work(handler, in_flight) : ->(pool) { serve_thread(handler, pool) }
       @pool = ThreadPool.new(min: @config.effective_min_threads, max: @config.max_threads,
                              idle_timeout: @config.thread_idle_timeout, max_io: @config.max_io_threads, &work)
       io_bound&.pool = @pool
       supervisor = Supervisor.new(pool: @pool, engine: @engine, deadline: deadline, on_tick: @on_tick,
                                   watchdog: (Systemd.watchdog_interval if @owns_listeners),
-                                  idle_timeout: (@config.idle_timeout if @owns_listeners), log: @log)
+                                  idle_timeout: (@config.idle_timeout if @owns_listeners), log: @log,
+                                  in_flight: in_flight)
       @started_at = Clock.now
       @engine.start
       @pool.start
@@ -147,12 +149,11 @@ module Margay
     end
 
     # What a fiber-mode pool thread runs: a FiberLoop (one per thread), under the thread hooks.
-    def fiber_work(handler)
-      in_flight = FiberLoop::InFlight.new(@config.max_in_flight)
+    def fiber_work(handler, in_flight)
       oob = (method(:out_of_band) if @config.hooks[:out_of_band])
       lambda do |pool|
         fiber_loop = FiberLoop.new(engine: @engine, handler: handler, pool: pool, in_flight: in_flight, log: @log,
-                                   out_of_band: oob, request_timeout: @config.request_timeout)
+                                   out_of_band: oob)
         serve_thread(handler, pool, fiber_loop)
       end
     end
@@ -214,4 +215,5 @@ require_relative "server/request_handler"
 require_relative "server/deadline"
 require_relative "server/supervisor"
 require_relative "server/fiber_loop"
+require_relative "server/fiber_deadline"
 require_relative "server/io_bound"

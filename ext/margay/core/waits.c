@@ -11,6 +11,17 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+int mg_waits_cap_claim(mg_waits_cap *cap) {
+  int n = atomic_load(&cap->count);
+  while (n < cap->max)
+    if (atomic_compare_exchange_weak(&cap->count, &n, n + 1)) return 1;
+  return 0;
+}
+
+int mg_waits_cap_release(mg_waits_cap *cap) {
+  return atomic_fetch_sub(&cap->count, 1) >= cap->max;
+}
+
 #if defined(HAVE_EPOLL_CREATE1) && defined(HAVE_EVENTFD)
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -21,17 +32,19 @@
 
 struct mg_waits {
   mg_engine *e;
+  mg_waits_cap *cap;
   int epfd;
   int mailbox;
   int shared_fd;
   int shared_on; /* the shared set's registration listens (the thread may take a request) */
 };
 
-mg_waits *mg_waits_new(mg_engine *e, int shared_fd) {
+mg_waits *mg_waits_new(mg_engine *e, int shared_fd, mg_waits_cap *cap) {
   if (shared_fd < 0) { errno = ENOSYS; return NULL; }
   mg_waits *w = calloc(1, sizeof *w);
   if (!w) return NULL;
   w->e = e;
+  w->cap = cap;
   w->shared_fd = shared_fd;
   w->epfd = epoll_create1(EPOLL_CLOEXEC);
   w->mailbox = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -99,12 +112,18 @@ static uint32_t from_epoll(uint32_t ev) {
  * has none left; a bounded number of events, so the thread's own fibers are not kept waiting. */
 static void take_requests(mg_waits_args *a) {
   mg_engine *e = a->w->e;
+  int claimed = 0; /* a slot of the cap held for the next request */
   for (int i = 0; i < 4 * a->take && a->nconns < a->take; i++) {
     mg_ev_event ev;
     mg_conn *c;
-    if (mg_ev_wait(e->ev, &ev, 0) <= 0) return;
-    if (mg_loop_dispatch(e, &ev, &c)) a->conns[a->nconns++] = c;
+    if (!claimed && !(claimed = mg_waits_cap_claim(a->w->cap))) break;
+    if (mg_ev_wait(e->ev, &ev, 0) <= 0) break;
+    if (mg_loop_dispatch(e, &ev, &c)) {
+      a->conns[a->nconns++] = c;
+      claimed = 0; /* the request's now: released when its fiber ends */
+    }
   }
+  if (claimed) mg_waits_cap_release(a->w->cap);
 }
 
 void *mg_waits_wait_nogvl(void *p) {
@@ -129,7 +148,7 @@ void *mg_waits_wait_nogvl(void *p) {
   }
   for (;;) {
     int64_t now = mg_now_ms();
-    if (a->take && atomic_load(&e->stopping) && atomic_load(&e->nconns) == 0) {
+    if (a->report_stop && atomic_load(&e->stopping) && atomic_load(&e->nconns) == 0) {
       mg_engine_wake(e); /* pass it on, as mg_wait_nogvl does */
       a->result = MG_WAITS_STOP;
       break;
@@ -178,7 +197,7 @@ out:
 }
 
 #else /* no epoll or eventfd: fiber mode is not available (Ruby refuses it with one line) */
-mg_waits *mg_waits_new(mg_engine *e, int shared_fd) { (void)e; (void)shared_fd; errno = ENOSYS; return NULL; }
+mg_waits *mg_waits_new(mg_engine *e, int shared_fd, mg_waits_cap *cap) { (void)e; (void)shared_fd; (void)cap; errno = ENOSYS; return NULL; }
 void mg_waits_free(mg_waits *w) { (void)w; }
 int mg_waits_arm(mg_waits *w, int fd, uint32_t events) { (void)w; (void)fd; (void)events; errno = ENOSYS; return -1; }
 int mg_waits_disarm(mg_waits *w, int fd) { (void)w; (void)fd; return 0; }

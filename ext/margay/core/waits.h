@@ -16,6 +16,7 @@
 #ifndef MARGAY_CORE_WAITS_H
 #define MARGAY_CORE_WAITS_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include "core/conn.h"
 
@@ -28,6 +29,19 @@ enum { MG_WAITS_IN = 1, MG_WAITS_PRI = 2, MG_WAITS_OUT = 4, MG_WAITS_ERR = 8 };
 
 typedef struct mg_waits mg_waits;
 
+/* The process's requests in flight in fiber mode, against max_in_flight: a slot is claimed
+ * here (atomically, shared by every thread's set) before a request is taken, and released when
+ * the request's fiber ends (mg_waits_cap_release), so several threads never pass the cap. */
+typedef struct {
+  _Atomic int count;
+  int max;
+} mg_waits_cap;
+
+/* Claim one slot: 1, or 0 when count is at max. */
+int mg_waits_cap_claim(mg_waits_cap *cap);
+/* Release one slot. Returns 1 when the cap was full before (a thread may be parked for room). */
+int mg_waits_cap_release(mg_waits_cap *cap);
+
 typedef struct {
   int fd;
   uint32_t events; /* MG_WAITS_* */
@@ -39,8 +53,9 @@ typedef struct {
   mg_waits *w;
   int64_t timeout_ms; /* in: return after this long without an event; <0: no limit of its own */
   int take;           /* in: how many requests it may take from the shared set (0: none; at most
-                         MG_WAITS_TAKE): the room under the thread's caps */
-  int result;         /* out: MG_WAITS_DONE, STOP (stopping, no connection left: only when take),
+                         MG_WAITS_TAKE), each claiming a slot of the cap first */
+  int report_stop;    /* in: return MG_WAITS_STOP when the engine stops (whatever take is) */
+  int result;         /* out: MG_WAITS_DONE, STOP (stopping, no connection left: when report_stop),
                          INTR (a signal: Ruby checks interrupts), FAIL (errno in err) */
   int err;
   int mailbox;        /* out: the mailbox was poked */
@@ -50,9 +65,10 @@ typedef struct {
   mg_conn *conns[MG_WAITS_TAKE]; /* out: connections with a complete request, owned by this thread */
 } mg_waits_args;
 
-/* A private set for a thread of engine +e+, nesting +shared_fd+ (mg_ev_epoll_fd). NULL with
- * errno set on failure (ENOSYS: no epoll). */
-mg_waits *mg_waits_new(mg_engine *e, int shared_fd);
+/* A private set for a thread of engine +e+, nesting +shared_fd+ (mg_ev_epoll_fd), taking
+ * requests under +cap+ (shared by the process's sets, outlives them). NULL with errno set on
+ * failure (ENOSYS: no epoll). */
+mg_waits *mg_waits_new(mg_engine *e, int shared_fd, mg_waits_cap *cap);
 void mg_waits_free(mg_waits *w);
 /* Wake this fd's waiter once for +events+ (MG_WAITS_IN|PRI|OUT). 0, or -1 with errno (EPERM:
  * the fd cannot be polled, a regular file: it is always ready). */

@@ -14,12 +14,51 @@
 #include <errno.h>
 #include <ruby/thread.h>
 
+/* --- Margay::Native::InFlight: the process's mg_waits_cap (max_in_flight) --------------- */
+
+static const rb_data_type_t cap_type = {
+  "Margay::Native::InFlight",
+  {0, RUBY_TYPED_DEFAULT_FREE, 0},
+  0, 0, RUBY_TYPED_FREE_IMMEDIATELY
+};
+
+static VALUE cap_alloc(VALUE klass) {
+  mg_waits_cap *cap;
+  VALUE obj = TypedData_Make_Struct(klass, mg_waits_cap, &cap_type, cap);
+  atomic_store(&cap->count, 0);
+  cap->max = 0;
+  return obj;
+}
+
+static mg_waits_cap *cap_get(VALUE self) { return rb_check_typeddata(self, &cap_type); }
+
+/* InFlight.new(max) */
+static VALUE cap_initialize(VALUE self, VALUE max) {
+  int m = NUM2INT(max);
+  if (m < 1) rb_raise(rb_eArgError, "max_in_flight must be positive");
+  cap_get(self)->max = m;
+  return self;
+}
+
+/* #count: the requests in flight (claimed when taken by FiberWaits#wait). */
+static VALUE cap_count(VALUE self) { return INT2FIX(atomic_load(&cap_get(self)->count)); }
+static VALUE cap_max(VALUE self) { return INT2FIX(cap_get(self)->max); }
+
+/* #leave: a request ended. Returns true when the cap was full before (threads may wait for room). */
+static VALUE cap_leave(VALUE self) { return mg_waits_cap_release(cap_get(self)) ? Qtrue : Qfalse; }
+
+/* --- Margay::Native::FiberWaits ------------------------------------------------------------ */
+
 typedef struct {
   mg_waits *w;
   VALUE engine;
+  VALUE cap;
 } mg_rb_waits;
 
-static void waits_mark(void *p) { rb_gc_mark(((mg_rb_waits *)p)->engine); }
+static void waits_mark(void *p) {
+  rb_gc_mark(((mg_rb_waits *)p)->engine);
+  rb_gc_mark(((mg_rb_waits *)p)->cap);
+}
 
 static void waits_free(void *p) {
   mg_rb_waits *rw = p;
@@ -39,6 +78,7 @@ static VALUE waits_alloc(VALUE klass) {
   mg_rb_waits *rw;
   VALUE obj = TypedData_Make_Struct(klass, mg_rb_waits, &waits_type, rw);
   rw->engine = Qnil;
+  rw->cap = Qnil;
   return obj;
 }
 
@@ -50,17 +90,20 @@ static mg_rb_waits *waits_get(VALUE self) {
 
 static ID id_stop;
 
-/* FiberWaits.new(engine): a private wait set nesting +engine+'s event set. Raises
- * NotImplementedError when the engine's backend is not epoll (fiber mode needs it). */
-static VALUE waits_initialize(VALUE self, VALUE engine) {
+/* FiberWaits.new(engine, in_flight): a private wait set nesting +engine+'s event set, taking
+ * requests under +in_flight+ (an InFlight). Raises NotImplementedError when the engine's
+ * backend is not epoll (fiber mode needs it). */
+static VALUE waits_initialize(VALUE self, VALUE engine, VALUE in_flight) {
   mg_rb_waits *rw = rb_check_typeddata(self, &waits_type);
   mg_engine *e = mg_engine_get(engine);
+  mg_waits_cap *cap = cap_get(in_flight);
   int shared = mg_ev_epoll_fd(e->ev);
   if (shared < 0)
     rb_raise(rb_eNotImpError, "fiber mode needs the epoll event backend (this engine uses %s)", e->ev->ops->name);
-  rw->w = mg_waits_new(e, shared);
+  rw->w = mg_waits_new(e, shared, cap);
   if (!rw->w) rb_sys_fail("Margay::Native::FiberWaits#initialize: epoll_create1/eventfd");
   RB_OBJ_WRITE(self, &rw->engine, engine);
+  RB_OBJ_WRITE(self, &rw->cap, in_flight);
   return self;
 }
 
@@ -103,9 +146,10 @@ static VALUE build_request(VALUE p) {
  * #wait(timeout_ms, take, events, requests) -> :stop or nil
  * Waits (without the GVL unless +timeout_ms+ is 0) until a fiber's fd is ready, the mailbox is
  * poked, requests are taken, or +timeout_ms+ pass (nil: no limit). +take+: how many requests
- * it may take (0: none). +events+ (an Array, cleared) receives fd, events pairs, and -1, 0 when
+ * it may take (0: none; nil: none, and no :stop either: the caller knows), each under a slot of
+ * the InFlight claimed here (released by InFlight#leave when the request ends). +events+ (an Array, cleared) receives fd, events pairs, and -1, 0 when
  * the mailbox was poked; +requests+ (cleared) the [token, env] of each request taken. :stop:
- * the engine is stopping and holds no connection (only when +take+ is positive).
+ * the engine is stopping and holds no connection (whatever +take+ is, unless nil).
  */
 static VALUE waits_wait(VALUE self, VALUE timeout_ms, VALUE take, VALUE out, VALUE requests) {
   mg_rb_waits *rw = waits_get(self);
@@ -117,7 +161,8 @@ static VALUE waits_wait(VALUE self, VALUE timeout_ms, VALUE take, VALUE out, VAL
   mg_waits_args a;
   a.w = rw->w;
   a.timeout_ms = NIL_P(timeout_ms) ? -1 : NUM2LL(timeout_ms);
-  a.take = NUM2INT(take);
+  a.report_stop = !NIL_P(take);
+  a.take = NIL_P(take) ? 0 : NUM2INT(take);
   if (a.take < 0) a.take = 0;
   a.result = MG_WAITS_INTR;
   a.nready = 0;
@@ -138,8 +183,15 @@ static VALUE waits_wait(VALUE self, VALUE timeout_ms, VALUE take, VALUE out, VAL
     build_args b = {rb, a.conns[i], Qnil};
     rb_protect(build_request, (VALUE)&b, &state);
     if (state) {
-      mg_conn_close(&rb->core, a.conns[i]);
-      for (int j = i + 1; j < a.nconns; j++) mg_conn_close(&rb->core, a.conns[j]); /* owned: not leaked */
+      /* Only an interrupt gets here (ForceShutdown, Thread#kill: env building raises nothing
+       * else); the thread unwinds without starting any of these requests, so every one taken
+       * (those already built too) is closed, not left owned, and its slot released. */
+      mg_rb_waits *cur = waits_get(self);
+      rb_ary_clear(requests);
+      for (int j = 0; j < a.nconns; j++) {
+        mg_conn_close(&rb->core, a.conns[j]);
+        mg_waits_cap_release(cap_get(cur->cap));
+      }
       rb_jump_tag(state);
     }
     rb_ary_push(requests, b.out);
@@ -161,10 +213,16 @@ static VALUE waits_close(VALUE self) {
 }
 
 void mg_fibers_init(VALUE mNative) {
+  VALUE k = rb_define_class_under(mNative, "InFlight", rb_cObject);
+  rb_define_alloc_func(k, cap_alloc);
+  rb_define_method(k, "initialize", cap_initialize, 1);
+  rb_define_method(k, "count", cap_count, 0);
+  rb_define_method(k, "max", cap_max, 0);
+  rb_define_method(k, "leave", cap_leave, 0);
   VALUE c = rb_define_class_under(mNative, "FiberWaits", rb_cObject);
   rb_define_alloc_func(c, waits_alloc);
   id_stop = rb_intern("stop");
-  rb_define_method(c, "initialize", waits_initialize, 1);
+  rb_define_method(c, "initialize", waits_initialize, 2);
   rb_define_method(c, "arm", waits_arm, 2);
   rb_define_method(c, "disarm", waits_disarm, 1);
   rb_define_method(c, "poke", waits_poke, 0);

@@ -27,29 +27,46 @@ module Margay
       # thread, so there is nothing to mark (true: marked).
       IO_BOUND = -> { true }
 
-      # The process-wide count of requests in flight in fiber mode, against max_in_flight.
-      # Updated under the GVL by the pool threads (a statistic-grade counter: the cap may be
-      # passed by one when two threads look at the same moment).
+      # The process-wide count of requests in flight in fiber mode, against max_in_flight. A
+      # slot is claimed in C (Native::InFlight, atomically) by the wait that takes a request,
+      # so several threads never pass the cap together; #leave releases it when the request's
+      # fiber ends and, when the cap was full, pokes every thread's set: one parked for lack
+      # of room (taking nothing, not listening to the engine) looks again.
       class InFlight
-        attr_reader :count, :max
-
         # @param max [Integer] config.max_in_flight
         def initialize(max)
-          @max = max
-          @count = 0
+          @native = Native::InFlight.new(max)
+          @waits = [] # every fiber-mode thread's Native::FiberWaits
         end
 
-        # How many more requests may start.
+        # The Native::InFlight that FiberWaits#wait claims slots of.
+        attr_reader :native
+
+        def max
+          @native.max
+        end
+
+        def count
+          @native.count
+        end
+
+        # How many more requests may start (a hint: the wait claims each one).
         def room
-          @max > @count ? @max - @count : 0
+          n = @native.max - @native.count
+          n.positive? ? n : 0
         end
 
-        def enter
-          @count += 1
+        # A thread's set, poked when room comes back.
+        def register(waits)
+          @waits << waits
+        end
+
+        def unregister(waits)
+          @waits.delete(waits)
         end
 
         def leave
-          @count -= 1
+          @waits.dup.each(&:poke) if @native.leave
         end
       end
 
@@ -59,15 +76,13 @@ module Margay
       # @param in_flight [InFlight] shared by the process's fiber-mode threads
       # @param log [Log]
       # @param out_of_band [#call, nil] called when the thread's last fiber ends
-      # @param request_timeout [Numeric, nil] config.request_timeout
-      def initialize(engine:, handler:, pool:, in_flight:, log:, out_of_band: nil, request_timeout: nil)
+      def initialize(engine:, handler:, pool:, in_flight:, log:, out_of_band: nil)
         @engine = engine
         @handler = handler
         @pool = pool
         @in_flight = in_flight
         @log = log
         @out_of_band = out_of_band
-        @request_timeout = request_timeout
         @fibers = 0
         @oob_due = false
         @scheduler = nil
@@ -76,13 +91,18 @@ module Margay
       # Serve until the engine stops (and this thread's fibers are done) or the pool lets the
       # thread go after idling.
       def serve
-        waits = Native::FiberWaits.new(@engine)
-        @scheduler = FiberScheduler.new(waits)
+        waits = Native::FiberWaits.new(@engine, @in_flight.native)
+        @in_flight.register(waits)
+        @scheduler = FiberScheduler.new(waits, log: @log)
         Fiber.set_scheduler(@scheduler)
-        serve_loop
+        # RequestTimeout (FiberDeadline#check's Thread#raise) only while a request fiber runs
+        Thread.handle_interrupt(RequestTimeout => :never) { serve_loop }
       ensure
         Fiber.set_scheduler(nil) if @scheduler
-        waits&.close
+        if waits
+          @in_flight.unregister(waits)
+          waits.close
+        end
       end
 
       private
@@ -102,11 +122,13 @@ module Margay
             timeout = @scheduler.next_timeout_ms(now)
           end
           out_of_band if @oob_due
-          break if stopping && @fibers.zero?
+          break if stopping && idle?
 
-          take = stopping ? 0 : [RUNNABLE_CAP - (ready.size / 2), @in_flight.room, TAKE_MAX].min
+          # nil once stopping: take nothing, and :stop is known (otherwise reported whatever
+          # take is: a thread parked at the cap sees the stop too)
+          take = (stopping ? nil : [RUNNABLE_CAP - (ready.size / 2), @in_flight.room, TAKE_MAX].min)
           timeout = 0 unless ready.empty?
-          budget = (@pool.idle_budget if take.positive? && @fibers.zero?)
+          budget = (@pool.idle_budget if take&.positive? && idle?)
           timeout = [timeout || budget, budget].min if budget
           result = @scheduler.wait_events(timeout, take, requests)
           if !requests.empty?
@@ -114,11 +136,16 @@ module Margay
             requests.each { |request| start(request) }
           elsif result == :stop
             stopping = true
-          elsif budget && @fibers.zero?
+          elsif budget && idle?
             idle_since ||= now
             break if Clock.now - idle_since >= budget / 1000.0 && @pool.leave?(Thread.current)
           end
         end
+      end
+
+      # No fiber of this thread left: neither a request's nor a Fiber.schedule'd one.
+      def idle?
+        @fibers.zero? && @scheduler.scheduled.zero?
       end
 
       # Resume the fibers that were ready when the turn began (those they make ready run in
@@ -129,15 +156,28 @@ module Margay
           fiber = ready.shift
           value = ready.shift
           n -= 2
-          fiber.transfer(value) if fiber.alive?
+          enter(fiber, value) if fiber.alive?
         end
       end
 
+      # Run +fiber+ until it waits or ends, open to the supervisor's RequestTimeout (the
+      # interrupt mask is the thread's: open only around the transfer, never in this root
+      # fiber). One that lands here was aimed at a fiber that yielded meanwhile: dropped (the
+      # scheduler's timer covers a waiting fiber).
+      def enter(fiber, *args)
+        entered = false
+        Thread.handle_interrupt(RequestTimeout => :immediate) do
+          entered = true
+          fiber.transfer(*args)
+        end
+      rescue RequestTimeout
+        retry unless entered # it was pending as the window opened: the fiber still runs
+      end
+
       def start(request)
-        @fibers += 1
-        @in_flight.enter
+        @fibers += 1 # its slot of @in_flight was claimed by the wait that took it
         @pool.busy!
-        Fiber.new(blocking: false) { |token, env| serve_requests(token, env) }.transfer(*request)
+        enter(Fiber.new(blocking: false) { |token, env| serve_requests(token, env) }, *request)
       end
 
       # One connection's requests in this fiber: the first, then those it pipelined while
@@ -145,7 +185,7 @@ module Margay
       def serve_requests(token, env)
         loop do
           env[IO_BOUND_KEY] = IO_BOUND
-          continue_with = call(token, env)
+          continue_with = @handler.call(token, env) # request_timeout: FiberDeadline, the handler's deadline
           break unless continue_with
 
           request = @engine.next_request(continue_with, 0)
@@ -157,26 +197,6 @@ module Margay
         @log.exception(e, "fiber-mode request")
       ensure
         finished
-      end
-
-      # One request, under request_timeout when set: RequestTimeout is raised in the fiber at
-      # its next wait past the limit (RequestHandler#call answers it with a 503). A fiber that
-      # computes without waiting cannot be interrupted by its own thread.
-      def call(token, env)
-        return @handler.call(token, env) unless @request_timeout
-
-        started = Clock.now
-        timer = @scheduler.raise_after(@request_timeout, Fiber.current, RequestTimeout,
-                                       "request ran past request_timeout (#{@request_timeout}s)")
-        begin
-          @handler.call(token, env)
-        ensure
-          @scheduler.cancel_timer(timer, Fiber.current)
-          elapsed = Clock.now - started
-          if elapsed >= @request_timeout
-            @log.error("request_timeout: #{Log.request(env)} ran #{elapsed.round(1)}s (limit #{@request_timeout}s)")
-          end
-        end
       end
 
       def finished

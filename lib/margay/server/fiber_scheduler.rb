@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../clock"
+require_relative "../errors"
 require_relative "../runner"
 
 module Margay
@@ -45,17 +46,21 @@ module Margay
       attr_reader :ready
 
       # @param waits [Native::FiberWaits] this thread's private wait set
-      def initialize(waits)
+      # @param log [Log, nil] where a Fiber.schedule'd fiber's error is logged
+      def initialize(waits, log: nil)
         @waits = waits
+        @log = log
+        @scheduled = 0
         @thread = Thread.current
         @root = Fiber.current
         @ready = []
         @timers = [] # binary heap of [at, seq, wait-or-proc]
         @seq = 0
+        @dead = 0 # cancelled entries still in @timers
         @io = {} # fd => [Wait, ...]
         @blocked = {} # fiber => Wait (block, kernel_sleep: what #unblock ends)
         @waiting = {} # fiber => Wait, every suspended fiber's
-        @inbox = [] # fibers unblocked from other threads (Array#push is atomic under the GVL)
+        @inbox = [] # Waits (or fibers) unblocked from other threads (Array#push is atomic under the GVL)
         @raises = {} # fiber => Raise, delivered at its next resumption
         @out = []
       end
@@ -70,7 +75,12 @@ module Margay
         waiters = (@io[fd] ||= [])
         waiters << wait
         wait.fd = fd
-        return events unless arm(fd)
+        begin
+          return events unless arm(fd)
+        rescue StandardError # EBADF, ...: no stale Wait left on the fd (its number is reused)
+          cancel(wait)
+          raise
+        end
 
         wait.timer = add_timer(timeout, wait, false) if timeout
         suspend(wait)
@@ -96,11 +106,14 @@ module Margay
 
       # Make +fiber+ (blocked in #block or #kernel_sleep) ready. From any thread: from
       # another one it goes through the inbox and the mailbox.
+      # From another thread the inbox carries the Wait the fiber is in now (read under the
+      # GVL), so an unblock that arrives late (the wait timed out meanwhile) cannot end a
+      # later wait of the same fiber; only the fiber when it has not registered its wait yet.
       def unblock(_blocker, fiber)
         if Thread.current.equal?(@thread)
           wake_blocked(fiber)
         else
-          @inbox << fiber
+          @inbox << (@blocked[fiber] || fiber)
           @waits.poke
         end
         nil
@@ -131,14 +144,24 @@ module Margay
       end
 
       # Fiber.schedule: a non-blocking fiber, run at once (the caller runs again next round).
+      # Counted in #scheduled until it ends (the loop waits for it before stopping or idling
+      # out). What it raises ends that fiber only, logged: entered by transfer, it would
+      # otherwise surface in the root fiber and unwind the thread's loop with every other
+      # fiber of the thread. ForceShutdown does unwind it (the thread is to stop now).
       def fiber(&block)
-        fiber = Fiber.new(blocking: false, &block)
+        fiber = Fiber.new(blocking: false) { |*args| run_scheduled(block, args) }
+        @scheduled += 1
         @ready.push(Fiber.current, nil) unless Fiber.current.equal?(@root)
         run(fiber, nil)
         fiber
       end
 
-      # The thread ends: its loop finished every fiber already.
+      # The fibers made by #fiber that have not ended.
+      attr_reader :scheduled
+
+      # The thread ends: its loop ends only once every fiber it counts (requests and
+      # #scheduled) ended, so none is left to run here, except when a ForceShutdown unwound
+      # the loop (those are abandoned: the thread is to stop now).
       def close
         nil
       end
@@ -166,7 +189,7 @@ module Margay
       # Cancel a #raise_after timer of +fiber+, and its raise if it fired but was not yet
       # delivered.
       def cancel_timer(entry, fiber)
-        entry[2] = nil
+        drop_timer(entry)
         @raises.delete(fiber) if @raises[fiber]&.timer.equal?(entry)
       end
 
@@ -225,6 +248,17 @@ module Margay
 
       private
 
+      def run_scheduled(block, args)
+        block.call(*args)
+      rescue ForceShutdown
+        raise
+      rescue Exception => e # rubocop:disable Lint/RescueException -- it would unwind the thread's loop
+        @log&.exception(e, "Fiber.schedule'd fiber raised")
+        nil
+      ensure
+        @scheduled -= 1
+      end
+
       # Transfer to the root fiber until +wait+ completes; returns its value (or raises what
       # #interrupt asked for).
       def suspend(wait)
@@ -257,7 +291,7 @@ module Margay
       def cancel(wait)
         wait.done = true
         if wait.timer
-          wait.timer[2] = nil
+          drop_timer(wait.timer)
           wait.timer = nil
         end
         @blocked.delete(wait.fiber) if @blocked[wait.fiber].equal?(wait)
@@ -278,8 +312,8 @@ module Margay
       end
 
       def drain_inbox
-        while (fiber = @inbox.shift)
-          wake_blocked(fiber)
+        while (item = @inbox.shift)
+          item.is_a?(Wait) ? finish(item, true) : wake_blocked(item)
         end
       end
 
@@ -287,7 +321,7 @@ module Margay
       # every waiter on it is ready at once).
       def arm(fd)
         waiters = @io[fd]
-        events = waiters.sum(0) { |w| w.events }
+        events = waiters.inject(0) { |m, w| m | w.events } # a union: two readers are still IO::READABLE
         return true if @waits.arm(fd, events)
 
         waiters.dup.each { |w| w.fiber.equal?(Fiber.current) ? cancel(w) : finish(w, w.events) }
@@ -314,6 +348,25 @@ module Margay
         entry
       end
 
+      # Cancel a timer entry. It stays in the heap (finding it there would cost a search) until
+      # it is due, or until cancelled entries are most of the heap: then it is rebuilt without
+      # them (request_timeout and read timeouts are mostly cancelled long before they are due).
+      def drop_timer(entry)
+        return if entry[2].nil?
+
+        entry[2] = nil
+        return unless entry[1] # popped already: not in the heap
+
+        @dead += 1
+        compact_timers if @dead > 64 && @dead * 2 > @timers.size
+      end
+
+      def compact_timers
+        @timers.reject! { |e| e[2].nil? }
+        @timers.sort_by! { |e| [e[0], e[1]] } # a sorted array is a heap
+        @dead = 0
+      end
+
       def heap_push(entry)
         h = @timers
         h << entry
@@ -330,6 +383,11 @@ module Margay
 
       def pop_timer
         h = @timers
+        root = h.first
+        if root
+          @dead -= 1 if root[2].nil?
+          root[1] = nil # out of the heap (#drop_timer)
+        end
         last = h.pop
         return h.first if h.empty?
 

@@ -25,8 +25,12 @@ module Margay
       # @param idle_timeout [Numeric, nil] return after this many seconds
       #   without a request (Puma's idle_timeout; nil: never)
       # @param log [Log, nil] says why it returned after idling
-      def initialize(pool:, engine:, deadline: nil, on_tick: nil, watchdog: nil, idle_timeout: nil, log: nil)
+      # @param in_flight [FiberLoop::InFlight, nil] fiber mode: no growth while it has no room
+      #   (the threads are not saturated, the cap is: another thread would take nothing)
+      def initialize(pool:, engine:, deadline: nil, on_tick: nil, watchdog: nil, idle_timeout: nil, log: nil,
+                     in_flight: nil)
         @pool = pool
+        @in_flight = in_flight
         @engine = engine
         @deadline = deadline
         @on_tick = on_tick
@@ -60,7 +64,8 @@ module Margay
         wall = Clock.now
         elapsed = wall - @wall
         share = elapsed.positive? ? (cpu - @cpu) / elapsed : 1.0
-        @pool.consider_growth(saturated: @engine.saturated_ms.positive?, cpu_share: share)
+        saturated = @engine.saturated_ms.positive? && !(@in_flight && @in_flight.room.zero?)
+        @pool.consider_growth(saturated: saturated, cpu_share: share)
         @on_tick&.call
         ping(wall) if @watchdog
         @ticks += 1

@@ -49,7 +49,7 @@ class FiberSettingsTest < Minitest::Test
   def test_a_native_wait_set_refuses_a_poll_engine
     config = Margay::Configuration.new(event_backend: :poll)
     engine = Margay::Native::Engine.new(config.to_h.values_at(*Margay::Native::Engine::SETTINGS), {})
-    error = assert_raises(NotImplementedError) { Margay::Native::FiberWaits.new(engine) }
+    error = assert_raises(NotImplementedError) { Margay::Native::FiberWaits.new(engine, Margay::Native::InFlight.new(1)) }
     assert_match(/needs the epoll event backend \(this engine uses poll\)/, error.message)
   ensure
     engine&.close
