@@ -109,7 +109,11 @@ static uint32_t from_epoll(uint32_t ev) {
 }
 
 /* Take events from the shared set (it showed work) until a->take requests are complete or it
- * has none left; a bounded number of events, so the thread's own fibers are not kept waiting. */
+ * has none left; a bounded number of events, so the thread's own fibers are not kept waiting.
+ * One event per epoll_wait, straight from the backend and not through mg_loop_take's stash: in
+ * fiber mode no thread runs mg_wait_nogvl or mg_loop_try, so the stash stays empty, and events
+ * stashed here would be invisible to the other fiber threads (they wake on the shared set's
+ * readiness, which a stashed event no longer shows). */
 static void take_requests(mg_waits_args *a) {
   mg_engine *e = a->w->e;
   int claimed = 0; /* a slot of the cap held for the next request */
