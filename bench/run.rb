@@ -48,9 +48,7 @@ module MargayBench
       return report_only if @o.report_only
       return 2 unless prepare(prerequisites, "margay-suite-")
 
-      @env = Env.clean.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile"), "RACK_ENV" => "production",
-                             "RAILS_ENV" => "production", "APP_ENV" => "production",
-                             "BENCH_RAILS_DB" => File.join(@tmp, "rails.sqlite3"))
+      @env = bench_env
       @budget = SuiteServers.budget(Etc.nprocessors)
       @unavailable = unavailable_servers
       @servers = @o.servers - @unavailable.map { |u| u["server"] }
@@ -115,23 +113,6 @@ module MargayBench
 
       @backends = WaitingBackends.new(tmp: @tmp, env: @env, progress: method(:progress))
       @backends.start(slow: specs.any? { |w| w[:slow_service] })
-    end
-
-    # Stops PostgreSQL and the slow service too on ^C (the harness's handler exits without
-    # running ensure blocks; the cluster's own watchdog would catch it a second later).
-    def trap_signals
-      %w[INT TERM].each do |sig|
-        trap(sig) do
-          Thread.new do
-            [@load_pid, @slow_pid].compact.each { |pid| Procs.stop(pid, grace: 2) }
-            @live.each(&:stop)
-            @backends&.stop
-            FileUtils.rm_rf(@tmp) if @tmp
-            warn "#{@script}: interrupted, load generators, servers and PostgreSQL stopped"
-            exit!(130)
-          end
-        end
-      end
     end
 
     def seed_rails

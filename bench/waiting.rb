@@ -47,9 +47,7 @@ module MargayBench
       return report_only if @o.report_only
       return 2 unless prepare(prerequisites, "margay-waiting-")
 
-      @env = Env.clean.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile"), "RACK_ENV" => "production",
-                             "RAILS_ENV" => "production", "APP_ENV" => "production",
-                             "BENCH_RAILS_DB" => File.join(@tmp, "rails.sqlite3"))
+      @env = bench_env
       lock = Machine.bench_lock
       help = Machine.capture("bundle", "exec", File.join(@o.margay_dir, "exe", "margay"), "--help",
                              env: @env)
@@ -87,23 +85,6 @@ module MargayBench
         problems << pg
       end
       problems
-    end
-
-    # Stops the PostgreSQL cluster and the slow service too on ^C (the harness's handler
-    # exits without running ensure blocks; the cluster's watchdog would catch it a second later).
-    def trap_signals
-      %w[INT TERM].each do |sig|
-        trap(sig) do
-          Thread.new do
-            [@load_pid].compact.each { |pid| Procs.stop(pid, grace: 2) }
-            @live.each(&:stop)
-            @backends&.stop
-            FileUtils.rm_rf(@tmp) if @tmp
-            warn "#{@script}: interrupted, load generators, servers and PostgreSQL stopped"
-            exit!(130)
-          end
-        end
-      end
     end
 
     def start_backends

@@ -62,18 +62,30 @@ module MargayBench
       $stdout.flush
     end
 
+    # ^C or TERM: stop the load generators, the servers and the backends a run started
+    # (PostgreSQL, the slow service: @backends), remove the temp dir, exit 130. The handler
+    # exits without running ensure blocks.
     def trap_signals
       %w[INT TERM].each do |sig|
         trap(sig) do
           Thread.new do
             [@load_pid, @slow_pid].compact.each { |pid| Procs.stop(pid, grace: 2) }
             @live.each(&:stop)
+            @backends&.stop
             FileUtils.rm_rf(@tmp) if @tmp
-            warn "#{@script}: interrupted, load generators and servers stopped"
+            warn "#{@script}: interrupted, load generators, servers#{' and PostgreSQL' if @backends} stopped"
             exit!(130)
           end
         end
       end
+    end
+
+    # The environment every server and app of a run gets: the bench bundle, production, the
+    # Rails app's SQLite file in the run's temp dir.
+    def bench_env
+      Env.clean.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile"), "RACK_ENV" => "production",
+                      "RAILS_ENV" => "production", "APP_ENV" => "production",
+                      "BENCH_RAILS_DB" => File.join(@tmp, "rails.sqlite3"))
     end
 
     # The first keys of every result; the subclass says #versions and #config.
