@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require_relative "support/child_env"
 require "json"
 require "open3"
 require "rbconfig"
@@ -10,6 +11,8 @@ require "tmpdir"
 # end to end and write a JSON result with Margay rows. It never asserts a speed figure
 # (absolute numbers depend on the machine); it skips when wrk is not installed.
 class BenchSmokeTest < Minitest::Test
+  include ChildEnv
+
   ROOT = File.expand_path("../..", __dir__)
   CORE = File.join(ROOT, "bench", "core.rb")
 
@@ -79,19 +82,6 @@ class BenchSmokeTest < Minitest::Test
       assert_operator rows["margay-w2"]["rps_vs_nginx"], :>, 0
       assert(result["bars"].any? { |b| b["bar"].include?("Iodine") })
       assert_includes File.read(File.join(dir, "core-latest.md")), "vs Iodine"
-    end
-  end
-
-  private
-
-  def bench_bundle?
-    system({ "BUNDLE_GEMFILE" => File.join(ROOT, "bench", "Gemfile") }, "bundle", "check", out: File::NULL, err: File::NULL)
-  end
-
-  def executable_in_path?(cmd)
-    ENV.fetch("PATH", "").split(File::PATH_SEPARATOR).any? do |d|
-      path = File.join(d, cmd)
-      File.file?(path) && File.executable?(path)
     end
   end
 end

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require_relative "support/child_env"
 require "json"
 require "open3"
 require "rbconfig"
@@ -11,6 +12,8 @@ require "tmpdir"
 # requests. It never asserts a speed figure; it skips when wrk or the bench bundle
 # (`bundle install --gemfile bench/Gemfile`) is missing.
 class BenchSuiteSmokeTest < Minitest::Test
+  include ChildEnv
+
   ROOT = File.expand_path("../..", __dir__)
   RUN = File.join(ROOT, "bench", "run.rb")
 
@@ -67,27 +70,5 @@ class BenchSuiteSmokeTest < Minitest::Test
       end
       assert_match(/PostgreSQL/, result.dig("versions", "postgresql").to_s)
     end
-  end
-
-  private
-
-  def executable_in_path?(cmd)
-    ENV.fetch("PATH", "").split(File::PATH_SEPARATOR).any? do |d|
-      path = File.join(d, cmd)
-      File.file?(path) && File.executable?(path)
-    end
-  end
-
-  # Our environment without what `bundle exec` (rake test:slow) put into it.
-  def clean_env
-    env = ENV.to_h.reject { |k, _| k.start_with?("BUNDLE_", "BUNDLER_") && k != "BUNDLE_SILENCE_ROOT_WARNING" }
-    env["RUBYOPT"] = env["RUBYOPT"].to_s.split.reject { |a| a.include?("bundler/setup") }.join(" ")
-    env.delete("RUBYOPT") if env["RUBYOPT"].empty?
-    env
-  end
-
-  def bench_bundle?
-    system(clean_env.merge("BUNDLE_GEMFILE" => File.join(ROOT, "bench", "Gemfile")), "bundle", "check",
-           chdir: ROOT, unsetenv_others: true, %i[out err] => File::NULL)
   end
 end

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require_relative "support/child_env"
 require "json"
 require "open3"
 require "rbconfig"
@@ -12,6 +13,8 @@ require "tmpdir"
 # requests without errors, and leave no PostgreSQL behind. Never a speed figure. Skips when
 # wrk, the bench bundle or PostgreSQL is missing (CI installs all three).
 class WaitingBenchSmokeTest < Minitest::Test
+  include ChildEnv
+
   ROOT = File.expand_path("../..", __dir__)
   WAITING = File.join(ROOT, "bench", "waiting.rb")
 
@@ -57,26 +60,6 @@ class WaitingBenchSmokeTest < Minitest::Test
   end
 
   private
-
-  def executable_in_path?(cmd)
-    ENV.fetch("PATH", "").split(File::PATH_SEPARATOR).any? do |d|
-      path = File.join(d, cmd)
-      File.file?(path) && File.executable?(path)
-    end
-  end
-
-  # Our environment without what `bundle exec` (rake test:slow) put into it.
-  def clean_env
-    env = ENV.to_h.reject { |k, _| k.start_with?("BUNDLE_", "BUNDLER_") && k != "BUNDLE_SILENCE_ROOT_WARNING" }
-    env["RUBYOPT"] = env["RUBYOPT"].to_s.split.reject { |a| a.include?("bundler/setup") }.join(" ")
-    env.delete("RUBYOPT") if env["RUBYOPT"].empty?
-    env
-  end
-
-  def bench_bundle?
-    system(clean_env.merge("BUNDLE_GEMFILE" => File.join(ROOT, "bench", "Gemfile")), "bundle", "check",
-           chdir: ROOT, unsetenv_others: true, %i[out err] => File::NULL)
-  end
 
   def margay_help
     out, = Open3.capture2e(clean_env, RbConfig.ruby, File.join(ROOT, "exe", "margay"), "--help", chdir: ROOT,

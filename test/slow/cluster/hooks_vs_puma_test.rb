@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require_relative "../support/child_env"
 require "open3"
 require "tmpdir"
 require "fileutils"
@@ -9,6 +10,7 @@ require "fileutils"
 # hooks run in the same order, in the same processes (master or worker),
 # with the same arguments, from boot through TTOU to TERM.
 class HooksVsPumaTest < Minitest::Test
+  include ChildEnv
   include Margay::TestHelper
 
   ROOT = File.expand_path("../../..", __dir__)
@@ -37,14 +39,6 @@ class HooksVsPumaTest < Minitest::Test
 
   def teardown
     FileUtils.rm_rf(@dir)
-  end
-
-  # Our environment without what `bundle exec` (rake test:slow) put into it.
-  def clean_env
-    env = ENV.to_h.reject { |k, _| k.start_with?("BUNDLE_", "BUNDLER_") && k != "BUNDLE_SILENCE_ROOT_WARNING" }
-    env["RUBYOPT"] = env["RUBYOPT"].to_s.split.reject { |a| a.include?("bundler/setup") }.join(" ")
-    env.delete("RUBYOPT") if env["RUBYOPT"].empty?
-    env
   end
 
   # Boot, TTOU, TERM; returns [[hook, "master"/"worker", arg with pids as PID], ...].

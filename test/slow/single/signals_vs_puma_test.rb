@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require_relative "../support/child_env"
 require "open3"
 require "socket"
 require "tmpdir"
@@ -10,6 +11,7 @@ require "fileutils"
 # same config file: USR2 and USR1 while a request runs (it completes, the
 # same pid serves again on the same port), then HUP (a graceful stop, exit 0).
 class SignalsVsPumaTest < Minitest::Test
+  include ChildEnv
   include Margay::TestHelper
 
   ROOT = File.expand_path("../../..", __dir__)
@@ -31,13 +33,6 @@ class SignalsVsPumaTest < Minitest::Test
 
   def teardown
     FileUtils.rm_rf(@dir)
-  end
-
-  def clean_env
-    env = ENV.to_h.reject { |k, _| k.start_with?("BUNDLE_", "BUNDLER_") && k != "BUNDLE_SILENCE_ROOT_WARNING" }
-    env["RUBYOPT"] = env["RUBYOPT"].to_s.split.reject { |a| a.include?("bundler/setup") }.join(" ")
-    env.delete("RUBYOPT") if env["RUBYOPT"].empty?
-    env
   end
 
   # A port free a moment ago (Puma matches inherited sockets by address, so port 0 will not do).
