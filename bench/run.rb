@@ -183,23 +183,11 @@ module MargayBench
       stop_server(inst, "  #{server}") if inst
     end
 
-    def wrk_argv(conns, seconds, port, path)
-      Wrk.argv(threads: conns.is_a?(Integer) ? [2, conns].min : 2, connections: conns, seconds: seconds,
-               timeout: @o.wrk_timeout, url: "http://127.0.0.1:#{port}#{path}")
-    end
 
-    def run_wrk(conns, seconds, port, spec)
-      argv = wrk_argv(conns, seconds, port, spec[:path])
-      env = { "BENCH_UPLOAD_BYTES" => spec[:upload_bytes].to_s }
-      data, = Wrk.run(argv, out_path: File.join(@tmp, "wrk.out"), bound: seconds.ceil + @o.wrk_timeout + 30, env: env) do |pid|
-        @load_pid = pid
-      end
-      data["command"] = (spec[:upload_bytes] ? ["BENCH_UPLOAD_BYTES=#{spec[:upload_bytes]}"] : []).concat(argv).join(" ")
-      data
-    ensure
-      @load_pid = nil
+    # What report.lua reads for an upload workload's POST body (empty: a GET).
+    def upload_env(spec)
+      { "BENCH_UPLOAD_BYTES" => spec[:upload_bytes].to_s }
     end
-
 
     # Slow clients for the "slow" workload, alongside the measured wrk run.
     def start_slow_clients(port, conns, seconds)
@@ -228,10 +216,10 @@ module MargayBench
       slow = nil
       total_s = @o.warmup + @o.duration
       slow = start_slow_clients(inst.port, conns, total_s) if wl == "slow"
-      run_wrk(conns, @o.warmup, inst.port, spec) if @o.warmup.positive?
+      run_wrk(conns, @o.warmup, inst.port, spec[:path], env: upload_env(spec)) if @o.warmup.positive?
       window = CpuWindow.new(inst.pid)
       sampler = Memory::Sampler.new(inst.pid, interval: [@o.duration / 10.0, 0.5].min)
-      data = run_wrk(conns, @o.duration, inst.port, spec)
+      data = run_wrk(conns, @o.duration, inst.port, spec[:path], env: upload_env(spec))
       mem = sampler.stop
       secs = data["duration_us"] / 1e6
       cpu, wrk_cpu, other_pct = window.finish(secs)
@@ -261,10 +249,6 @@ module MargayBench
                      "error" => brief(e), "log_tail" => inst.log_tail }
       progress "  #{inst.name} #{wl} c=#{conns} FAILED: #{brief(e)}"
       nil
-    end
-
-    def brief(err)
-      "#{err.class}: #{err.message.lines.first.to_s.strip[0, 300]}"
     end
 
     # --- summaries ----------------------------------------------------------------

@@ -151,22 +151,6 @@ module MargayBench
       stop_server(inst, "  #{server}") if inst
     end
 
-    def wrk_argv(conns, seconds, port, path)
-      Wrk.argv(threads: [2, conns].min, connections: conns, seconds: seconds, timeout: @o.wrk_timeout,
-               url: "http://127.0.0.1:#{port}#{path}")
-    end
-
-    def run_wrk(conns, seconds, port, path)
-      argv = wrk_argv(conns, seconds, port, path)
-      data, = Wrk.run(argv, out_path: File.join(@tmp, "wrk.out"), bound: seconds + @o.wrk_timeout + 30) do |pid|
-        @load_pid = pid
-      end
-      data["command"] = argv.join(" ")
-      data
-    ensure
-      @load_pid = nil
-    end
-
     def measure(inst, bar, spec, conns, round)
       run_wrk(conns, @o.warmup, inst.port, spec[:path]) if @o.warmup.positive?
       window = CpuWindow.new(inst.pid)
@@ -209,10 +193,6 @@ module MargayBench
 
       after = @backends.cpu_s
       after.to_h { |k, v| [k, (100.0 * (v - before[k]) / secs).round(1)] }
-    end
-
-    def brief(err)
-      "#{err.class}: #{err.message.lines.first.to_s.strip[0, 300]}"
     end
 
     # --- summaries ----------------------------------------------------------------

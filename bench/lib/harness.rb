@@ -62,6 +62,31 @@ module MargayBench
       $stdout.flush
     end
 
+    # An error for a log line or a result: its class and the first line of its message.
+    def brief(err)
+      "#{err.class}: #{err.message.lines.first.to_s.strip[0, 300]}"
+    end
+
+    # wrk's arguments: +conns+ connections (at most 2 threads) for +seconds+ against +path+
+    # on +port+, with the run's --wrk-timeout.
+    def wrk_argv(conns, seconds, port, path)
+      Wrk.argv(threads: conns.is_a?(Integer) ? [2, conns].min : 2, connections: conns, seconds: seconds,
+               timeout: @o.wrk_timeout, url: "http://127.0.0.1:#{port}#{path}")
+    end
+
+    # One bounded wrk run (a ^C stops it through @load_pid) with +env+ for its script; its
+    # data, with the command that ran it (env entries with a value first, as K=V).
+    def run_wrk(conns, seconds, port, path, env: {})
+      argv = wrk_argv(conns, seconds, port, path)
+      data, = Wrk.run(argv, out_path: File.join(@tmp, "wrk.out"), bound: seconds.ceil + @o.wrk_timeout + 30, env: env) do |pid|
+        @load_pid = pid
+      end
+      data["command"] = env.reject { |_, v| v.empty? }.map { |k, v| "#{k}=#{v}" }.concat(argv).join(" ")
+      data
+    ensure
+      @load_pid = nil
+    end
+
     # ^C or TERM: stop the load generators, the servers and the backends a run started
     # (PostgreSQL, the slow service: @backends), remove the temp dir, exit 130. The handler
     # exits without running ensure blocks.
