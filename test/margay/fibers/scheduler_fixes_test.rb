@@ -23,6 +23,29 @@ class FiberSchedulerFixesTest < Minitest::Test
     sock
   end
 
+  # Two requests wait on one fd (+wait+ true once it is ready), then a third runs +release+:
+  # both waiting requests must wake and answer +ready+.
+  def assert_two_waiters_wake(ready, wait:, release:)
+    waiting = Queue.new
+    app = lambda do |env|
+      if env["PATH_INFO"] == "/wait"
+        waiting << 1
+        text(wait.call ? ready : "timed out")
+      else
+        release.call
+        text("released")
+      end
+    end
+    fiber_server(app) do |_host, port|
+      a = send_get(port, "/wait")
+      pop_within(waiting, 5)
+      b = send_get(port, "/wait")
+      pop_within(waiting, 5)
+      assert_equal "released", read_response(send_get(port, "/release"))[2]
+      assert_equal [[200, ready], [200, ready]], [a, b].map { |s| read_response(s, timeout: 10).values_at(0, 2) }
+    end
+  end
+
   def fill(pipe)
     loop { pipe.write_nonblock("x" * 65_536) }
   rescue IO::WaitWritable
@@ -33,25 +56,7 @@ class FiberSchedulerFixesTest < Minitest::Test
   # IO::READABLE was IO::PRIORITY, two IO::WRITABLE an unknown bit: neither ever woke).
   def test_two_readers_of_one_pipe_both_wake
     r, w = IO.pipe
-    waiting = Queue.new
-    app = lambda do |env|
-      if env["PATH_INFO"] == "/wait"
-        waiting << 1
-        text(r.wait_readable(5) ? "readable" : "timed out")
-      else
-        w.write("x")
-        text("written")
-      end
-    end
-    fiber_server(app) do |_host, port|
-      a = send_get(port, "/wait")
-      pop_within(waiting, 5)
-      b = send_get(port, "/wait")
-      pop_within(waiting, 5)
-      assert_equal "written", read_response(send_get(port, "/write"))[2]
-      assert_equal [[200, "readable"], [200, "readable"]],
-                   [a, b].map { |s| read_response(s, timeout: 10).values_at(0, 2) }
-    end
+    assert_two_waiters_wake("readable", wait: -> { r.wait_readable(5) }, release: -> { w.write("x") })
   ensure
     r&.close
     w&.close
@@ -60,25 +65,7 @@ class FiberSchedulerFixesTest < Minitest::Test
   def test_two_writers_of_one_pipe_both_wake
     r, w = IO.pipe
     fill(w)
-    waiting = Queue.new
-    app = lambda do |env|
-      if env["PATH_INFO"] == "/wait"
-        waiting << 1
-        text(w.wait_writable(5) ? "writable" : "timed out")
-      else
-        r.read_nonblock(1 << 20)
-        text("drained")
-      end
-    end
-    fiber_server(app) do |_host, port|
-      a = send_get(port, "/wait")
-      pop_within(waiting, 5)
-      b = send_get(port, "/wait")
-      pop_within(waiting, 5)
-      assert_equal "drained", read_response(send_get(port, "/drain"))[2]
-      assert_equal [[200, "writable"], [200, "writable"]],
-                   [a, b].map { |s| read_response(s, timeout: 10).values_at(0, 2) }
-    end
+    assert_two_waiters_wake("writable", wait: -> { w.wait_writable(5) }, release: -> { r.read_nonblock(1 << 20) })
   ensure
     r&.close
     w&.close
