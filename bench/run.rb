@@ -115,14 +115,6 @@ module MargayBench
       @backends.start(slow: specs.any? { |w| w[:slow_service] })
     end
 
-    def seed_rails
-      progress "realistic: creating the SQLite database (#{@env['BENCH_RAILS_DB']})"
-      ok = system(@env, "bundle", "exec", "ruby", "-e", 'require "./bench/apps/rails/config/environment"; ' \
-                                                       'puts "posts: #{Post.count}, authors: #{Author.count}"',
-                  unsetenv_others: true, chdir: ROOT, in: File::NULL)
-      raise "could not set up bench/apps/rails (see above)" unless ok
-    end
-
     # --- measuring --------------------------------------------------------------
 
     def measure_all

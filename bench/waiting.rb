@@ -10,9 +10,15 @@
 #   rails    Rails 7.2 + PostgreSQL + a 50 ms Net::HTTP call (GET /slow), c=64 and c=256:
 #            req/s, p99, errors and the PSS of the server's process tree
 #
+# and issue 12's (part 4, the tail at saturation; not run unless named): tail-sleep-wW and
+# tail-rails-wW, W = 1, 2, 4 workers: the sleep app and the Rails app on SQLite at c=64 and
+# c=256, Margay against Puma with their default threads; Margay's p99 against 0.8x Puma's at
+# equal or higher req/s. `--bars tail` runs all six (~16 min), `--bars tail-rails` three.
+#
 #   bench/waiting.rb                                   full: 3 rounds x 5 s (+2 s warm-up) (~11 min)
 #   bench/waiting.rb --quick                           smoke: 1 round x 2 s (+1 s warm-up)
 #   bench/waiting.rb --bars sleep,cluster --margay-dir ../fibers   # another (built) Margay tree
+#   bench/waiting.rb --bars tail                       issue 12's tail bars: 3 rounds x 5 s (~16 min)
 #   bench/waiting.rb --help
 #
 # Per round, per bar, per server (order rotated every round): a fresh server, then for each
@@ -57,6 +63,7 @@ module MargayBench
         reason && { "server" => s, "reason" => reason }
       end
       warn_if_loaded(5.0)
+      seed_rails if @o.bars.any? { |b| WaitingBars::ALL[b][:sqlite] }
       progress "mode #{@o.mode}: bars #{@o.bars.join(',')}; #{@o.rounds} round(s) x #{@o.duration}s " \
                "(+#{@o.warmup}s warm-up); Margay from #{@o.margay_dir}"
       @unavailable.each { |u| progress "not run: #{u['server']}: #{u['reason']}" }
@@ -121,7 +128,9 @@ module MargayBench
       end
       spec = WaitingBars::ALL.fetch(bar)
       env = @env.dup
-      env.merge!(@backends.env(fibers: WaitingServers::FIBER.include?(server))) if spec[:postgres]
+      fibers = WaitingServers::FIBER.include?(server)
+      env.merge!(@backends.env(fibers: fibers)) if spec[:postgres]
+      env["BENCH_RAILS_ISOLATION"] = "fiber" if spec[:sqlite] && fibers
       inst = WaitingServers::Instance.new(server, app: spec[:app], path: spec[:path], tmp: @tmp, env: env,
                                                   workers: spec[:workers], margay_dir: @o.margay_dir,
                                                   start_timeout: @o.start_timeout)

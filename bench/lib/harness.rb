@@ -113,6 +113,16 @@ module MargayBench
                       "BENCH_RAILS_DB" => File.join(@tmp, "rails.sqlite3"))
     end
 
+    # Creates and fills the Rails app's SQLite database (BENCH_RAILS_DB of #bench_env) once,
+    # before any server boots it.
+    def seed_rails
+      progress "rails: creating the SQLite database (#{@env['BENCH_RAILS_DB']})"
+      ok = system(@env, "bundle", "exec", "ruby", "-e", 'require "./bench/apps/rails/config/environment"; ' \
+                                                       'puts "posts: #{Post.count}, authors: #{Author.count}"',
+                  unsetenv_others: true, chdir: ROOT, in: File::NULL)
+      raise "could not set up bench/apps/rails (see above)" unless ok
+    end
+
     # The first keys of every result; the subclass says #versions and #config.
     def result_head(benchmark)
       { "schema" => 1, "benchmark" => benchmark, "mode" => @o.mode, "started_at" => Time.now.utc.iso8601,

@@ -120,7 +120,7 @@ module Margay
       return base unless @engine && @pool
 
       engine = @engine.stats
-      base.merge(requests: engine[:requests], connections: engine[:connections],
+      base.merge(requests: engine[:requests], abandoned: engine[:abandoned], connections: engine[:connections],
                  threads: @pool.size, busy_threads: @pool.busy, event_backend: engine[:event_backend],
                  max_connections: engine[:max_connections], uptime: (Clock.now - @started_at).round(1))
     rescue IOError

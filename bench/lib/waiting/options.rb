@@ -5,9 +5,9 @@ require_relative "../procs"
 require_relative "servers"
 
 module MargayBench
-  # bench/waiting.rb's bars (issue 13) and its command-line options.
+  # bench/waiting.rb's bars (issue 13's; issue 12's tail bars) and its command-line options.
   module WaitingBars
-    ALL = {
+    ISSUE13 = {
       "sleep" => { app: "bench/apps/io.ru", path: "/", workers: 1, concurrency: [256, 1024],
                    servers: WaitingServers::ALL,
                    what: "10 ms sleep + 2 KB JSON (`bench/apps/io.ru`), single process" },
@@ -19,6 +19,30 @@ module MargayBench
                    what: "Rails 7.2 + PostgreSQL (2 queries, ERB) after a 50 ms Net::HTTP call to " \
                          "`bench/slow_service.rb`, single process" }
     }.freeze
+    # Issue 12 part 4, the tail at saturation: more connections than threads, Margay against Puma
+    # with both servers' default threads (0:5), in a single process and with 2 and 4 workers
+    # (preloaded), on the sleep app and on the Rails app with SQLite (CPU-bound: ~4-7 ms of Ruby
+    # per request). The bar: Margay's p99 <= 0.8x Puma's at equal (>= 0.95x) or higher req/s.
+    TAIL = [1, 2, 4].flat_map do |w|
+      where = w == 1 ? "single process" : "#{w} workers, preloaded"
+      [["tail-sleep-w#{w}", { app: "bench/apps/io.ru", path: "/", workers: w, concurrency: [64, 256], tail: true,
+                              servers: %w[margay margay-fibers puma],
+                              what: "the tail at saturation: 10 ms sleep + 2 KB JSON, #{where}" }],
+       ["tail-rails-w#{w}", { app: "bench/apps/rails/config.ru", path: "/", workers: w, concurrency: [64, 256],
+                              tail: true, sqlite: true, servers: %w[margay puma],
+                              what: "the tail at saturation: Rails 7.2 + SQLite (2 queries, ERB), #{where}" }]]
+    end.to_h.freeze
+    ALL = ISSUE13.merge(TAIL).freeze
+    # What --bars names besides single bars: "tail" is every tail bar, "tail-sleep" and
+    # "tail-rails" one app's three.
+    GROUPS = { "tail" => TAIL.keys, "tail-sleep" => TAIL.keys.grep(/sleep/), "tail-rails" => TAIL.keys.grep(/rails/) }.freeze
+
+    module_function
+
+    # The bars +names+ stand for (groups expanded, order kept, each once).
+    def expand(names)
+      names.flat_map { |n| GROUPS.fetch(n, [n]) }.uniq
+    end
   end
 
   # bench/waiting.rb's options with the defaults of the full and the quick mode.
@@ -31,7 +55,7 @@ module MargayBench
 
     def initialize(argv)
       @mode = "full"
-      @bars = WaitingBars::ALL.keys
+      @bars = WaitingBars::ISSUE13.keys
       @servers = nil
       @concurrency = nil
       @wrk_timeout = 10
@@ -44,6 +68,7 @@ module MargayBench
       raise OptionParser::InvalidArgument, "unexpected argument(s): #{argv.join(' ')}" unless argv.empty?
 
       (@mode == "quick" ? QUICK : FULL).merge(overrides).each { |k, v| public_send(:"#{k}=", v) }
+      @bars = WaitingBars.expand(@bars)
       bad = @bars - WaitingBars::ALL.keys
       raise OptionParser::InvalidArgument, "unknown bar(s) #{bad.join(', ')}" unless bad.empty?
       bad = (@servers || []) - WaitingServers::ALL
@@ -68,7 +93,10 @@ module MargayBench
       OptionParser.new do |o|
         o.banner = "usage: bench/waiting.rb [--quick] [options]"
         o.on("--quick", "smoke mode: 1 round x 2 s (+1 s warm-up) per point") { @mode = "quick" }
-        o.on("--bars LIST", Array, "subset of #{WaitingBars::ALL.keys.join(',')} (default: all)") { |v| @bars = v }
+        o.on("--bars LIST", Array, "subset of #{WaitingBars::ISSUE13.keys.join(',')} (default: these three), " \
+                                   "#{WaitingBars::TAIL.keys.join(',')} or the groups #{WaitingBars::GROUPS.keys.join(',')}") do |v|
+          @bars = v
+        end
         o.on("--servers LIST", Array, "only these of #{WaitingServers::ALL.join(',')} (default: each bar's own)") do |v|
           @servers = v
         end

@@ -3,7 +3,7 @@
 require_relative "options"
 
 module MargayBench
-  # The verdicts (issue 13's bars against the medians of one run) and the Markdown report
+  # The verdicts (issue 13's bars and issue 12's tail bars against the medians of one run) and the Markdown report
   # of bench/waiting.rb (waiting-latest.md).
   class WaitingReport
     F = "margay-fibers"
@@ -63,8 +63,24 @@ module MargayBench
                    "#{fr['pss_mib']} vs #{pu['pss_mib']} MiB")
         end
       end
+      tail_verdicts(summary, row, ratio, add)
       out
     end
+
+    # Issue 12 part 4: each Margay row of a tail bar against Puma's at the same concurrency.
+    def self.tail_verdicts(summary, row, ratio, add)
+      summary.select { |r| WaitingBars::ALL.dig(r["bar"], :tail) && r["server"] != "puma" }.each do |m|
+        pu = row.call(m["bar"], "puma", m["concurrency"])
+        next unless pu && pu["p99_ms"].to_f.positive? && (rr = ratio.call(m, pu))
+
+        pr = m["p99_ms"] / pu["p99_ms"]
+        add.call(m["bar"], "c=#{m['concurrency']} #{m['server']} p99 / puma ≤ 0.8 at ≥ 0.95x its req/s", pr, 0.8,
+                 pr <= 0.8 && rr >= 0.95,
+                 "p99 #{m['p99_ms']} vs #{pu['p99_ms']} ms at #{m['rps_median'].round} vs " \
+                 "#{pu['rps_median'].round} req/s, #{rr.round(2)}x")
+      end
+    end
+    private_class_method :tail_verdicts
 
     def initialize(result)
       @r = result
@@ -101,7 +117,7 @@ module MargayBench
       return if vs.nil? || vs.empty?
 
       l << ""
-      l << "#### Bars (issue 13)"
+      l << "#### Bars (issues 12 and 13)"
       l << ""
       l << "| bar | check | value | met |"
       l << "|---|---|---:|---|"

@@ -68,6 +68,7 @@ typedef struct mg_engine {
   _Atomic int stopping;      /* 1 graceful, 2 forced */
   _Atomic int listener_users; /* loop threads accepting or arming a listener */
   _Atomic uint64_t requests; /* completed request heads */
+  _Atomic uint64_t abandoned; /* requests not run: the client closed its side first (core/loop.c) */
   _Atomic int accept_paused; /* listeners not armed (limit or EMFILE) */
   _Atomic int64_t resume_accept_ms;
   _Atomic int64_t next_sweep_ms;

@@ -55,6 +55,7 @@ static void from_epoll(const struct epoll_event *e, mg_ev_event *out) {
   out->data = e->data.u64;
   out->events = 0;
   if (e->events & (EPOLLIN | EPOLLRDHUP)) out->events |= MG_EV_IN;
+  if (e->events & (EPOLLRDHUP | EPOLLHUP)) out->events |= MG_EV_HUP;
   if (e->events & EPOLLOUT) out->events |= MG_EV_OUT;
   if (e->events & (EPOLLERR | EPOLLHUP)) out->events |= MG_EV_ERR | MG_EV_IN;
 }

@@ -11,7 +11,9 @@
 
 #include <stdint.h>
 
-enum { MG_EV_IN = 1, MG_EV_OUT = 2, MG_EV_ERR = 4 };
+/* MG_EV_HUP is only reported, never armed: with MG_EV_IN, the peer has closed its sending side
+ * (EPOLLRDHUP, POLLRDHUP) by the time the event was taken. */
+enum { MG_EV_IN = 1, MG_EV_OUT = 2, MG_EV_ERR = 4, MG_EV_HUP = 8 };
 enum { MG_EV_AUTO = 0, MG_EV_EPOLL = 1, MG_EV_POLL = 2 };
 
 typedef struct mg_ev mg_ev;

@@ -12,6 +12,14 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+/* Where the system has it (Linux), a peer's closed sending side is reported as on epoll. */
+#ifdef POLLRDHUP
+#define MG_POLL_IN (POLLIN | POLLRDHUP)
+#else
+#define MG_POLL_IN POLLIN
+#define POLLRDHUP 0
+#endif
+
 typedef struct {
   uint64_t data;
   uint32_t events; /* 0: disarmed */
@@ -81,7 +89,7 @@ static int pl_wait(mg_ev *ev, mg_ev_event *out, int timeout_ms) {
     uint32_t e = p->table[fd].events;
     if (!e) continue;
     p->pfds[n].fd = fd;
-    p->pfds[n].events = (short)(((e & MG_EV_IN) ? POLLIN : 0) | ((e & MG_EV_OUT) ? POLLOUT : 0));
+    p->pfds[n].events = (short)(((e & MG_EV_IN) ? MG_POLL_IN : 0) | ((e & MG_EV_OUT) ? POLLOUT : 0));
     p->pfds[n].revents = 0;
     p->fds[n++] = fd;
   }
@@ -108,7 +116,8 @@ static int pl_wait(mg_ev *ev, mg_ev_event *out, int timeout_ms) {
       if (!en->events) continue; /* disarmed meanwhile */
       out->data = en->data;
       out->events = 0;
-      if (re & POLLIN) out->events |= MG_EV_IN;
+      if (re & (POLLIN | POLLRDHUP)) out->events |= MG_EV_IN;
+      if (re & (POLLRDHUP | POLLHUP)) out->events |= MG_EV_HUP;
       if (re & POLLOUT) out->events |= MG_EV_OUT;
       if (re & (POLLERR | POLLHUP | POLLNVAL)) out->events |= MG_EV_ERR | MG_EV_IN;
       if (!en->persistent) en->events = 0;

@@ -351,15 +351,17 @@ static VALUE engine_error_response(VALUE self, VALUE token, VALUE status) {
   return Qnil;
 }
 
-/* Engine#stats -> {connections:, waiting_threads:, requests:, max_connections:, event_backend:,
- * polling:, standing_by:} (the last two: of the waiting threads, the one blocked in the event set
- * and those standing by, core/loop.c) */
+/* Engine#stats -> {connections:, waiting_threads:, requests:, abandoned:, max_connections:,
+ * event_backend:, polling:, standing_by:} (abandoned: requests not run because their client had
+ * closed its side first; polling and standing_by: of the waiting threads, the one blocked in the
+ * event set and those standing by, core/loop.c) */
 static VALUE engine_stats(VALUE self) {
   mg_engine *e = mg_engine_get(self);
   VALUE h = rb_hash_new();
   rb_hash_aset(h, ID2SYM(rb_intern("connections")), INT2NUM(atomic_load(&e->nconns)));
   rb_hash_aset(h, ID2SYM(rb_intern("waiting_threads")), INT2NUM(atomic_load(&e->idle_waiters)));
   rb_hash_aset(h, ID2SYM(rb_intern("requests")), ULL2NUM(atomic_load(&e->requests)));
+  rb_hash_aset(h, ID2SYM(rb_intern("abandoned")), ULL2NUM(atomic_load(&e->abandoned)));
   rb_hash_aset(h, ID2SYM(rb_intern("max_connections")), INT2NUM(e->cfg.max_connections));
   rb_hash_aset(h, ID2SYM(rb_intern("event_backend")), rb_str_new_cstr(e->ev->ops->name));
   rb_hash_aset(h, ID2SYM(rb_intern("polling")), INT2NUM(atomic_load(&e->pollers)));
