@@ -7,7 +7,10 @@ require_relative "binder"
 require_relative "clock"
 require_relative "log"
 require_relative "systemd"
+require_relative "cluster/back_off"
 require_relative "cluster/balancer"
+require_relative "cluster/exits"
+require_relative "cluster/health"
 require_relative "cluster/heap"
 require_relative "cluster/roster"
 require_relative "cluster/signals"
@@ -30,10 +33,11 @@ module Margay
   #
   # The rooms of cluster mode, under cluster/: Signals (the master's signal
   # inbox), Roster and WorkerRecord (its workers), Spawner (making workers),
+  # BackOff (after boot failures), Exits (a worker gone: reaping, forgetting,
+  # after_worker_shutdown), Health (heartbeat, memory and idle checks),
   # Channel (the master<->worker protocol), Worker and Mold (the child side),
   # Balancer (keep-alive balancing, both sides).
   class Cluster < Runner
-    MAX_BACKOFF = 30
     BOARD_SLOTS = 256 # worker indexes that can report idle threads (see Native::IdleBoard)
 
     # @param config [Configuration] with workers > 0
@@ -47,20 +51,19 @@ module Margay
       @app_loader = app_loader
       @restart_argv = restart_argv
       @launcher = launcher
-      @exited = {} # pid => [Roster::ExitedWorker, since]: after_worker_shutdown waits for the exit status
       @workers = Roster.new
       @target = config.workers
       @signals = Signals.new
       @stopping = false
-      @failures = 0
-      @next_spawn_at = 0
+      @back_off = BackOff.new(log: log)
       @board = Native::IdleBoard.new(BOARD_SLOTS) # shared with every worker forked from now on
       @forwarder = Balancer::Forwarder.new(roster: @workers, board: @board, log: log)
+      @exits = Exits.new(config: config, log: log, roster: @workers, forwarder: @forwarder, board: @board,
+                         back_off: @back_off)
+      @health = Health.new(config: config, log: log)
       @spawner = nil
       @phase = 0 # phased restarts so far (stats)
-      @idle_activity = nil # idle_timeout: the workers' request and busy counts last seen, and since when
       @auto_reforked = false # refork_after reforks once per generation (as Puma's fork_worker, in phase 0)
-      @active_at = Clock.now
       @signals.trap_all # from now on: a signal during bind or preload is not lost, nor fatal
     end
 
@@ -78,7 +81,7 @@ module Margay
       Heap.settle(compact: @config.compact_before_fork, log: @log, who: "master") if app # the workers share it
       supervise until @stopping && @workers.empty?
       close_listeners
-      report_exits(flush: true)
+      @exits.report(flush: true)
     end
 
     # Puma-shaped stats (docs/CONTROL.md), from any thread: to_a copies the roster in one C call.
@@ -109,16 +112,16 @@ module Margay
       unless @stopping
         maintain
         @forwarder.place_held
-        begin_stop if idle_too_long?
+        begin_stop if @health.idle_too_long?(@workers)
       end
       wait_for_events
       while (sig = @signals.shift) # one at a time: a restart may look at what follows
         handle_signal(sig)
       end
-      reap
-      report_exits
-      check_heartbeats
-      check_memory
+      @exits.reap(stopping: @stopping)
+      @exits.report
+      @health.check_heartbeats(@workers, grace: grace_period)
+      @health.check_memory(@workers) { |w| retire(w) }
       watchdog_ping
       force_stop if @stopping && Clock.now > @stop_deadline
     end
@@ -156,6 +159,13 @@ module Margay
 
     def force_stop
       @workers.each { |w| w.kill(:KILL) }
+    end
+
+    def signal_workers(sig)
+      @workers.each do |w|
+        w.stopping!(Clock.now) if sig == :TERM
+        w.kill(sig)
+      end
     end
 
     def shrink
@@ -201,11 +211,11 @@ module Margay
       until @workers.empty?
         force_stop if Clock.now > deadline
         wait_for_events
-        reap
+        @exits.reap(stopping: @stopping)
         watchdog_ping
         return abandon_hot_restart if @signals.stop_queued?
       end
-      report_exits(flush: true)
+      @exits.report(flush: true)
       hook(:before_restart, @launcher) # Puma's moment: the workers are gone, the exec is next
       reexec
     end
@@ -232,26 +242,6 @@ module Margay
 
     # ---- workers ----
 
-    # Puma's idle_timeout in a cluster: true once no worker has answered a
-    # request, or had one running, for idle_timeout seconds (from the
-    # counters each worker sends with its heartbeat, so to within a second).
-    def idle_too_long?
-      return false unless @config.idle_timeout
-
-      statuses = @workers.serving.map { |w| w.channel.last_status || {} }
-      activity = [statuses.sum { |s| s[:requests_count].to_i }, statuses.sum { |s| s[:busy_threads].to_i }]
-      now = Clock.now
-      if activity != @idle_activity || activity.last.positive?
-        @idle_activity = activity
-        @active_at = now
-        return false
-      end
-      return false if now - @active_at < @config.idle_timeout
-
-      @log.info("master: no request for #{@config.idle_timeout}s (idle_timeout): stopping")
-      true
-    end
-
     def maintain
       mold = @workers.mold
       return if mold&.pending_mold? # wait until the mold can fork
@@ -259,7 +249,7 @@ module Margay
       step_phased_restart
       return resume_mold(mold) if mold && reforked?
       # A ready mold serves again once the others are re-forked: it counts.
-      return if @workers.serving.size + (mold ? 1 : 0) >= @target || Clock.now < @next_spawn_at
+      return if @workers.serving.size + (mold ? 1 : 0) >= @target || @back_off.waiting?
 
       spawn_worker
     end
@@ -285,7 +275,7 @@ module Margay
       end
     rescue SystemCallError => e # fork: EAGAIN (process limit), ENOMEM; pipes: EMFILE
       @log.error("master: cannot start worker #{index}: #{e.message}")
-      back_off
+      @back_off.failed!
     end
 
     def retire(worker)
@@ -315,7 +305,7 @@ module Margay
       return unless worker
 
       reports = worker.channel.read_reports
-      return forget(worker, nil) if reports.nil? # EOF: the process is gone
+      return @exits.forget(worker, nil, stopping: @stopping) if reports.nil? # EOF: the process is gone
       return unless reports
 
       worker.last_beat = Clock.now
@@ -326,7 +316,7 @@ module Margay
 
     def booted(worker)
       worker.booted!
-      @failures = 0
+      @back_off.booted!
       @log.info("master: #{worker} booted")
       return if @ready || @workers.serving.count(&:booted?) < @target
 
@@ -377,7 +367,7 @@ module Margay
       @workers.serving.each(&:retire_later!)
     end
 
-    # ---- health ----
+    # ---- the systemd watchdog (the workers' health: Health) ----
 
     def watchdog_ping
       interval = Systemd.watchdog_interval
@@ -385,129 +375,6 @@ module Margay
 
       Systemd.notify("WATCHDOG=1")
       @next_watchdog = Clock.now + interval
-    end
-
-    # A worker that stopped reporting is killed, unless it was told to stop:
-    # while it finishes its requests it does not report, and it has
-    # grace_period + 5 s for that, however short worker_timeout is.
-    def check_heartbeats
-      @workers.each do |w|
-        if w.stop_at
-          next if Clock.now - w.stop_at < grace_period + 5
-
-          @log.error("master: #{w} still stopping after #{grace_period + 5}s: killing it")
-          w.stop_at = Clock.now # one kill per grace period
-        else
-          limit = w.heartbeat_timeout(@config)
-          next if Clock.now - w.last_beat < limit
-
-          @log.error("master: #{w} silent for #{limit}s: killing it")
-          w.last_beat = Clock.now # one kill per timeout
-        end
-        w.kill(:KILL)
-      end
-    end
-
-    # worker_memory_limit: a worker over it finishes its requests and is replaced.
-    def check_memory
-      limit = @config.worker_memory_limit
-      return unless limit && Clock.now >= (@next_memory_check ||= 0)
-
-      @next_memory_check = Clock.now + 1
-      @workers.serving.select(&:booted?).each do |w|
-        rss = w.rss_bytes
-        next unless rss && rss > limit
-
-        @log.warn("master: #{w} RSS #{rss / 1024 / 1024} MiB over the limit of " \
-                  "#{limit / 1024 / 1024} MiB: replacing it")
-        retire(w)
-      end
-    end
-
-    # ---- exits ----
-
-    # Collect exit statuses of children (workers, the mold, and as subreaper
-    # the workers the mold forked); the heartbeat pipe's EOF usually told us already.
-    def reap
-      loop do
-        pid, status = Process.wait2(-1, Process::WNOHANG)
-        break unless pid
-
-        worker = @workers[pid]
-        forget(worker, status) if worker
-        @exited[pid][0].process_status ||= status if @exited[pid] # its pipe's EOF came first
-      end
-    rescue Errno::ECHILD
-      nil
-    end
-
-    def forget(worker, status)
-      return unless @workers.delete(worker)
-
-      exited(worker, status)
-      @forwarder.drain(worker) # what it handed over (or back) before it exited
-      worker.channel.close
-      @board.clear(worker.index) if !worker.mold? && worker.index < @board.size # a killed worker cannot count itself out
-      return if worker.stopping? && (status.nil? || status.success?)
-
-      what = worker.mold? ? "the mold" : "worker #{worker.index}"
-      @log.warn("master: #{what} (pid #{worker.pid}) exited#{status ? ": #{status.inspect}" : ''}") unless @stopping
-      return if worker.booted? || worker.mold?
-
-      back_off # it never got to serve
-    end
-
-    # Delay the next start instead of fork-looping: 1, 2, 4 ... 30 s.
-    def back_off
-      @failures += 1
-      delay = [2**(@failures - 1), MAX_BACKOFF].min
-      @next_spawn_at = Clock.now + delay
-      @log.warn("master: worker boot failed #{@failures} time(s); next attempt in #{delay}s")
-    end
-
-    def signal_workers(sig)
-      @workers.each do |w|
-        w.stopping!(Clock.now) if sig == :TERM
-        w.kill(sig)
-      end
-    end
-
-    # ---- after_worker_shutdown ----
-
-    # A worker is gone: after_worker_shutdown runs once its exit status is
-    # collected (its pipe's EOF usually comes first), or a second later
-    # without one (a process that is not the master's child).
-    def exited(worker, status)
-      return if worker.mold? || @config.hooks[:after_worker_shutdown].nil?
-
-      handle = Roster::ExitedWorker.new(index: worker.index, pid: worker.pid, process_status: status,
-                                        booted: worker.booted?)
-      @exited[worker.pid] = [handle, Clock.now]
-      report_exits
-    end
-
-    # Run after_worker_shutdown for the exits whose status is known, or
-    # waited for long enough (+flush+: all of them, before a stop or an exec).
-    def report_exits(flush: false)
-      @exited.delete_if do |pid, (handle, since)|
-        handle.process_status ||= collect_status(pid, wait: flush ? 1.0 : 0) # at the end: its pipe closed, its exit follows
-        next false unless handle.process_status || flush || Clock.now - since > 1
-
-        hook(:after_worker_shutdown, handle)
-        true
-      end
-    end
-
-    def collect_status(pid, wait: 0)
-      deadline = Clock.now + wait
-      loop do
-        status = Process.wait2(pid, Process::WNOHANG)&.last
-        return status if status || Clock.now >= deadline
-
-        sleep 0.01
-      end
-    rescue Errno::ECHILD
-      nil
     end
 
     # A user hook run in the master: its failure is logged, never fatal to the master.

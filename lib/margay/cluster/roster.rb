@@ -10,27 +10,6 @@ module Margay
     class Roster
       include Enumerable
 
-      # What Puma's after_worker_shutdown hook receives about a worker that
-      # exited (the methods of Puma's WorkerHandle that still mean something
-      # then). process_status: its Process::Status, nil when the master could
-      # not collect it (a worker the mold forked, on a system without a
-      # child subreaper).
-      ExitedWorker = Struct.new(:index, :pid, :process_status, :booted, keyword_init: true) do
-        def booted?
-          booted
-        end
-
-        # Always true: it is gone.
-        def term?
-          true
-        end
-
-        # Phases are not counted by Margay.
-        def phase
-          0
-        end
-      end
-
       def initialize
         @by_pid = {}
       end

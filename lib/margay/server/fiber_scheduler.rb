@@ -1,14 +1,14 @@
 # frozen_string_literal: true
 
-require_relative "../clock"
 require_relative "../errors"
 require_relative "../runner"
+require_relative "fiber_timers"
 
 module Margay
   class Server < Runner
     # Internal: the Fiber::Scheduler of one fiber-mode pool thread (issue 13). It keeps what
     # the thread's fibers wait for: fds (in the thread's private epoll set, Native::FiberWaits),
-    # timers (a binary heap), blockers (Mutex, Queue, ConditionVariable, Thread#join) and the
+    # timers (FiberTimers), blockers (Mutex, Queue, ConditionVariable, Thread#join) and the
     # fibers ready to run. FiberLoop runs it: resumes ready fibers, takes requests, waits.
     #
     # Every suspension goes through #suspend: the fiber transfers to the thread's root fiber
@@ -54,9 +54,7 @@ module Margay
         @thread = Thread.current
         @root = Fiber.current
         @ready = []
-        @timers = [] # binary heap of [at, seq, wait-or-proc]
-        @seq = 0
-        @dead = 0 # cancelled entries still in @timers
+        @timers = FiberTimers.new
         @io = {} # fd => [Wait, ...]
         @blocked = {} # fiber => Wait (block, kernel_sleep: what #unblock ends)
         @waiting = {} # fiber => Wait, every suspended fiber's
@@ -82,14 +80,14 @@ module Margay
           raise
         end
 
-        wait.timer = add_timer(timeout, wait, false) if timeout
+        wait.timer = @timers.add(timeout, wait, false) if timeout
         suspend(wait)
       end
 
       # sleep: wake after +duration+ seconds (nil: until unblocked).
       def kernel_sleep(duration = nil)
         wait = Wait.new(Fiber.current)
-        wait.timer = add_timer(duration, wait, true) if duration
+        wait.timer = @timers.add(duration, wait, true) if duration
         @blocked[wait.fiber] = wait
         suspend(wait)
         nil
@@ -99,7 +97,7 @@ module Margay
       # Returns true when unblocked, false on timeout.
       def block(_blocker, timeout = nil)
         wait = Wait.new(Fiber.current)
-        wait.timer = add_timer(timeout, wait, false) if timeout
+        wait.timer = @timers.add(timeout, wait, false) if timeout
         @blocked[wait.fiber] = wait
         suspend(wait)
       end
@@ -181,15 +179,14 @@ module Margay
       # A timer raising +klass+ with +message+ in +fiber+ (at its next wait) after +duration+
       # seconds, unless #cancel_timer is called first with what this returns.
       def raise_after(duration, fiber, klass, message)
-        entry = add_timer(duration, nil, nil)
-        entry[2] = proc { interrupt(fiber, Raise.new(klass, message, entry)) }
+        entry = @timers.add(duration, proc { interrupt(fiber, Raise.new(klass, message, entry)) })
         entry
       end
 
       # Cancel a #raise_after timer of +fiber+, and its raise if it fired but was not yet
       # delivered.
       def cancel_timer(entry, fiber)
-        drop_timer(entry)
+        @timers.cancel(entry)
         @raises.delete(fiber) if @raises[fiber]&.timer.equal?(entry)
       end
 
@@ -204,25 +201,12 @@ module Margay
 
       # Milliseconds until the next timer (nil: none), 0 when one is due.
       def next_timeout_ms(now)
-        top = @timers.first
-        top = pop_timer while top && top[2].nil?
-        return nil unless top
-
-        ms = ((top[0] - now) * 1000).ceil
-        ms.positive? ? ms : 0
+        @timers.next_timeout_ms(now)
       end
 
-      # Fire the due timers.
+      # Fire the due timers: call a Proc, finish a Wait.
       def fire_timers(now)
-        while (top = @timers.first) && top[0] <= now
-          pop_timer
-          target = top[2]
-          case target
-          when nil then next
-          when Proc then target.call
-          else finish(target, top[3])
-          end
-        end
+        @timers.fire(now) { |target, value| target.is_a?(Proc) ? target.call : finish(target, value) }
       end
 
       # One wait in the private set: +timeout_ms+ (nil: until something happens), +take+: how
@@ -291,7 +275,7 @@ module Margay
       def cancel(wait)
         wait.done = true
         if wait.timer
-          drop_timer(wait.timer)
+          @timers.cancel(wait.timer)
           wait.timer = nil
         end
         @blocked.delete(wait.fiber) if @blocked[wait.fiber].equal?(wait)
@@ -337,80 +321,6 @@ module Margay
           finish(w, got) unless got.zero?
         end
         arm(fd) if @io.key?(fd) # the ones still waiting (one-shot: it fired)
-      end
-
-      # A timer +duration+ seconds from now for +target+ (a Wait to finish with +value+, or a
-      # Proc to call). Returns its entry (entry[2] = nil cancels it).
-      def add_timer(duration, target, value)
-        @seq += 1
-        entry = [Clock.now + duration, @seq, target, value]
-        heap_push(entry)
-        entry
-      end
-
-      # Cancel a timer entry. It stays in the heap (finding it there would cost a search) until
-      # it is due, or until cancelled entries are most of the heap: then it is rebuilt without
-      # them (request_timeout and read timeouts are mostly cancelled long before they are due).
-      def drop_timer(entry)
-        return if entry[2].nil?
-
-        entry[2] = nil
-        return unless entry[1] # popped already: not in the heap
-
-        @dead += 1
-        compact_timers if @dead > 64 && @dead * 2 > @timers.size
-      end
-
-      def compact_timers
-        @timers.reject! { |e| e[2].nil? }
-        @timers.sort_by! { |e| [e[0], e[1]] } # a sorted array is a heap
-        @dead = 0
-      end
-
-      def heap_push(entry)
-        h = @timers
-        h << entry
-        i = h.size - 1
-        while i.positive?
-          parent = (i - 1) / 2
-          break if earlier?(h[parent], entry)
-
-          h[i] = h[parent]
-          i = parent
-        end
-        h[i] = entry
-      end
-
-      def pop_timer
-        h = @timers
-        root = h.first
-        if root
-          @dead -= 1 if root[2].nil?
-          root[1] = nil # out of the heap (#drop_timer)
-        end
-        last = h.pop
-        return h.first if h.empty?
-
-        h[0] = last
-        i = 0
-        n = h.size
-        loop do
-          l = (2 * i) + 1
-          break if l >= n
-
-          r = l + 1
-          c = r < n && earlier?(h[r], h[l]) ? r : l
-          break if earlier?(last, h[c])
-
-          h[i] = h[c]
-          i = c
-        end
-        h[i] = last
-        h.first
-      end
-
-      def earlier?(a, b)
-        a[0] < b[0] || (a[0] == b[0] && a[1] < b[1])
       end
     end
   end

@@ -84,11 +84,4 @@ class RosterTest < Minitest::Test
     @roster[102].stopping!(1.0)
     assert_equal [101, 100], [@roster.cull(:youngest).pid, @roster.cull(:oldest).pid]
   end
-
-  def test_an_exited_worker_answers_what_pumas_worker_handle_does
-    status = Process.wait2(Process.spawn(RbConfig.ruby, "-e", "exit 3")).last
-    handle = Cluster::Roster::ExitedWorker.new(index: 1, pid: 42, process_status: status, booted: true)
-    assert_equal [1, 42, 3, true, true, 0], [handle.index, handle.pid, handle.process_status.exitstatus,
-                                             handle.booted?, handle.term?, handle.phase]
-  end
 end
