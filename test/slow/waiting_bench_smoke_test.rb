@@ -9,7 +9,8 @@ require "tmpdir"
 
 # Smoke test of bench/waiting.rb (issue 13): `--quick` on the sleep and rails bars with a few
 # servers must run end to end — its own PostgreSQL cluster, the slow service, the Rails app on
-# PostgreSQL behind a 50 ms Net::HTTP call — and write a JSON result whose rows served
+# PostgreSQL behind a 50 ms Net::HTTP call; and issue 12's tail bar for the Rails app on SQLite
+# with 2 workers, judged against Puma — and write a JSON result whose rows served
 # requests without errors, and leave no PostgreSQL behind. Never a speed figure. Skips when
 # wrk, the bench bundle or PostgreSQL is missing (CI installs all three).
 class WaitingBenchSmokeTest < Minitest::Test
@@ -26,7 +27,7 @@ class WaitingBenchSmokeTest < Minitest::Test
     servers = %w[margay puma itsi]
     servers << "margay-fibers" if margay_help.include?("--fibers") # once issue 13's fiber mode is in the tree
     Dir.mktmpdir("margay-waiting-smoke-") do |dir|
-      out, status = Open3.capture2e(clean_env, RbConfig.ruby, WAITING, "--quick", "--bars", "sleep,rails",
+      out, status = Open3.capture2e(clean_env, RbConfig.ruby, WAITING, "--quick", "--bars", "sleep,rails,tail-rails-w2",
                                     "--servers", servers.join(","), "--concurrency", "8", "--results-dir", dir,
                                     chdir: ROOT, unsetenv_others: true)
       latest = File.join(dir, "waiting-latest.json")
@@ -39,7 +40,7 @@ class WaitingBenchSmokeTest < Minitest::Test
       assert_match(/PostgreSQL/, result.dig("versions", "postgresql").to_s, "no PostgreSQL cluster was started")
 
       rows = result.fetch("summary")
-      %w[sleep rails].each do |bar|
+      %w[sleep rails tail-rails-w2].each do |bar|
         (servers & result.dig("config", "bars_detail", bar, "servers")).each do |server|
           row = rows.find { |r| r["bar"] == bar && r["server"] == server }
           refute_nil row, "no #{bar} row for #{server}:\n#{out}"
@@ -53,6 +54,9 @@ class WaitingBenchSmokeTest < Minitest::Test
       if servers.include?("margay-fibers")
         refute_empty result["verdicts"], "margay-fibers ran but no bar was judged:\n#{out}"
       end
+      tail = result["verdicts"].select { |v| v["bar"] == "tail-rails-w2" }
+      assert_equal ["c=8 margay p99 / puma ≤ 0.8 at ≥ 0.95x its req/s"], tail.map { |v| v["check"] },
+                   "issue 12's tail bar (Rails on SQLite, 2 workers) was not judged:\n#{out}"
       assert File.exist?(File.join(dir, "waiting-latest.md")), "no Markdown report written"
       assert_empty Dir.glob(File.join(Dir.tmpdir, "margay-pg-*")).select { |d| File.mtime(d) > Time.now - 600 },
                    "the PostgreSQL temp dir was left behind"

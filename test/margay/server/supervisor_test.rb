@@ -3,6 +3,7 @@
 require "test_helper"
 require "tmpdir"
 require "margay/server"
+require "minitest/mock"
 
 # The main thread's tick, with a recording pool, engine and deadline in place
 # of the real ones; it runs until on_tick has seen enough ticks and stops it.
@@ -68,6 +69,27 @@ class SupervisorTest < Minitest::Test
     assert_equal 20, @ticks
     assert_equal 20, @pool.looks.size
     assert(@pool.looks.all? { |saturated, share| saturated && share >= 0 })
+  end
+
+  # A worker among more busy processes than cores gets less CPU than it wants: the time its
+  # threads waited for a CPU counts as computing, so its pool does not grow for nothing.
+  def test_time_waiting_for_a_cpu_counts_as_computing
+    delay = 0.0
+    Margay::Clock.stub(:run_delay, -> { delay += 0.05 }) { supervise(5, engine: Engine.new(3)) }
+    shares = @pool.looks.map(&:last)
+    assert_equal 1.0, shares.first, "the first saturated look has no earlier reading: not blocked"
+    assert(shares.drop(1).all? { |share| share > 1.0 }, "waited 50 ms per ~5 ms tick: #{shares.inspect}")
+  end
+
+  def test_a_saturated_process_neither_computing_nor_waiting_for_a_cpu_looks_blocked
+    Margay::Clock.stub(:run_delay, 0.0) { supervise(5, engine: Engine.new(3)) }
+    shares = @pool.looks.map(&:last)
+    assert(shares.drop(1).all? { |share| share < 0.5 }, "an idle test process: #{shares.inspect}")
+  end
+
+  def test_the_run_queue_is_not_read_while_a_thread_waits_for_work
+    Margay::Clock.stub(:run_delay, -> { flunk "read while not saturated" }) { supervise(3) }
+    assert_equal [false] * 3, @pool.looks.map(&:first)
   end
 
   def test_a_pool_with_a_waiting_thread_is_not_saturated
