@@ -104,6 +104,39 @@ module Margay
       flunk "nothing arrived within #{seconds}s"
     end
 
+    # Wait until the server's kernel has acknowledged everything written on +sock+, a FIN
+    # too (TCP_INFO's tcpi_unacked is 0): the server's event loop can see those bytes.
+    def wait_acked(sock, timeout: 5)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+      until sock.getsockopt(Socket::IPPROTO_TCP, Socket::TCP_INFO).data.unpack("C8L5").last.zero?
+        flunk "the server never acknowledged what was sent" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        sleep 0.005
+      end
+    end
+
+    # A clock a test sets for the length of a block, for the units that take clock: (the real
+    # Margay::Clock outside those blocks). Never stub Margay::Clock itself: minitest's stub
+    # undefines and redefines the method, and a server thread still ticking (or any other
+    # thread) that calls it then raises NoMethodError.
+    class ManualClock
+      def initialize
+        @now = nil
+      end
+
+      def now
+        @now || Margay::Clock.now
+      end
+
+      # The block's value, with #now at +now+ meanwhile.
+      def at(now)
+        was = @now
+        @now = now
+        yield
+      ensure
+        @now = was
+      end
+    end
+
     # A minimal Rack app: "hello" with the method and path echoed in a header.
     HELLO = lambda do |env|
       [200, { "content-type" => "text/plain", "x-path" => env["PATH_INFO"] }, ["hello"]]

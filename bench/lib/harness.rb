@@ -117,10 +117,7 @@ module MargayBench
     # before any server boots it.
     def seed_rails
       progress "rails: creating the SQLite database (#{@env['BENCH_RAILS_DB']})"
-      ok = system(@env, "bundle", "exec", "ruby", "-e", 'require "./bench/apps/rails/config/environment"; ' \
-                                                       'puts "posts: #{Post.count}, authors: #{Author.count}"',
-                  unsetenv_others: true, chdir: ROOT, in: File::NULL)
-      raise "could not set up bench/apps/rails (see above)" unless ok
+      Prereqs.seed_rails(@env, "SQLite")
     end
 
     # The first keys of every result; the subclass says #versions and #config.
@@ -171,6 +168,15 @@ module MargayBench
         problems << "#{what}Margay's native extension is not built: `bundle install && bundle exec rake compile`"
       end
       problems
+    end
+
+    # Boots bench/apps/rails once with +env+, which creates and fills its database (on +what+,
+    # for the error) before any server boots it.
+    def seed_rails(env, what)
+      ok = system(env, "bundle", "exec", "ruby", "-e", 'require "./bench/apps/rails/config/environment"; ' \
+                                                      'puts "posts: #{Post.count}, authors: #{Author.count}"',
+                  unsetenv_others: true, chdir: ROOT, in: File::NULL)
+      raise "could not seed bench/apps/rails on #{what} (see above)" unless ok
     end
 
     def bundled?(gemfile)

@@ -18,22 +18,21 @@ module Margay
     end
 
     TASKS = "/proc/self/task"
+    SCHEDSTAT = File.readable?("/proc/self/schedstat") # Linux with schedstats
 
-    # Seconds this process's threads have spent runnable but waiting for a
-    # CPU, all threads together (Linux's schedstat run_delay), or nil where
-    # the system does not say. A process that gets less CPU than it wants
-    # (more busy processes than cores) is not blocked: this tells the two
-    # apart.
-    def run_delay
-      ns = 0
-      Dir.each_child(TASKS) do |tid|
-        ns += File.read("#{TASKS}/#{tid}/schedstat").split(" ", 3)[1].to_i
+    # Seconds the threads with these kernel ids (Thread#native_thread_id)
+    # have spent runnable but waiting for a CPU, together (Linux's schedstat
+    # run_delay), or nil where the system does not say. A thread that gets
+    # less CPU than it wants (more busy processes than cores) is not
+    # blocked: this tells the two apart. A thread gone meanwhile counts 0.
+    def run_delay(tids)
+      return nil unless SCHEDSTAT
+
+      tids.sum do |tid|
+        File.read("#{TASKS}/#{tid}/schedstat").split(" ", 3)[1].to_i
       rescue Errno::ENOENT, Errno::ESRCH
-        next # the thread ended meanwhile
-      end
-      ns / 1e9
-    rescue SystemCallError, IOError
-      nil
+        0
+      end / 1e9
     end
   end
 end

@@ -30,19 +30,6 @@ module Margay
       end
     end
 
-    # Wait until the server's kernel has acknowledged everything written on +sock+ (so the
-    # server's event loop has seen those bytes arrive): TCP_INFO's tcpi_unacked is 0.
-    def wait_acked(sock)
-      deadline = Clock.now + 5
-      loop do
-        info = sock.getsockopt(Socket::IPPROTO_TCP, Socket::TCP_INFO).data
-        return if info.unpack("C8L5").last.zero?
-        flunk "the server never acknowledged the request" if Clock.now > deadline
-
-        sleep 0.005
-      end
-    end
-
     def pipeline(count)
       (1..count).map { |i| "GET /hog/#{i} HTTP/1.1\r\nHost: x\r\n\r\n" }.join
     end

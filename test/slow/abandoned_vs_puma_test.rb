@@ -19,6 +19,7 @@ require_relative "support/side_by_side"
 # Not timing-dependent: the FIN is acknowledged by the server's kernel before the thread frees.
 class AbandonedVsPumaTest < Minitest::Test
   include SideBySide
+  include SideBySide::Case
   include Margay::TestHelper
   parallelize_me!
 
@@ -77,45 +78,6 @@ class AbandonedVsPumaTest < Minitest::Test
     }
   }.freeze
 
-  def setup
-    SideBySide.skip_unless_bundle(self)
-  end
-
-  def teardown
-    @runs&.each(&:kill)
-    @dirs&.each { |dir| FileUtils.rm_rf(dir) }
-  end
-
-  # Run the block once per server, at the same time, each with its own app directory;
-  # returns { puma: observation, margay: observation }.
-  def side_by_side(&block)
-    @runs ||= []
-    @dirs ||= []
-    threads = SERVERS.to_h do |server|
-      dir = SideBySide.app_dir("margay-abandoned-")
-      File.write(File.join(dir, "config.ru"), APP)
-      @dirs << dir
-      [server, Thread.new { block.call(server, dir) }]
-    end
-    threads.transform_values(&:value)
-  end
-
-  def assert_same(observed, what)
-    puma = observed.fetch(:puma)
-    margay = observed.fetch(:margay)
-    if (difference = DIFFERENCES[what])
-      assert_equal difference[:puma], puma[:seen], "#{what}: Puma no longer does what the recorded difference says"
-      assert_equal difference[:margay], margay[:seen], "#{what}: Margay differs from its recorded difference (#{difference[:why]})"
-      return
-    end
-    assert_equal puma[:seen], margay[:seen], lambda {
-      "#{what}: Margay differs from Puma\n" \
-        "puma:   #{puma[:seen].inspect}\nmargay: #{margay[:seen].inspect}\n" \
-        "--- puma output (tail)\n#{puma[:output].to_s.lines.last(15).join}" \
-        "--- margay output (tail)\n#{margay[:output].to_s.lines.last(15).join}"
-    }
-  end
-
   def calls(dir)
     path = File.join(dir, "calls.log")
     File.exist?(path) ? File.readlines(path, chomp: true) : []
@@ -126,17 +88,6 @@ class AbandonedVsPumaTest < Minitest::Test
     deadline = Margay::Clock.now + timeout
     sleep 0.01 until calls(dir).include?(path) || Margay::Clock.now > deadline
     assert_includes calls(dir), path, "the app was never called with #{path}"
-  end
-
-  # Everything written on +sock+ (a FIN too) has reached the server's kernel (nothing unacked).
-  def wait_acked(sock)
-    deadline = Margay::Clock.now + 5
-    loop do
-      return if sock.getsockopt(Socket::IPPROTO_TCP, Socket::TCP_INFO).data.unpack("C8L5").last.zero?
-      flunk "the server never acknowledged what was sent" if Margay::Clock.now > deadline
-
-      sleep 0.005
-    end
   end
 
   # A kept-alive connection whose first request was answered (its next one waits in the
@@ -204,7 +155,7 @@ class AbandonedVsPumaTest < Minitest::Test
 
   CASES.each_with_index do |(name, spec), i|
     define_method(:"test_#{i}_#{name.gsub(/\W+/, '_')}") do
-      observed = side_by_side { |server, dir| observe(server, dir, spec[:send], spec[:paths]) }
+      observed = side_by_side(prefix: "margay-abandoned-", app: APP) { |server, dir| observe(server, dir, spec[:send], spec[:paths]) }
       assert_same observed, name
       assert_equal DROPPED, observed[:puma][:seen], "#{name}: Puma no longer drops it" if SAME_AND_DROPPED.include?(name)
     end

@@ -15,31 +15,10 @@ require "open3"
 # observations and the tail of their output.
 class PumaCompatTest < Minitest::Test
   include SideBySide
+  include SideBySide::Case
   parallelize_me!
 
   LOCAL = ["-b", "tcp://127.0.0.1:0"].freeze
-
-  def setup
-    SideBySide.skip_unless_bundle(self)
-  end
-
-  def teardown
-    @runs&.each(&:kill)
-    @dirs&.each { |dir| FileUtils.rm_rf(dir) }
-  end
-
-  # Run the block once per server, at the same time, each with its own app
-  # directory; returns { puma: observation, margay: observation }.
-  def side_by_side(&block)
-    @runs ||= []
-    @dirs ||= []
-    threads = SERVERS.to_h do |server|
-      dir = SideBySide.app_dir
-      @dirs << dir
-      [server, Thread.new { block.call(server, dir) }]
-    end
-    threads.transform_values(&:value)
-  end
 
   def start(server, args, dir:, env: {})
     run = Run.new(server, args, dir: dir, env: env).start
@@ -73,22 +52,6 @@ class PumaCompatTest < Minitest::Test
       why: "HUP never stops a cluster (a closed terminal should not take it down); the app's HUP handler runs in each worker"
     }
   }.freeze
-
-  def assert_same(observed, what)
-    puma = observed.fetch(:puma)
-    margay = observed.fetch(:margay)
-    if (difference = DIFFERENCES[what])
-      assert_equal difference[:puma], puma[:seen], "#{what}: Puma no longer does what the documented difference says"
-      assert_equal difference[:margay], margay[:seen], "#{what}: Margay differs from its documented difference (#{difference[:why]})"
-      return
-    end
-    assert_equal puma[:seen], margay[:seen], lambda {
-      "#{what}: Margay differs from Puma\n" \
-        "puma:   #{puma[:seen].inspect}\nmargay: #{margay[:seen].inspect}\n" \
-        "--- puma output (tail)\n#{puma[:output].to_s.lines.last(15).join}" \
-        "--- margay output (tail)\n#{margay[:output].to_s.lines.last(15).join}"
-    }
-  end
 
   def ipv6_loopback?
     Socket.ip_address_list.any? { |a| a.ipv6? && a.ip_address == "::1" }

@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require "minitest/mock"
 require "stringio"
 require "margay/cluster"
 
@@ -8,7 +7,7 @@ module Margay
   # Test support (internal): what the unit tests of the cluster master's parts
   # (Cluster::Exits, Cluster::Health) stand on. A log into @out, a Roster in
   # @roster, worker records with real links, child processes killed and
-  # reaped after each test, and a stubbed clock.
+  # reaped after each test, and a clock the test sets (@clock, TestHelper::ManualClock).
   module MasterSide
     def setup
       @out = StringIO.new
@@ -16,6 +15,7 @@ module Margay
       @roster = Cluster::Roster.new
       @channels = []
       @pids = []
+      @clock = TestHelper::ManualClock.new
     end
 
     def teardown
@@ -44,9 +44,9 @@ module Margay
       [@roster.add(record), worker]
     end
 
-    # The block's value, with Clock.now at +now+ meanwhile.
+    # The block's value, with @clock's now at +now+ meanwhile.
     def at(now, &block)
-      Clock.stub(:now, now, &block)
+      @clock.at(now, &block)
     end
   end
 end

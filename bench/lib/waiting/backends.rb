@@ -3,6 +3,7 @@
 require "rbconfig"
 require_relative "../procs"
 require_relative "../postgres"
+require_relative "../harness" # Prereqs.seed_rails
 
 module MargayBench
   # What the waiting Rails workloads talk to, started once per benchmark run (bench/waiting.rb,
@@ -58,11 +59,7 @@ module MargayBench
     private
 
     def seed
-      ok = system(@env.merge(env), "bundle", "exec", "ruby", "-e",
-                  'require "./bench/apps/rails/config/environment"; ' \
-                  'puts "posts: #{Post.count}, authors: #{Author.count}"',
-                  unsetenv_others: true, chdir: ROOT, in: File::NULL)
-      raise "could not seed bench/apps/rails on PostgreSQL (see above)" unless ok
+      Prereqs.seed_rails(@env.merge(env), "PostgreSQL")
     end
 
     def start_slow_service

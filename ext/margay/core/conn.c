@@ -34,6 +34,7 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
   c->listener = li;
   c->requests = kept_alive ? 1 : 0;
   c->rlen = 0;
+  c->pipelines = 0;
   mg_conn_reset_request(c);
   c->phase = MG_PH_IDLE;
   c->keep_alive = 0;

@@ -49,6 +49,8 @@ typedef struct mg_conn {
   size_t scanned;         /* head bytes already known to contain no complete head */
   mg_request req;         /* valid from HEAD complete until the env is built */
   int head_done;
+  int pipelines;          /* this client has sent a request before the previous one was framed (or
+                           * filled a read): its requests are never taken for abandoned (loop.c) */
 
   /* body */
   int64_t body_left;      /* Content-Length bytes still to read; -1 chunked */

@@ -157,6 +157,7 @@ static int process_input(mg_engine *e, mg_conn *c) {
     return MG_IN_AGAIN;
   }
   if (c->bfd >= 0) lseek(c->bfd, 0, SEEK_SET);
+  if (c->rlen > c->req.head_len) c->pipelines = 1; /* the next request is already here */
   c->phase = MG_PH_APP;
   c->deadline_ms = 0;
   return MG_IN_READY;
@@ -197,6 +198,7 @@ int mg_input_read(mg_engine *e, mg_conn *c) {
     ssize_t n = recv(c->fd, c->rbuf + c->rlen, space, MSG_DONTWAIT);
     if (n > 0) {
       c->rlen += (size_t)n;
+      if ((size_t)n == space) c->pipelines = 1; /* more may follow: maybe requests sent back to back */
       int r = process_input(e, c);
       if (r != MG_IN_AGAIN) return r;
       if ((size_t)n < space) break; /* the socket is drained */

@@ -70,10 +70,11 @@ static int handle_conn(mg_engine *e, mg_conn *c) {
  * Such a request is not run, as in Puma (its closed_socket? check before the app): under
  * overload the clients that timed out, and a load generator's connections at the end of a run,
  * would otherwise cost a full app call each for an answer nobody reads, ahead of live clients.
- * Only a fresh read counts: a client that pipelines requests and then half-closes still gets
- * every answer (the later ones are framed from the buffer, without an event). */
+ * Only a fresh read counts, and never on a connection that has pipelined (sent a request before
+ * the previous one was framed, or filled a read): a client that pipelines requests and then
+ * half-closes still gets every answer, however its bytes were split. */
 static int abandoned(const mg_conn *c, uint32_t events, int fresh) {
-  return fresh && (events & MG_EV_HUP) && c->btotal == 0 && c->rlen == c->req.head_len;
+  return fresh && !c->pipelines && (events & MG_EV_HUP) && c->btotal == 0 && c->rlen == c->req.head_len;
 }
 
 int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out) {

@@ -15,8 +15,10 @@ module Margay
       MAX = 30
 
       # @param log [Log] where each failure and its delay are logged
-      def initialize(log:)
+      # @param clock [#now] Margay::Clock (a test gives its own)
+      def initialize(log:, clock: Clock)
         @log = log
+        @clock = clock
         @failures = 0
         @next_at = 0
       end
@@ -28,7 +30,7 @@ module Margay
       def failed!
         @failures += 1
         delay = [2**(@failures - 1), MAX].min
-        @next_at = Clock.now + delay
+        @next_at = @clock.now + delay
         @log.warn("master: worker boot failed #{@failures} time(s); next attempt in #{delay}s")
       end
 
@@ -39,7 +41,7 @@ module Margay
 
       # True while the next start must wait.
       def waiting?
-        Clock.now < @next_at
+        @clock.now < @next_at
       end
     end
   end

@@ -42,7 +42,9 @@ module Margay
       # @param forwarder [Balancer::Forwarder] drains what a gone worker handed over
       # @param board [Native::IdleBoard] a gone worker's counters are cleared
       # @param back_off [BackOff] told when a worker exits before it served
-      def initialize(config:, log:, roster:, forwarder:, board:, back_off:)
+      # @param clock [#now] Margay::Clock (a test gives its own)
+      def initialize(config:, log:, roster:, forwarder:, board:, back_off:, clock: Clock)
+        @clock = clock
         @config = config
         @log = log
         @roster = roster
@@ -91,7 +93,7 @@ module Margay
       def report(flush: false)
         @pending.delete_if do |pid, (handle, since)|
           handle.process_status ||= collect_status(pid, wait: flush ? 1.0 : 0) # at the end: its pipe closed, its exit follows
-          next false unless handle.process_status || flush || Clock.now - since > 1
+          next false unless handle.process_status || flush || @clock.now - since > 1
 
           @config.run_hook(:after_worker_shutdown, handle, log: @log)
           true
@@ -104,15 +106,15 @@ module Margay
         return if worker.mold? || @config.hooks[:after_worker_shutdown].nil?
 
         handle = ExitedWorker.new(index: worker.index, pid: worker.pid, process_status: status, booted: worker.booted?)
-        @pending[worker.pid] = [handle, Clock.now]
+        @pending[worker.pid] = [handle, @clock.now]
         report
       end
 
       def collect_status(pid, wait: 0)
-        deadline = Clock.now + wait
+        deadline = @clock.now + wait
         loop do
           status = Process.wait2(pid, Process::WNOHANG)&.last
-          return status if status || Clock.now >= deadline
+          return status if status || @clock.now >= deadline
 
           sleep 0.01
         end

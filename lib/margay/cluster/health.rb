@@ -16,11 +16,13 @@ module Margay
       # @param config [Configuration] worker_timeout, worker_boot_timeout,
       #   worker_memory_limit, idle_timeout
       # @param log [Log]
-      def initialize(config:, log:)
+      # @param clock [#now] Margay::Clock (a test gives its own)
+      def initialize(config:, log:, clock: Clock)
         @config = config
         @log = log
+        @clock = clock
         @idle_activity = nil # idle_timeout: the workers' request and busy counts last seen, and since when
-        @active_at = Clock.now
+        @active_at = @clock.now
         @next_memory_check = 0
       end
 
@@ -33,7 +35,7 @@ module Margay
 
         statuses = roster.serving.map { |w| w.channel.last_status || {} }
         activity = [statuses.sum { |s| s[:requests_count].to_i }, statuses.sum { |s| s[:busy_threads].to_i }]
-        now = Clock.now
+        now = @clock.now
         if activity != @idle_activity || activity.last.positive?
           @idle_activity = activity
           @active_at = now
@@ -51,16 +53,16 @@ module Margay
       def check_heartbeats(roster, grace:)
         roster.each do |w|
           if w.stop_at
-            next if Clock.now - w.stop_at < grace + 5
+            next if @clock.now - w.stop_at < grace + 5
 
             @log.error("master: #{w} still stopping after #{grace + 5}s: killing it")
-            w.stop_at = Clock.now # one kill per grace period
+            w.stop_at = @clock.now # one kill per grace period
           else
             limit = w.heartbeat_timeout(@config)
-            next if Clock.now - w.last_beat < limit
+            next if @clock.now - w.last_beat < limit
 
             @log.error("master: #{w} silent for #{limit}s: killing it")
-            w.last_beat = Clock.now # one kill per timeout
+            w.last_beat = @clock.now # one kill per timeout
           end
           w.kill(:KILL)
         end
@@ -71,9 +73,9 @@ module Margay
       # once a second.
       def check_memory(roster)
         limit = @config.worker_memory_limit
-        return unless limit && Clock.now >= @next_memory_check
+        return unless limit && @clock.now >= @next_memory_check
 
-        @next_memory_check = Clock.now + 1
+        @next_memory_check = @clock.now + 1
         roster.serving.select(&:booted?).each do |w|
           rss = w.rss_bytes
           next unless rss && rss > limit

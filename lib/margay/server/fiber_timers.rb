@@ -14,7 +14,9 @@ module Margay
     # heap: then it is rebuilt without them (request_timeout and read timeouts are mostly
     # cancelled long before they are due). Only its thread touches it.
     class FiberTimers
-      def initialize
+      # @param clock [#now] Margay::Clock (a test gives its own)
+      def initialize(clock: Clock)
+        @clock = clock
         @heap = [] # binary heap of [at, seq, target, value]; seq nil once out of the heap
         @seq = 0
         @dead = 0 # cancelled entries still in @heap
@@ -29,7 +31,7 @@ module Margay
       # Proc to call). Returns its entry (for #cancel).
       def add(duration, target, value = nil)
         @seq += 1
-        entry = [Clock.now + duration, @seq, target, value]
+        entry = [@clock.now + duration, @seq, target, value]
         push(entry)
         entry
       end

@@ -3,6 +3,7 @@
 require_relative "../clock"
 require_relative "../systemd"
 require_relative "../runner"
+require_relative "thread_pool"
 
 module Margay
   class Server < Runner
@@ -27,8 +28,10 @@ module Margay
       # @param log [Log, nil] says why it returned after idling
       # @param in_flight [FiberLoop::InFlight, nil] fiber mode: no growth while it has no room
       #   (the threads are not saturated, the cap is: another thread would take nothing)
+      # @param clock [#now, #cpu, #run_delay] Margay::Clock (a test gives its own)
       def initialize(pool:, engine:, deadline: nil, on_tick: nil, watchdog: nil, idle_timeout: nil, log: nil,
-                     in_flight: nil)
+                     in_flight: nil, clock: Clock)
+        @clock = clock
         @pool = pool
         @in_flight = in_flight
         @engine = engine
@@ -39,15 +42,15 @@ module Margay
         @log = log
         @ticks = 0
         @cpu = @wall = @last_ping = nil # set by #run
-        @delay = nil # Clock.run_delay at the last saturated look
+        @delay = nil # the clock's run_delay at the last saturated look
         @requests = @active_at = nil
       end
 
       # Tick until +stop+ (an IO) becomes readable, idle_timeout passed
       # without a request, or the main thread is interrupted (Ctrl-C outside a trap).
       def run(stop)
-        @cpu = Clock.cpu
-        @wall = Clock.now
+        @cpu = @clock.cpu
+        @wall = @clock.now
         @last_ping = @wall
         @active_at = @wall
         until stop.wait_readable(INTERVAL)
@@ -61,8 +64,8 @@ module Margay
       private
 
       def tick
-        cpu = Clock.cpu
-        wall = Clock.now
+        cpu = @clock.cpu
+        wall = @clock.now
         elapsed = wall - @wall
         saturated = @engine.saturated_ms.positive? && !(@in_flight && @in_flight.room.zero?)
         @pool.consider_growth(saturated: saturated, cpu_share: cpu_share(cpu, elapsed, saturated))
@@ -74,24 +77,33 @@ module Margay
         @wall = wall
       end
 
-      # The share of the last +elapsed+ seconds this process computed or was
-      # ready to compute (CPU time plus the time its threads waited for a
-      # CPU): busy threads that leave it low are blocked (I/O, a lock, a
-      # sleep). Without the wait, a CPU-bound worker among more processes
-      # than cores looked blocked (4 workers on 2 cores get half a core
-      # each) and grew to max threads, which only added GVL hand-offs
+      # The share of the last +elapsed+ seconds this process computed or its
+      # pool threads were ready to compute (CPU time plus the time they
+      # waited for a CPU): busy threads that leave it low are blocked (I/O, a
+      # lock, a sleep). Without the wait, a CPU-bound worker among more
+      # processes than cores looked blocked (4 workers on 2 cores get half a
+      # core each) and grew to max threads, which only added GVL hand-offs
       # (measured: Rails on SQLite, 4 workers, 391/253 req/s at 5 threads
-      # each vs 417 at 1). The run queue is read only while saturated: a
-      # look without an earlier reading counts as not blocked.
+      # each vs 417 at 1). The run queue (a file read per pool thread) is
+      # read only when the look would otherwise count as blocked and the
+      # pool could grow; a look without a reading on the tick before counts
+      # as not blocked.
       def cpu_share(cpu, elapsed, saturated)
         return 1.0 unless elapsed.positive?
 
-        delay = saturated ? Clock.run_delay : nil
-        waited = delay && @delay ? delay - @delay : nil
-        @delay = delay
-        return 1.0 if saturated && delay && waited.nil?
+        share = (cpu - @cpu) / elapsed
+        unless saturated && share < ThreadPool::BLOCKED_CPU_SHARE && @pool.room?
+          @delay = nil
+          return share
+        end
+        delay = @clock.run_delay(@pool.native_ids)
+        return share unless delay # the system does not say: CPU time alone
 
-        ((cpu - @cpu) + (waited || 0)) / elapsed
+        last = @delay
+        @delay = delay
+        return 1.0 unless last
+
+        share + [delay - last, 0].max / elapsed # a thread that ended takes its wait with it
       end
 
       # Every DEADLINE_EVERY ticks: has no request arrived or run for idle_timeout seconds?

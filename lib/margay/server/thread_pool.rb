@@ -93,11 +93,22 @@ module Margay
       # true when one started.
       def grow
         @lock.synchronize do
-          next false unless @threads.size < @max + [@io_marked, @max_io].min && !@stopped
+          next false unless room_locked?
 
           spawn_locked
           true
         end
+      end
+
+      # Whether #grow would start a thread now.
+      def room?
+        @lock.synchronize { room_locked? }
+      end
+
+      # The kernel's ids of the threads (Thread#native_thread_id), for their
+      # run-queue waits (Clock.run_delay).
+      def native_ids
+        threads.filter_map(&:native_thread_id)
       end
 
       # Issue 13, Puma 8's env["puma.mark_as_io_bound"]: the calling thread's request will
@@ -157,6 +168,10 @@ module Margay
       end
 
       private
+
+      def room_locked?
+        @threads.size < @max + [@io_marked, @max_io].min && !@stopped
+      end
 
       def spawn
         @lock.synchronize { spawn_locked }

@@ -1,7 +1,6 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "minitest/mock"
 require "margay/cluster/back_off"
 
 # The master's back-off after boot failures (Margay::Cluster::BackOff):
@@ -11,11 +10,12 @@ class BackOffTest < Minitest::Test
 
   def setup
     @out = StringIO.new
-    @back_off = Cluster::BackOff.new(log: Margay::Log.new(out: @out, err: @out))
+    @clock = Margay::TestHelper::ManualClock.new
+    @back_off = Cluster::BackOff.new(log: Margay::Log.new(out: @out, err: @out), clock: @clock)
   end
 
   def at(now, &block)
-    Margay::Clock.stub(:now, now, &block)
+    @clock.at(now, &block)
   end
 
   def test_nothing_waits_before_a_failure

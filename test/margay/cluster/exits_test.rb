@@ -15,14 +15,14 @@ class ExitsTest < Minitest::Test
     super
     @board = Margay::Native::IdleBoard.new(4)
     @forwarder = Cluster::Balancer::Forwarder.new(roster: @roster, board: @board, log: @log)
-    @back_off = Cluster::BackOff.new(log: @log)
+    @back_off = Cluster::BackOff.new(log: @log, clock: @clock)
     @shutdowns = []
   end
 
   def new_exits(hook: true)
     hooks = hook ? { after_worker_shutdown: [->(w) { @shutdowns << w }] } : {}
     Cluster::Exits.new(config: Margay::Configuration.new(workers: 2, hooks: hooks), log: @log, roster: @roster,
-                       forwarder: @forwarder, board: @board, back_off: @back_off)
+                       forwarder: @forwarder, board: @board, back_off: @back_off, clock: @clock)
   end
 
   # A worker record in the roster for process +pid+ (a child of the test, or not).

@@ -11,7 +11,7 @@ class HealthTest < Minitest::Test
   Cluster = Margay::Cluster
 
   def new_health(**settings)
-    Cluster::Health.new(config: Margay::Configuration.new(workers: 2, **settings), log: @log)
+    Cluster::Health.new(config: Margay::Configuration.new(workers: 2, **settings), log: @log, clock: @clock)
   end
 
   # A worker record for a live process (sleep), last heard from at 0.0; returns [record, its side of the links].

@@ -1,21 +1,21 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "minitest/mock"
 require "margay/server/fiber_timers"
 
-# The timer heap of a fiber-mode thread (Margay::Server::FiberTimers), on a stubbed clock:
+# The timer heap of a fiber-mode thread (Margay::Server::FiberTimers), on a clock the test sets:
 # due order (ties in the order added), the next wait's bound, cancelling, and the rebuild that
 # keeps cancelled entries from piling up.
 class FiberTimersTest < Minitest::Test
   Timers = Margay::Server::FiberTimers
 
   def setup
-    @timers = Timers.new
+    @clock = Margay::TestHelper::ManualClock.new
+    @timers = Timers.new(clock: @clock)
   end
 
   def at(now, &block)
-    Margay::Clock.stub(:now, now, &block)
+    @clock.at(now, &block)
   end
 
   def fired(now)

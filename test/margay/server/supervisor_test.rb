@@ -3,7 +3,6 @@
 require "test_helper"
 require "tmpdir"
 require "margay/server"
-require "minitest/mock"
 
 # The main thread's tick, with a recording pool, engine and deadline in place
 # of the real ones; it runs until on_tick has seen enough ticks and stops it.
@@ -18,9 +17,19 @@ class SupervisorTest < Minitest::Test
       @looks = []
     end
 
+    attr_writer :room
+
     def consider_growth(saturated:, cpu_share:)
       @looks << [saturated, cpu_share]
       false
+    end
+
+    def room?
+      @room != false
+    end
+
+    def native_ids
+      [Thread.current.native_thread_id]
     end
 
     def threads
@@ -73,28 +82,52 @@ class SupervisorTest < Minitest::Test
 
   # A worker among more busy processes than cores gets less CPU than it wants: the time its
   # threads waited for a CPU counts as computing, so its pool does not grow for nothing.
-  def test_time_waiting_for_a_cpu_counts_as_computing
-    # No CPU used, and the threads waited for a CPU all the time (the run delay grows with the clock).
-    Margay::Clock.stub(:cpu, 1.0) do
-      Margay::Clock.stub(:run_delay, -> { Margay::Clock.now }) { supervise(5, engine: Engine.new(3)) }
+  # Real time; no CPU used; its threads waited for a CPU the whole time (+waiting+) or never.
+  # +reads+ counts the run queue's readings.
+  class QueueClock
+    attr_reader :reads
+
+    def initialize(waiting:)
+      @waiting = waiting
+      @reads = 0
     end
+
+    def now = Margay::Clock.now
+
+    def cpu = 1.0
+
+    def run_delay(_tids)
+      @reads += 1
+      @waiting ? now : 0.0
+    end
+  end
+
+  def test_time_waiting_for_a_cpu_counts_as_computing
+    supervise(5, engine: Engine.new(3), clock: QueueClock.new(waiting: true))
     shares = @pool.looks.map(&:last)
     assert_equal 1.0, shares.first, "the first saturated look has no earlier reading: not blocked"
     assert(shares.drop(1).all? { |share| share > 0.9 }, "waited for a CPU the whole time: #{shares.inspect}")
   end
 
   def test_a_saturated_process_neither_computing_nor_waiting_for_a_cpu_looks_blocked
-    # CPU time stubbed too: other tests' threads in this process must not count.
-    Margay::Clock.stub(:cpu, 1.0) do
-      Margay::Clock.stub(:run_delay, 0.0) { supervise(5, engine: Engine.new(3)) }
-    end
+    supervise(5, engine: Engine.new(3), clock: QueueClock.new(waiting: false))
     shares = @pool.looks.map(&:last)
     assert_equal [1.0, 0.0, 0.0, 0.0, 0.0], shares, "the first look has no earlier reading, then blocked"
   end
 
+  def test_the_run_queue_is_not_read_when_the_pool_cannot_grow
+    @pool.room = false
+    clock = QueueClock.new(waiting: true)
+    supervise(3, engine: Engine.new(3), clock: clock)
+    assert_equal [0.0] * 3, @pool.looks.map(&:last), "CPU time alone"
+    assert_equal 0, clock.reads
+  end
+
   def test_the_run_queue_is_not_read_while_a_thread_waits_for_work
-    Margay::Clock.stub(:run_delay, -> { flunk "read while not saturated" }) { supervise(3) }
+    clock = QueueClock.new(waiting: true)
+    supervise(3, clock: clock)
     assert_equal [false] * 3, @pool.looks.map(&:first)
+    assert_equal 0, clock.reads
   end
 
   def test_a_pool_with_a_waiting_thread_is_not_saturated

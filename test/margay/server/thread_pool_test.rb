@@ -46,6 +46,18 @@ class ThreadPoolTest < Minitest::Test
     assert_equal 3, pool.size
   end
 
+  def test_room_and_the_kernel_ids_of_its_threads
+    pool = pool(min: 1, max: 2).start
+    first = pop_within(@started)
+    assert pool.room?
+    assert_equal [first.native_thread_id], pool.native_ids
+    assert pool.grow
+    second = pop_within(@started)
+    refute pool.room?, "at max"
+    assert_equal [first, second].map(&:native_thread_id).sort, pool.native_ids.sort
+    refute_includes pool.native_ids, Process.pid, "never the main thread"
+  end
+
   def test_growth_needs_three_blocked_looks_in_a_row
     pool = pool(min: 1, max: 4).start
     2.times { refute pool.consider_growth(saturated: true, cpu_share: 0.1) }

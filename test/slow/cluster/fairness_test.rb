@@ -61,13 +61,4 @@ class ClusterFairnessTest < Minitest::Test
       sleep 0.01
     end
   end
-
-  # Until the worker's kernel acknowledged every byte written on +sock+ (tcpi_unacked is 0).
-  def wait_acked(sock)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 5
-    until sock.getsockopt(Socket::IPPROTO_TCP, Socket::TCP_INFO).data.unpack("C8L5").last.zero?
-      flunk "the request was never acknowledged" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-      sleep 0.005
-    end
-  end
 end

@@ -231,6 +231,52 @@ module SideBySide
     end
   end
 
+  # What a side-by-side test class includes (besides SideBySide): skip without the bench
+  # bundle, #side_by_side to run a case on both servers at once, #assert_same to compare what
+  # each saw, with the class's DIFFERENCES (what => {puma:, margay:, why:}) for the recorded,
+  # deliberate ones; the runs and app directories it made are cleaned up after each test.
+  module Case
+    def setup
+      SideBySide.skip_unless_bundle(self)
+    end
+
+    def teardown
+      @runs&.each(&:kill)
+      @dirs&.each { |dir| FileUtils.rm_rf(dir) }
+    end
+
+    # Run the block once per server, at the same time, each with its own app directory
+    # (+app+: its config.ru, else SideBySide::APP); returns { puma: observation, margay: observation }.
+    def side_by_side(prefix: "margay-compat-", app: nil, &block)
+      @runs ||= []
+      @dirs ||= []
+      threads = SERVERS.to_h do |server|
+        dir = SideBySide.app_dir(prefix)
+        File.write(File.join(dir, "config.ru"), app) if app
+        @dirs << dir
+        [server, Thread.new { block.call(server, dir) }]
+      end
+      threads.transform_values(&:value)
+    end
+
+    # Both servers saw the same (observation[:seen]), or each what DIFFERENCES records for +what+.
+    def assert_same(observed, what)
+      puma = observed.fetch(:puma)
+      margay = observed.fetch(:margay)
+      if (difference = self.class::DIFFERENCES[what])
+        assert_equal difference[:puma], puma[:seen], "#{what}: Puma no longer does what the recorded difference says"
+        assert_equal difference[:margay], margay[:seen], "#{what}: Margay differs from its recorded difference (#{difference[:why]})"
+        return
+      end
+      assert_equal puma[:seen], margay[:seen], lambda {
+        "#{what}: Margay differs from Puma\n" \
+          "puma:   #{puma[:seen].inspect}\nmargay: #{margay[:seen].inspect}\n" \
+          "--- puma output (tail)\n#{puma[:output].to_s.lines.last(15).join}" \
+          "--- margay output (tail)\n#{margay[:output].to_s.lines.last(15).join}"
+      }
+    end
+  end
+
   module_function
 
   # Whether bench/Gemfile's bundle (Puma 8, Rails) is installed; checked once.
