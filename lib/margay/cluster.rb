@@ -270,8 +270,7 @@ module Margay
         retire(mold) unless @spawner.order_from_mold(mold, index) # the mold runs the fork hooks itself
       else
         hook(:before_worker_fork, index)
-        @spawner.fork_child(index)
-        hook(:after_worker_fork, index)
+        @spawner.fork_child(index) { hook(:after_worker_fork, index) }
       end
     rescue SystemCallError => e # fork: EAGAIN (process limit), ENOMEM; pipes: EMFILE
       @log.error("master: cannot start worker #{index}: #{e.message}")

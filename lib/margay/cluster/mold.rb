@@ -3,6 +3,7 @@
 require_relative "../runner"
 require_relative "channel"
 require_relative "heap"
+require_relative "fork_gate"
 
 module Margay
   class Cluster < Runner
@@ -67,9 +68,11 @@ module Margay
       def double_fork(index)
         hook(:before_worker_fork, index)
         master_side, worker_side = Channel.pair
+        gate = ForkGate.new # the worker boots after this process ran after_worker_fork
         middle = fork do
           pid = fork do
             [master_side, @channel].each(&:close)
+            gate.wait
             yield index, worker_side
           ensure
             exit!(1) # the worker never returns; whatever raised before it ran must not run the mold's code
@@ -78,11 +81,13 @@ module Margay
         ensure
           exit!(0)
         end
+        gate.forked
         Process.wait(middle)
         hook(:after_worker_fork, index)
       rescue StandardError => e # a fork or hook failure: the master's wait for the answer times out
         @log.exception(e, "mold: cannot fork worker #{index}")
       ensure
+        gate&.open
         [master_side, worker_side].each { |side| side&.close }
       end
     end

@@ -3,6 +3,7 @@
 require_relative "../runner"
 require_relative "../clock"
 require_relative "channel"
+require_relative "fork_gate"
 require_relative "worker"
 require_relative "worker_record"
 
@@ -37,19 +38,28 @@ module Margay
 
       # Fork worker +index+ from the master. Returns its record; raises
       # SystemCallError when the process or its links cannot be made (fork:
-      # EAGAIN, ENOMEM; pipes: EMFILE). The caller runs the fork hooks around it.
+      # EAGAIN, ENOMEM; pipes: EMFILE). The caller runs before_worker_fork
+      # before it, and after_worker_fork in the block: the worker starts
+      # booting once the block has returned (ForkGate).
       def fork_child(index)
         master_side, worker_side = Channel.pair
+        gate = ForkGate.new
         mark = @signals.mark
         pid = fork do
           master_side.close
+          gate.wait
           worker_main(index, mark, worker_side)
         end
+        gate.forked
         worker_side.close
-        add(index, pid, master_side)
+        record = add(index, pid, master_side)
+        yield record if block_given?
+        record
       rescue SystemCallError
         [master_side, worker_side].each { |side| side&.close }
         raise
+      ensure
+        gate&.open
       end
 
       # Order worker +index+ from +mold+ (the ready mold's record; the mold

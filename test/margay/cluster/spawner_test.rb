@@ -53,6 +53,44 @@ class SpawnerTest < Minitest::Test
     forwarder&.close_held
   end
 
+  # Stands in for Cluster::Worker: writes "boot;" on +report+ as it starts, then exits.
+  class Booting
+    def initialize(report)
+      @report = report
+    end
+
+    def run
+      @report.write("boot;")
+      @report.close
+      exit!(0)
+    end
+  end
+
+  # Puma's order, whatever the two processes' speed: the master's after_worker_fork (the block)
+  # has run before the worker starts to boot (before_worker_boot is the first thing it runs).
+  def test_the_worker_boots_only_after_the_masters_block_ran
+    log = Margay::Log.new(out: StringIO.new, err: StringIO.new)
+    roster = Cluster::Roster.new
+    board = Margay::Native::IdleBoard.new(2)
+    spawner = Cluster::Spawner.new(config: Margay::Configuration.new(workers: 1), log: log, listeners: [],
+                                   roster: roster, signals: Cluster::Signals.new, board: board,
+                                   app: ->(_env) { [200, {}, []] }, app_loader: nil,
+                                   forwarder: Cluster::Balancer::Forwarder.new(roster: roster, board: board, log: log))
+    report_r, report_w = IO.pipe
+    record = Cluster::Worker.stub(:new, ->(**) { Booting.new(report_w) }) do
+      spawner.fork_child(0) do
+        sleep 0.2 # a slow after_worker_fork: the worker must still wait for it
+        report_w.write("hook;")
+      end
+    end
+    report_w.close
+    assert_equal "hook;boot;", report_r.read
+    Process.wait(record.pid)
+  ensure
+    [report_r, report_w].each { |io| io&.close unless io&.closed? }
+    record&.channel&.close
+  end
+
   def test_close_held_and_close_inherited_close_the_descriptors
     a, a_peer = UNIXSocket.pair
     b, b_peer = UNIXSocket.pair
