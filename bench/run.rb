@@ -329,12 +329,4 @@ module MargayBench
   end
 end
 
-if $PROGRAM_NAME == __FILE__
-  begin
-    opts = MargayBench::SuiteOptions.new(ARGV)
-  rescue OptionParser::ParseError, ArgumentError => e
-    warn "bench/run.rb: #{e.message}"
-    exit 64
-  end
-  exit MargayBench::Suite.new(opts).run
-end
+MargayBench::Suite.main("bench/run.rb", MargayBench::SuiteOptions) if $PROGRAM_NAME == __FILE__

@@ -285,12 +285,4 @@ module MargayBench
   end
 end
 
-if $PROGRAM_NAME == __FILE__
-  begin
-    opts = MargayBench::WaitingOptions.new(ARGV)
-  rescue OptionParser::ParseError, ArgumentError => e
-    warn "bench/waiting.rb: #{e.message}"
-    exit 64
-  end
-  exit MargayBench::Waiting.new(opts).run
-end
+MargayBench::Waiting.main("bench/waiting.rb", MargayBench::WaitingOptions) if $PROGRAM_NAME == __FILE__

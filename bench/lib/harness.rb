@@ -16,6 +16,18 @@ module MargayBench
   # and <prefix>-latest.md. A subclass measures; it keeps the servers it started in @live
   # and the pids of running load generators in @load_pid (and @slow_pid).
   class Harness
+    # A runner script's main: parse ARGV with +options_class+ (a bad command line: one line
+    # naming +script+, exit 64), then exit with what the runner's #run returns.
+    def self.main(script, options_class)
+      begin
+        opts = options_class.new(ARGV)
+      rescue OptionParser::ParseError, ArgumentError => e
+        warn "#{script}: #{e.message}"
+        exit 64
+      end
+      exit new(opts).run
+    end
+
     # +script+: how messages name it; +tag+: the progress prefix; +width+: of its seconds.
     def initialize(opts, script:, tag:, width:)
       @o = opts

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "options"
+require_relative "../report_lines"
 
 module MargayBench
   # The Markdown report of one bench/run.rb result (suite-latest.md, and the section
@@ -180,14 +181,8 @@ module MargayBench
     end
 
     def failures(l)
-      return if @r["failures"].empty?
-
-      l << ""
-      l << "#### Failures"
-      l << ""
-      @r["failures"].each do |f|
-        where = [f["workload"], f["concurrency"] && "c=#{f['concurrency']}", f["repeat"] && "repeat #{f['repeat']}"].compact.join(", ")
-        l << "- #{f['server']} (#{where}): #{f['error'].to_s.lines.first&.strip}"
+      ReportLines.failures(l, @r["failures"]) do |f|
+        [f["workload"], f["concurrency"] && "c=#{f['concurrency']}", f["repeat"] && "repeat #{f['repeat']}"]
       end
     end
   end

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "options"
+require_relative "../report_lines"
 
 module MargayBench
   # The verdicts (issue 13's bars and issue 12's tail bars against the medians of one run) and the Markdown report
@@ -155,14 +156,8 @@ module MargayBench
     end
 
     def failures(l)
-      return if @r["failures"].empty?
-
-      l << ""
-      l << "#### Failures"
-      l << ""
-      @r["failures"].each do |f|
-        where = [f["bar"], f["concurrency"] && "c=#{f['concurrency']}", f["round"] && "round #{f['round']}"].compact.join(", ")
-        l << "- #{f['server']} (#{where}): #{f['error'].to_s.lines.first&.strip}"
+      ReportLines.failures(l, @r["failures"]) do |f|
+        [f["bar"], f["concurrency"] && "c=#{f['concurrency']}", f["round"] && "round #{f['round']}"]
       end
     end
   end
