@@ -75,17 +75,7 @@ module MargayBench
     # --- setup ----------------------------------------------------------------
 
     def prerequisites
-      problems = []
-      problems << "wrk not found: `sudo apt-get install wrk`" unless Env.which("wrk")
-      problems << "bundler not found: `sudo apt-get install ruby-bundler`" unless Env.which("bundle")
-      problems.concat(Prereqs.margay(ROOT, "exe/margay"))
-      if @o.workloads.any? { |w| WORKLOADS[w][:postgres] } && (pg = Postgres.missing)
-        problems << pg
-      end
-      unless Prereqs.bundled?(File.join(BENCH, "Gemfile"))
-        problems << "the bench bundle is not installed: `bundle install --gemfile bench/Gemfile`"
-      end
-      problems
+      Prereqs.runner(ROOT, postgres: @o.workloads.any? { |w| WORKLOADS[w][:postgres] })
     end
 
     # Servers that cannot run here, with the reason (never dropped silently).

@@ -81,17 +81,8 @@ module MargayBench
     private
 
     def prerequisites
-      problems = []
-      problems << "wrk not found: `sudo apt-get install wrk`" unless Env.which("wrk")
-      problems << "bundler not found: `sudo apt-get install ruby-bundler`" unless Env.which("bundle")
-      problems.concat(Prereqs.margay(@o.margay_dir, "exe/margay", "--margay-dir #{@o.margay_dir}: "))
-      unless Prereqs.bundled?(File.join(BENCH, "Gemfile"))
-        problems << "the bench bundle is not installed: `bundle install --gemfile bench/Gemfile`"
-      end
-      if @o.bars.any? { |b| WaitingBars::ALL[b][:postgres] } && (pg = Postgres.missing)
-        problems << pg
-      end
-      problems
+      Prereqs.runner(@o.margay_dir, what: "--margay-dir #{@o.margay_dir}: ",
+                                    postgres: @o.bars.any? { |b| WaitingBars::ALL[b][:postgres] })
     end
 
     def start_backends

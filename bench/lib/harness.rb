@@ -6,6 +6,7 @@ require "time"
 require "tmpdir"
 require_relative "procs"
 require_relative "machine"
+require_relative "postgres"
 
 module MargayBench
   ARGV_COPY = ARGV.dup.freeze # the command line as given (required before the options parse it)
@@ -171,6 +172,21 @@ module MargayBench
   # Prerequisites both runners check, without installing anything.
   module Prereqs
     module_function
+
+    # What keeps run.rb or waiting.rb from running: wrk, bundler, the Margay checkout at +root+
+    # (built; +what+ prefixes its problems), the bench bundle, and PostgreSQL when +postgres+.
+    def runner(root, what: "", postgres: false)
+      problems = []
+      problems << "wrk not found: `sudo apt-get install wrk`" unless Env.which("wrk")
+      problems << "bundler not found: `sudo apt-get install ruby-bundler`" unless Env.which("bundle")
+      problems.concat(margay(root, "exe/margay", what))
+      unless bundled?(File.join(BENCH, "Gemfile"))
+        problems << "the bench bundle is not installed: `bundle install --gemfile bench/Gemfile`"
+      end
+      pg = postgres && Postgres.missing
+      problems << pg if pg
+      problems
+    end
 
     # What keeps the Margay checkout at +root+ from running +exe+ (+what+ prefixes each).
     def margay(root, exe, what = "")
