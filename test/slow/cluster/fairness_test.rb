@@ -39,7 +39,7 @@ class ClusterFairnessTest < Minitest::Test
     assert_equal 200, read_response(other).first
     hog = TCPSocket.new("127.0.0.1", @port)
     hog.write((1..4).map { |i| "GET /hog/#{i} HTTP/1.1\r\nHost: t\r\n\r\n" }.join)
-    wait_for_file("started")
+    wait_for_marker("started")
     other.write("GET /other HTTP/1.1\r\nHost: t\r\n\r\n")
     wait_acked(other)
     File.write(File.join(@dir, "go"), "")
@@ -54,7 +54,7 @@ class ClusterFairnessTest < Minitest::Test
 
   private
 
-  def wait_for_file(name)
+  def wait_for_marker(name)
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
     until File.exist?(File.join(@dir, name))
       flunk "#{name} never appeared; log:\n#{log_text}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline

@@ -15,15 +15,6 @@ class ClusterSettingsTest < Minitest::Test
     spawn_process({ "MARGAY_TEST_SETTINGS" => settings }, RbConfig.ruby, LAUNCH, APP)
   end
 
-  def wait_for_file(path, pattern, count: 1)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20
-    until File.exist?(path) && File.read(path).scan(pattern).size >= count
-      flunk "#{pattern.inspect} never in #{path}: #{File.exist?(path) && File.read(path)}\n#{log_text}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-      sleep 0.02
-    end
-    File.read(path)
-  end
-
   def alive?(pid)
     File.read("/proc/#{pid}/stat")[/\) (\S)/, 1] != "Z"
   rescue Errno::ENOENT, Errno::ESRCH
@@ -43,7 +34,7 @@ class ClusterSettingsTest < Minitest::Test
     File.rename(out, "#{out}.1")
     File.rename(err, "#{err}.1")
     Process.kill(:HUP, @master)
-    wait_for_file(out, //)
+    [@master, *pids.values].each { |pid| wait_for_reopen(pid, out => 1, err => 2) }
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
     seen = []
     until seen.uniq.size == 2 || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline

@@ -28,14 +28,6 @@ class SingleSettingsTest < Minitest::Test
     @port = port.to_i
   end
 
-  def wait_for_file(path, pattern)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
-    until File.exist?(path) && File.read(path).match?(pattern)
-      flunk "#{pattern.inspect} never in #{path}: #{File.exist?(path) && File.read(path)}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-      sleep 0.02
-    end
-  end
-
   def get(path)
     raw_exchange(@port, "GET #{path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", timeout: 10)
   end
@@ -53,7 +45,7 @@ class SingleSettingsTest < Minitest::Test
     File.rename(out, "#{out}.1") # logrotate
     File.rename(err, "#{err}.1")
     Process.kill(:HUP, @master)
-    wait_for_file(out, //)
+    wait_for_reopen(@master, out => 1, err => 2)
     get("/say?two")
     wait_for_file(out, /app stdout two/)
     wait_for_file(err, /app stderr two/)

@@ -49,6 +49,26 @@ module ClusterProcess
     @port = log_text[%r{Listening on tcp://127\.0\.0\.1:(\d+)}, 1].to_i
   end
 
+  # Wait until the file at +path+ holds +pattern+ +count+ times; its text.
+  def wait_for_file(path, pattern, count: 1)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20
+    until File.exist?(path) && File.read(path).scan(pattern).size >= count
+      flunk "#{pattern.inspect} never in #{path}: #{File.exist?(path) && File.read(path)}\n#{log_text}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      sleep 0.02
+    end
+    File.read(path)
+  end
+
+  # A HUP reaches each process on its own time: wait until +pid+'s
+  # descriptors (path => fd) point at the new files, not the renamed ones.
+  def wait_for_reopen(pid, fds)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20
+    until fds.all? { |path, fd| File.readlink("/proc/#{pid}/fd/#{fd}") == path }
+      flunk "pid #{pid} never reopened #{fds.keys.join(", ")}\n#{log_text}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      sleep 0.02
+    end
+  end
+
   def stop_cluster
     return unless @thread
 
