@@ -37,6 +37,7 @@ typedef struct {
   int ctl[2];
   struct pollfd *pfds; /* leader's scratch */
   int *fds;
+  uint64_t *datas; /* each polled fd's registration when the poll began */
 } mg_ev_poll;
 
 static void poke(mg_ev_poll *p) {
@@ -91,6 +92,7 @@ static int pl_wait(mg_ev *ev, mg_ev_event *out, int timeout_ms) {
     p->pfds[n].fd = fd;
     p->pfds[n].events = (short)(((e & MG_EV_IN) ? MG_POLL_IN : 0) | ((e & MG_EV_OUT) ? POLLOUT : 0));
     p->pfds[n].revents = 0;
+    p->datas[n] = p->table[fd].data;
     p->fds[n++] = fd;
   }
   p->polling = 1;
@@ -113,7 +115,10 @@ static int pl_wait(mg_ev *ev, mg_ev_event *out, int timeout_ms) {
       short re = p->pfds[i].revents;
       if (!re) continue;
       poll_entry *en = &p->table[p->fds[i]];
-      if (!en->events) continue; /* disarmed meanwhile */
+      /* Disarmed meanwhile, or the fd now belongs to another registration (closed and reused by
+       * a new connection while we polled): these revents are the old socket's. The new one is
+       * polled next time (poll is level-triggered, so nothing is lost). */
+      if (!en->events || en->data != p->datas[i]) continue;
       out->data = en->data;
       out->events = 0;
       if (re & (POLLIN | POLLRDHUP)) out->events |= MG_EV_IN;
@@ -140,6 +145,7 @@ static void pl_free(mg_ev *ev) {
   free(p->table);
   free(p->pfds);
   free(p->fds);
+  free(p->datas);
   free(p);
 }
 
@@ -159,8 +165,9 @@ mg_ev *mg_ev_poll_new(int max_fds) {
   p->table = calloc((size_t)max_fds, sizeof(poll_entry));
   p->pfds = calloc((size_t)max_fds + 1, sizeof(struct pollfd));
   p->fds = calloc((size_t)max_fds + 1, sizeof(int));
-  if (!p->table || !p->pfds || !p->fds || pipe(p->ctl) != 0) {
-    free(p->table); free(p->pfds); free(p->fds); free(p);
+  p->datas = calloc((size_t)max_fds + 1, sizeof(uint64_t));
+  if (!p->table || !p->pfds || !p->fds || !p->datas || pipe(p->ctl) != 0) {
+    free(p->table); free(p->pfds); free(p->fds); free(p->datas); free(p);
     errno = ENOMEM;
     return NULL;
   }
