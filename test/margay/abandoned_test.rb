@@ -78,6 +78,7 @@ module Margay
         assert_equal "/live", pop_within(@seen), "the abandoned /gone never reached the app"
         assert_equal "", read_all(gone, timeout: 5), "closed without an answer"
         assert_equal 1, server.stats[:abandoned]
+        assert_equal 4, server.stats[:requests], "warm-gone, warm-live, hold, live: what ran (refork_after, out_of_band_gc count these)"
       ensure
         gone&.close
         live&.close

@@ -67,7 +67,7 @@ typedef struct mg_engine {
   _Atomic int64_t all_busy_since_ms; /* when idle_waiters last dropped to 0 */
   _Atomic int stopping;      /* 1 graceful, 2 forced */
   _Atomic int listener_users; /* loop threads accepting or arming a listener */
-  _Atomic uint64_t requests; /* completed request heads */
+  _Atomic uint64_t requests; /* completed request heads, less the abandoned ones (core/loop.c) */
   _Atomic uint64_t abandoned; /* requests not run: the client closed its side first (core/loop.c) */
   _Atomic int accept_paused; /* listeners not armed (limit or EMFILE) */
   _Atomic int64_t resume_accept_ms;

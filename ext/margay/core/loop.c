@@ -104,6 +104,7 @@ int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out) {
   assert(mg_conn_owned(c) && c->phase == MG_PH_APP);
   if (!(ev->data & MG_DATA_LISTENER) && abandoned(c, ev->events, fresh)) {
     atomic_fetch_add(&e->abandoned, 1);
+    atomic_fetch_sub(&e->requests, 1); /* counted when its head completed; it never ran */
     mg_conn_close(e, c);
     return 0;
   }

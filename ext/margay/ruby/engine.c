@@ -352,9 +352,9 @@ static VALUE engine_error_response(VALUE self, VALUE token, VALUE status) {
 }
 
 /* Engine#stats -> {connections:, waiting_threads:, requests:, abandoned:, max_connections:,
- * event_backend:, polling:, standing_by:} (abandoned: requests not run because their client had
- * closed its side first; polling and standing_by: of the waiting threads, the one blocked in the
- * event set and those standing by, core/loop.c) */
+ * event_backend:, polling:, standing_by:} (requests: heads read, less the abandoned; abandoned:
+ * requests not run because their client had closed its side first; polling and standing_by: of
+ * the waiting threads, the one blocked in the event set and those standing by, core/loop.c) */
 static VALUE engine_stats(VALUE self) {
   mg_engine *e = mg_engine_get(self);
   VALUE h = rb_hash_new();
