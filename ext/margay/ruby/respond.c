@@ -11,6 +11,8 @@
 #include "http/status.h"
 #include "ruby/engine.h"
 #include <ruby/encoding.h>
+#include <ruby/fiber/scheduler.h>
+#include <ruby/io.h>
 #include <ruby/re.h>
 #include <ruby/thread.h>
 #include <errno.h>
@@ -345,16 +347,37 @@ static VALUE engine_stream_start(VALUE self, VALUE token, VALUE status, VALUE he
   return hijack;
 }
 
-typedef struct { mg_conn *c; int timeout_ms; int result; } wait_writable_args;
+typedef struct { int fd; int timeout_ms; int result; } wait_writable_args;
 
 static void *wait_writable_nogvl(void *p) {
   wait_writable_args *a = p;
-  struct pollfd pfd = {a->c->fd, POLLOUT, 0};
+  struct pollfd pfd = {a->fd, POLLOUT, 0};
   a->result = poll(&pfd, 1, a->timeout_ms);
   return NULL;
 }
 
-/* Block (without the GVL) until the queue is under +limit+ bytes. */
+/* Wait up to +timeout_ms+ for +fd+ to take more bytes: > 0 when it may, 0 when the time ran out
+ * (or a signal came). Under a fiber scheduler (fiber mode, and any app's own) the fiber waits
+ * through it, so the thread's other fibers run meanwhile; otherwise the thread waits without the
+ * GVL. */
+static int wait_writable(int fd, int timeout_ms) {
+  VALUE scheduler = rb_fiber_scheduler_current();
+  if (scheduler != Qnil) {
+    VALUE opts = rb_hash_new();
+    rb_hash_aset(opts, ID2SYM(rb_intern("autoclose")), Qfalse); /* the engine owns the fd */
+    VALUE args[2] = {INT2NUM(fd), opts};
+    VALUE io = rb_funcallv_kw(rb_cIO, rb_intern("for_fd"), 2, args, RB_PASS_KEYWORDS);
+    VALUE ready = rb_fiber_scheduler_io_wait(scheduler, io, INT2NUM(RUBY_IO_WRITABLE), rb_float_new(timeout_ms / 1000.0));
+    return RTEST(ready) && !(FIXNUM_P(ready) && FIX2INT(ready) == 0);
+  }
+  wait_writable_args a = {fd, timeout_ms, 0};
+  rb_thread_call_without_gvl(wait_writable_nogvl, &a, RUBY_UBF_IO, NULL);
+  if (a.result < 0 && errno == EINTR) rb_thread_check_ints();
+  return a.result > 0;
+}
+
+/* Wait until the queue is under +limit+ bytes (wait_writable: the fiber, or the thread without
+ * the GVL). A client that takes nothing for write_timeout is gone. */
 static void drain_to(mg_engine *e, mg_conn *c, size_t limit) {
   int64_t deadline = mg_now_ms() + e->cfg.write_timeout_ms;
   for (;;) {
@@ -363,10 +386,7 @@ static void drain_to(mg_engine *e, mg_conn *c, size_t limit) {
     if (r > 0 || c->out.bytes <= limit) return;
     int64_t left = deadline - mg_now_ms();
     if (left <= 0) rb_raise(mg_eClientGone, "write timeout: the client stopped reading");
-    wait_writable_args a = {c, (int)left, 0};
-    rb_thread_call_without_gvl(wait_writable_nogvl, &a, RUBY_UBF_IO, NULL);
-    if (a.result < 0 && errno == EINTR) rb_thread_check_ints();
-    if (a.result > 0) deadline = mg_now_ms() + e->cfg.write_timeout_ms;
+    if (wait_writable(c->fd, (int)left)) deadline = mg_now_ms() + e->cfg.write_timeout_ms;
   }
 }
 
