@@ -134,6 +134,19 @@ module Margay
         Thread.new { Process::Status.wait(pid, flags) }.value
       end
 
+      # IO.select (Ruby 3.3 calls this hook; 3.1 has none, and IO.select blocks the thread
+      # there): in a helper thread, the fiber waiting for its end. A fiber interrupted meanwhile
+      # (request_timeout, a stop) takes its helper with it.
+      def io_select(readables, writables, exceptables, timeout)
+        helper = Thread.new do
+          Thread.current.report_on_exception = false # its error is raised in the fiber
+          IO.select(readables, writables, exceptables, timeout)
+        end
+        helper.value
+      ensure
+        helper&.kill
+      end
+
       # DNS: getaddrinfo in a helper thread. Returns the addresses as Strings.
       def address_resolve(hostname)
         Thread.new { Addrinfo.getaddrinfo(hostname.delete_prefix("[").delete_suffix("]"), nil).map(&:ip_address).uniq }.value
