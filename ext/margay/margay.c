@@ -21,6 +21,7 @@
 #include "ruby/env.h"
 #include "ruby/fibers.h"
 #include "ruby/respond.h"
+#include "ruby/stream.h"
 #include "ruby/testing.h"
 
 /* Native.child_subreaper -> true when this process now adopts its orphaned
@@ -66,6 +67,7 @@ void Init_margay_native(void) {
   VALUE cEngine = mg_engine_init(mMargay, mNative);
   mg_board_init(mNative);
   mg_respond_init(cEngine);
+  mg_stream_init(cEngine);
   mg_cluster_init(cEngine);
   mg_env_init();
   mg_fibers_init(mNative); /* issue 13: fiber mode's per-thread wait sets */

@@ -1,13 +1,18 @@
 /*
- * ruby/respond.h - the Engine's response methods.
+ * ruby/respond.h - the Engine's methods for whole responses.
  */
 #ifndef MARGAY_RUBY_RESPOND_H
 #define MARGAY_RUBY_RESPOND_H
 
 #include <ruby.h>
+#include "core/conn.h"
+#include "core/engine.h"
 
-/* Define Engine#respond, #respond_file, #stream_start, #stream_write, #stream_finish, #flush,
- * #early_hints and #response_started? on +cEngine+. */
+/* Define Engine#respond, #respond_file, #early_hints and #response_started? on +cEngine+. */
 void mg_respond_init(VALUE cEngine);
+
+/* After a whole response is queued: send, and either go on with a pipelined request (returns
+ * its token) or hand the connection to the event loop (nil). */
+VALUE mg_respond_complete(mg_engine *e, mg_conn *c);
 
 #endif
