@@ -1,8 +1,8 @@
 /*
  * core/output.c - the output queue: segments of memory (copied, or borrowed from a pinned owner
  * without copying), files sent with sendfile, and the spill tempfile of streamed bodies; flushing
- * them with non-blocking writev/sendfile. Used by the event loop (no GVL) and by ruby/respond.c
- * (with it).
+ * them with non-blocking writev/sendfile. Used by the event loop (no GVL) and by ruby/respond.c and
+ * ruby/stream.c (with it).
  */
 #include "core/output.h"
 #include "core/tempfile.h"

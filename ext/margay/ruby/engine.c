@@ -10,7 +10,7 @@
  *
  * This file: the Engine's lifecycle (new, listeners, start, stop, close),
  * tokens and #next_request, the one method that waits without the GVL. The
- * response methods are ruby/respond.c, the cluster API ruby/cluster.c; the
+ * response methods are ruby/respond.c and ruby/stream.c, the cluster API ruby/cluster.c; the
  * work itself is core/.
  */
 #include "ruby/engine.h"
