@@ -19,6 +19,8 @@
 #   bench/waiting.rb --quick                           smoke: 1 round x 2 s (+1 s warm-up)
 #   bench/waiting.rb --bars sleep,cluster --margay-dir ../fibers   # another (built) Margay tree
 #   bench/waiting.rb --bars tail                       issue 12's tail bars: 3 rounds x 5 s (~16 min)
+#   bench/waiting.rb --bars tail-rails-w2 --baseline ../before   # margay-base: an earlier (built)
+#                                                      tree beside margay, alternated in the same run
 #   bench/waiting.rb --help
 #
 # Per round, per bar, per server (order rotated every round): a fresh server, then for each
@@ -59,13 +61,13 @@ module MargayBench
                              env: @env)
       servers = @o.bars.flat_map { |b| @o.servers_for(b) }.uniq
       @unavailable = servers.filter_map do |s|
-        reason = WaitingServers.unavailable(s, lock, @o.margay_dir, help)
+        reason = WaitingServers.unavailable(s, lock, @o.margay_dir_for(s), help)
         reason && { "server" => s, "reason" => reason }
       end
       warn_if_loaded(5.0)
       seed_rails if @o.bars.any? { |b| WaitingBars::ALL[b][:sqlite] }
       progress "mode #{@o.mode}: bars #{@o.bars.join(',')}; #{@o.rounds} round(s) x #{@o.duration}s " \
-               "(+#{@o.warmup}s warm-up); Margay from #{@o.margay_dir}"
+               "(+#{@o.warmup}s warm-up); Margay from #{@o.margay_dir}#{", margay-base from #{@o.baseline}" if @o.baseline}"
       @unavailable.each { |u| progress "not run: #{u['server']}: #{u['reason']}" }
       start_backends
       result = result_head("waiting").merge("servers_unavailable" => @unavailable)
@@ -81,8 +83,10 @@ module MargayBench
     private
 
     def prerequisites
-      Prereqs.runner(@o.margay_dir, what: "--margay-dir #{@o.margay_dir}: ",
-                                    postgres: @o.bars.any? { |b| WaitingBars::ALL[b][:postgres] })
+      problems = Prereqs.runner(@o.margay_dir, what: "--margay-dir #{@o.margay_dir}: ",
+                                               postgres: @o.bars.any? { |b| WaitingBars::ALL[b][:postgres] })
+      problems.concat(Prereqs.margay(@o.baseline, "exe/margay", "--baseline #{@o.baseline}: ")) if @o.baseline
+      problems
     end
 
     def start_backends
@@ -123,7 +127,7 @@ module MargayBench
       env.merge!(@backends.env(fibers: fibers)) if spec[:postgres]
       env["BENCH_RAILS_ISOLATION"] = "fiber" if spec[:sqlite] && fibers
       inst = WaitingServers::Instance.new(server, app: spec[:app], path: spec[:path], tmp: @tmp, env: env,
-                                                  workers: spec[:workers], margay_dir: @o.margay_dir,
+                                                  workers: spec[:workers], margay_dir: @o.margay_dir_for(server),
                                                   start_timeout: @o.start_timeout)
       @live << inst
       begin
@@ -245,6 +249,7 @@ module MargayBench
         "ruby" => Machine.ruby_version,
         "margay_dir" => @o.margay_dir, "margay_commit" => Machine.commit(@o.margay_dir),
         "margay" => Machine.margay_version(@o.margay_dir),
+        "baseline_dir" => @o.baseline, "baseline_commit" => @o.baseline && Machine.commit(@o.baseline),
         "puma" => Machine.locked(lock, "puma"), "falcon" => Machine.locked(lock, "falcon"),
         "async" => Machine.locked(lock, "async"), "io-event" => Machine.locked(lock, "io-event"),
         "itsi-server" => Machine.locked(lock, "itsi-server"), "itsi-scheduler" => Machine.locked(lock, "itsi-scheduler"),
@@ -264,7 +269,7 @@ module MargayBench
                 "concurrency" => @o.concurrency_for(b), "servers" => @o.servers_for(b),
                 "commands" => @o.servers_for(b).to_h do |s|
                   argv, = WaitingServers.command(s, port: "PORT", app: spec[:app], workers: spec[:workers],
-                                                    margay_dir: @o.margay_dir, tmp: @tmp)
+                                                    margay_dir: @o.margay_dir_for(s) || "BASELINE", tmp: @tmp)
                   [s, "BUNDLE_GEMFILE=bench/Gemfile RACK_ENV=production #{argv.join(' ')}"]
                 end }]
         end,

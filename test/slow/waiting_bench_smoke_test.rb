@@ -10,7 +10,8 @@ require "tmpdir"
 # Smoke test of bench/waiting.rb (issue 13): `--quick` on the sleep and rails bars with a few
 # servers must run end to end — its own PostgreSQL cluster, the slow service, the Rails app on
 # PostgreSQL behind a 50 ms Net::HTTP call; and issue 12's tail bar for the Rails app on SQLite
-# with 2 workers, judged against Puma — and write a JSON result whose rows served
+# with 2 workers, judged against Puma, with `--baseline` (this tree again as margay-base, judged
+# too) — and write a JSON result whose rows served
 # requests without errors, and leave no PostgreSQL behind. Never a speed figure. Skips when
 # wrk, the bench bundle or PostgreSQL is missing (CI installs all three).
 class WaitingBenchSmokeTest < Minitest::Test
@@ -24,11 +25,12 @@ class WaitingBenchSmokeTest < Minitest::Test
     skip "the bench bundle is not installed (bundle install --gemfile bench/Gemfile)" unless bench_bundle?
     skip "PostgreSQL is not installed (apt-get install postgresql libpq-dev)" if Dir.glob("/usr/lib/postgresql/*/bin/initdb").empty?
 
-    servers = %w[margay puma itsi]
+    servers = %w[margay margay-base puma itsi]
     servers << "margay-fibers" if margay_help.include?("--fibers") # once issue 13's fiber mode is in the tree
     Dir.mktmpdir("margay-waiting-smoke-") do |dir|
       out, status = Open3.capture2e(clean_env, RbConfig.ruby, WAITING, "--quick", "--bars", "sleep,rails,tail-rails-w2",
                                     "--servers", servers.join(","), "--concurrency", "8", "--results-dir", dir,
+                                    "--baseline", ROOT,
                                     chdir: ROOT, unsetenv_others: true)
       latest = File.join(dir, "waiting-latest.json")
       assert File.exist?(latest), "bench/waiting.rb wrote no waiting-latest.json (exit #{status.exitstatus}):\n#{out}"
@@ -38,6 +40,7 @@ class WaitingBenchSmokeTest < Minitest::Test
       assert_empty result["failures"], "bench/waiting.rb reported failures:\n#{out}"
       assert status.success?, "bench/waiting.rb exited #{status.exitstatus}:\n#{out}"
       assert_match(/PostgreSQL/, result.dig("versions", "postgresql").to_s, "no PostgreSQL cluster was started")
+      assert_equal ROOT, result.dig("versions", "baseline_dir")
 
       rows = result.fetch("summary")
       %w[sleep rails tail-rails-w2].each do |bar|
@@ -55,7 +58,8 @@ class WaitingBenchSmokeTest < Minitest::Test
         refute_empty result["verdicts"], "margay-fibers ran but no bar was judged:\n#{out}"
       end
       tail = result["verdicts"].select { |v| v["bar"] == "tail-rails-w2" }
-      assert_equal ["c=8 margay p99 / puma ≤ 0.8 at ≥ 0.95x its req/s"], tail.map { |v| v["check"] },
+      assert_equal ["c=8 margay p99 / puma ≤ 0.8 at ≥ 0.95x its req/s", "c=8 margay-base p99 / puma ≤ 0.8 at ≥ 0.95x its req/s"],
+                   tail.map { |v| v["check"] },
                    "issue 12's tail bar (Rails on SQLite, 2 workers) was not judged:\n#{out}"
       assert File.exist?(File.join(dir, "waiting-latest.md")), "no Markdown report written"
       assert_empty Dir.glob(File.join(Dir.tmpdir, "margay-pg-*")).select { |d| File.mtime(d) > Time.now - 600 },

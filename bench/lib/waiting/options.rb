@@ -51,7 +51,7 @@ module MargayBench
     QUICK = { rounds: 1, duration: 2, warmup: 1 }.freeze
 
     attr_accessor :mode, :bars, :servers, :rounds, :duration, :warmup, :wrk_timeout, :margay_dir,
-                  :results_dir, :start_timeout, :concurrency, :report_only, :rails_pool
+                  :results_dir, :start_timeout, :concurrency, :report_only, :rails_pool, :baseline
 
     def initialize(argv)
       @mode = "full"
@@ -77,10 +77,16 @@ module MargayBench
       raise OptionParser::InvalidArgument, "--rounds must be at least 1" if @rounds < 1
     end
 
-    # The servers of +bar+ this run measures.
+    # The servers of +bar+ this run measures (with --baseline, margay-base after margay).
     def servers_for(bar)
       list = WaitingBars::ALL.fetch(bar)[:servers]
+      list = list.flat_map { |s| s == "margay" ? %w[margay margay-base] : [s] } if @baseline
       @servers ? list & @servers : list
+    end
+
+    # The Margay tree +server+ runs from (nil: margay-base without --baseline).
+    def margay_dir_for(server)
+      server == "margay-base" ? @baseline : @margay_dir
     end
 
     def concurrency_for(bar)
@@ -109,6 +115,10 @@ module MargayBench
         o.on("--wrk-timeout S", Integer, "wrk --timeout (default 10)") { |v| @wrk_timeout = v }
         o.on("--margay-dir DIR", "the Margay checkout to run (built: lib/margay/margay_native.so; default: this one)") do |v|
           @margay_dir = File.expand_path(v)
+        end
+        o.on("--baseline DIR", "also run this Margay checkout (built) as margay-base, beside margay in every bar " \
+                               "(a before/after comparison in the same run, alternated)") do |v|
+          @baseline = File.expand_path(v)
         end
         o.on("--results-dir DIR", "where the JSON and Markdown go (default bench/results)") do |v|
           @results_dir = File.expand_path(v)

@@ -10,12 +10,13 @@ module MargayBench
   # (default: this checkout) with bench/Gemfile's gems, so every server loads the same gems
   # and the Rails app finds pg; exe/margay puts its own lib/ first on the load path.
   module WaitingServers
-    ALL = %w[margay margay-t128 margay-fibers puma falcon itsi].freeze
+    ALL = %w[margay margay-base margay-t128 margay-fibers puma falcon itsi].freeze
     # Servers that run requests in fibers: the Rails app gets isolation_level :fiber there.
     FIBER = %w[margay-fibers falcon itsi].freeze
     GEM = { "puma" => "puma", "falcon" => "falcon", "itsi" => "itsi-server" }.freeze
     WHAT = {
       "margay" => "Margay, default threads (0:5)",
+      "margay-base" => "Margay from --baseline DIR (an earlier commit), default threads (0:5)",
       "margay-t128" => "Margay `-t 128:128`",
       "margay-fibers" => "Margay `--fibers` (fiber scheduler on the engine's loop)",
       "puma" => "Puma 8, default threads (0:5)",
@@ -34,8 +35,8 @@ module MargayBench
 
     def command(name, port:, app:, workers:, margay_dir:, tmp: Dir.tmpdir)
       case name
-      when "margay", "margay-t128", "margay-fibers"
-        extra = { "margay" => [], "margay-t128" => %w[-t 128:128], "margay-fibers" => %w[--fibers] }.fetch(name)
+      when "margay", "margay-base", "margay-t128", "margay-fibers"
+        extra = { "margay" => [], "margay-base" => [], "margay-t128" => %w[-t 128:128], "margay-fibers" => %w[--fibers] }.fetch(name)
         # -w 0: single mode (one process); W > 1: cluster mode, app preloaded (Margay's default).
         [%W[bundle exec #{File.join(margay_dir, 'exe', 'margay')} -b tcp://127.0.0.1:#{port} -e production -q
             --no-config -w #{workers == 1 ? 0 : workers}] + extra + [app], {}]
@@ -53,10 +54,12 @@ module MargayBench
       end
     end
 
-    # Why +name+ cannot run here (nil: it can): a peer missing from bench/Gemfile.lock, or a
-    # Margay tree without fiber mode.
+    # Why +name+ cannot run here (nil: it can): a peer missing from bench/Gemfile.lock, a
+    # Margay tree without fiber mode, margay-base without --baseline.
     def unavailable(name, lock_text, margay_dir, margay_help)
-      if GEM[name] && Machine.locked(lock_text, GEM[name]).nil?
+      if name == "margay-base" && margay_dir.nil?
+        "margay-base runs the tree of --baseline DIR, and none was given"
+      elsif GEM[name] && Machine.locked(lock_text, GEM[name]).nil?
         "#{GEM[name]} is not in bench/Gemfile.lock"
       elsif name == "margay-fibers" && !margay_help.to_s.include?("--fibers")
         "the Margay at #{margay_dir} has no --fibers (issue 13's fiber mode is not in that tree; " \

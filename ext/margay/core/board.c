@@ -17,14 +17,17 @@ int mg_board_others_waiting(const mg_engine *e) {
 /* A saturated worker's clients wait about connections / rate (Little's law: each connection has
  * one request in the worker at a time); a worker with a thread waiting makes them wait for
  * nothing. Move connections so that the two waits come out equal: k such that
- * (mine - k) / my_rate = (conns + k) / rate. With equal (or unknown) rates that is half the gap
- * of connections. Only when this worker's clients wait at least 4/3 as long as the other's (a
- * quarter of its connections more, at equal rates) and at least 2 would move: the other then
- * has no reason to hand them back, unless the rates change. */
+ * (mine - k) / my_rate = (conns + k) / rate. Rates within a quarter of each other count as equal
+ * (a rate measured over half a second wanders that much; a moved client loses its place in
+ * line, so moves on noise cost more than they give), and so do unknown rates: then it is half
+ * the gap of connections. Only when this worker's clients wait at least 4/3 as long as the
+ * other's (a quarter of its connections more, at equal rates) and at least 2 would move: the
+ * other then has no reason to hand them back, unless the rates change. */
 int mg_board_quota_for(int mine, int my_rate, int conns, int rate, int waiting) {
   if (conns < 0) conns = 0;
   if (mine <= 0) return 0;
-  if (waiting > 0 || my_rate <= 0 || rate <= 0) my_rate = rate = 1; /* counts alone */
+  int64_t r1 = my_rate, r2 = rate;
+  if (waiting > 0 || r1 <= 0 || r2 <= 0 || (4 * r1 < 5 * r2 && 4 * r2 < 5 * r1)) my_rate = rate = 1; /* counts alone */
   int64_t me = (int64_t)mine * rate, them = (int64_t)conns * my_rate; /* the waits, in one unit */
   if (3 * me < 4 * them) return 0;
   int64_t k = (me - them) / ((int64_t)my_rate + rate);

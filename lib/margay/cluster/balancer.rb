@@ -198,7 +198,8 @@ module Margay
           return false if others.empty?
 
           others.rotate!((@turn += 1) % others.size)
-          others = others.each_with_index.sort_by { |w, i| [*expected_wait(w), i] }.map(&:first) # least first
+          by_rate = rates_differ?(others)
+          others = others.each_with_index.sort_by { |w, i| [*expected_wait(w, by_rate), i] }.map(&:first) # least first
           others.any? { |w| w.channel.send_connection_nonblock(io, kept_alive) }
         end
 
@@ -220,17 +221,25 @@ module Margay
         end
 
         # How long a connection given to +worker+ would wait, as a sort key: a worker with a
-        # thread waiting first (by connections), then by connections / rate (unknown rates
-        # last, by connections).
-        def expected_wait(worker)
+        # thread waiting first (by connections), then, +by_rate+, by connections / rate
+        # (unknown rates last), else by connections.
+        def expected_wait(worker, by_rate)
           i = worker.index
           return [0, 0.0, 0] if i >= @board.size
 
           conns = @board.connections(i)
           return [0, conns.to_f, conns] if @board[i].positive?
+          return [1, conns.to_f, conns] unless by_rate
 
           rate = @board.rate(i)
           [1, rate.positive? ? (conns + 1) / rate : Float::INFINITY, conns]
+        end
+
+        # Whether the known rates of +workers+ differ by more than a quarter (as in
+        # core/board.c: closer rates are the same rate measured with noise).
+        def rates_differ?(workers)
+          rates = workers.filter_map { |w| w.index < @board.size && @board.rate(w.index) }.select(&:positive?)
+          rates.size > 1 && rates.max > rates.min * 1.25
         end
       end
     end

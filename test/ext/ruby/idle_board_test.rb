@@ -82,7 +82,7 @@ class IdleBoardTest < Minitest::Test
     assert_equal 4, slow.engine.handoff_quota, "(8 * 300 - 8 * 100) / (100 + 300)"
     assert_equal 0, fast.engine.handoff_quota
     fast.engine.publish_rate(120)
-    assert_equal 0, slow.engine.handoff_quota, "waits within a third of each other: not worth moving clients for"
+    assert_equal 0, slow.engine.handoff_quota, "rates within a quarter count as equal (noise): counts alone, and they are even"
     board.clear(0)
     assert_equal 0.0, board.rate(0), "clear resets the rate too"
   ensure

@@ -198,6 +198,15 @@ class BalancerTest < Minitest::Test
     assert_equal [false], received_kinds(ends[2]), "a thread waits there"
   end
 
+  def test_rates_within_a_quarter_of_each_other_count_as_equal
+    roster, ends = workers(3)
+    board = FakeBoard.new([9, 6, 4], [0, 0, 0], [200.0, 110.0, 100.0])
+    forwarder = Cluster::Balancer::Forwarder.new(roster: roster, board: board, log: @log)
+    hand_over(ends[0], kept_alive: true)
+    forwarder.forward(roster.to_a[0])
+    assert_equal [[], [], [true]], ends.map { |e| received_kinds(e) }, "110 and 100 per s: the fewest connections"
+  end
+
   def test_round_robin_among_equals
     roster, ends = workers(3)
     forwarder = Cluster::Balancer::Forwarder.new(roster: roster, board: FakeBoard.new([4, 4, 4]), log: @log)
