@@ -103,9 +103,9 @@ module Margay
       # handed over an idle connection: pass it to the serving worker where it
       # will wait least (one with a thread waiting, the fewest connections
       # first; else the shortest connections / rate; round robin among
-      # equals), or back to it if there is no other. Never blocks: a worker that does not take its hand-overs
-      # (stuck) must not stall the master, so the connection then goes to the
-      # next one.
+      # equals), or back to it if there is no other. Never blocks: a worker
+      # that does not take its hand-overs (stuck) must not stall the master,
+      # so the connection then goes to the next one.
       #
       # Nothing is lost when no worker can take a connection (its client's
       # request may already wait in the kernel): during a hot restart every
