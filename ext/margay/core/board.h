@@ -9,11 +9,8 @@
 #include <stdatomic.h>
 #include "core/engine.h"
 
-/* The board's rows of counters, one counter per worker index in each: threads waiting for work,
- * connections held, and the worker's recent request rate (requests per second x
- * MG_BOARD_RATE_SCALE, published by its balancer: Engine#publish_rate; 0 while unknown). */
-enum { MG_BOARD_WAITING, MG_BOARD_CONNS, MG_BOARD_RATE, MG_BOARD_ROWS };
-#define MG_BOARD_RATE_SCALE 1000
+/* The board's rows of counters, one counter per worker index in each. */
+enum { MG_BOARD_WAITING, MG_BOARD_CONNS, MG_BOARD_ROWS };
 
 /* The counter of worker +i+ in +row+ on a board of +n+ slots (the one place
  * that knows the layout: row after row). */
@@ -29,8 +26,5 @@ int mg_board_others_waiting(const mg_engine *e);
 static inline int mg_board_others_idle(const mg_engine *e) { return mg_board_others_waiting(e) > 0; }
 /* How many idle connections this worker should hand to less loaded ones (0 without a board). */
 int mg_board_handoff_quota(const mg_engine *e);
-/* The quota's arithmetic, for this worker (+mine+ connections at +my_rate+) and one other
- * (+conns+, +rate+, +waiting+ threads): how many connections to move to it. */
-int mg_board_quota_for(int mine, int my_rate, int conns, int rate, int waiting);
 
 #endif

@@ -65,18 +65,6 @@ static VALUE engine_publish_idle(VALUE self, VALUE board, VALUE index) {
   return self;
 }
 
-/* Engine#publish_rate(rate): this worker's recent requests per second (a Float, from its
- * balancer's meter) onto its slot of the board, for the others' hand-over arithmetic and the
- * master's choice of a taker (nothing without a board). */
-static VALUE engine_publish_rate(VALUE self, VALUE rate) {
-  mg_engine *e = mg_engine_get(self);
-  double r = NUM2DBL(rate) * MG_BOARD_RATE_SCALE;
-  if (!(r >= 0)) r = 0; /* NaN or negative: unknown */
-  if (r > INT32_MAX) r = INT32_MAX;
-  if (e->board_slots) atomic_store(mg_board_cell(e->board_slots, e->board_n, MG_BOARD_RATE, e->board_index), (int)(r + 0.5));
-  return Qnil;
-}
-
 /* Engine#handoff_quota: how many idle keep-alive connections this worker
  * should hand to less loaded workers (0 without a board). */
 static VALUE engine_handoff_quota(VALUE self) {
@@ -96,5 +84,4 @@ void mg_cluster_init(VALUE cEngine) {
   rb_define_method(cEngine, "publish_idle", engine_publish_idle, 2);
   rb_define_method(cEngine, "others_waiting", engine_others_waiting, 0);
   rb_define_method(cEngine, "handoff_quota", engine_handoff_quota, 0);
-  rb_define_method(cEngine, "publish_rate", engine_publish_rate, 1);
 }

@@ -7,8 +7,7 @@
  * worker can tell, without asking anyone, whether handing a client to
  * another worker would help: if some other worker has a thread free, or
  * serves far fewer connections (each engine also counts its connections,
- * in a second row of counters after the first), or its clients wait less (a
- * third row: each worker's recent request rate, which its balancer publishes).
+ * in a second row of counters after the first).
  */
 #include "ruby/idle_board.h"
 #include "core/board.h"
@@ -79,16 +78,12 @@ static VALUE board_aref(VALUE self, VALUE iv) { return board_read(self, iv, MG_B
 /* #connections(index): connections that worker's engine holds. */
 static VALUE board_connections(VALUE self, VALUE iv) { return board_read(self, iv, MG_BOARD_CONNS); }
 
-/* #rate(index): that worker's recent requests per second (0.0 while unknown). */
-static VALUE board_rate(VALUE self, VALUE iv) {
-  return DBL2NUM((double)NUM2INT(board_read(self, iv, MG_BOARD_RATE)) / MG_BOARD_RATE_SCALE);
-}
-
 /* #clear(index): the worker is gone (it may not have counted itself out). */
 static VALUE board_clear(VALUE self, VALUE iv) {
   mg_board *b = board_get(self);
   int i = slot_index(b, iv);
-  for (int row = 0; row < MG_BOARD_ROWS; row++) atomic_store(mg_board_cell(b->slots, b->n, row, i), 0);
+  atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_WAITING, i), 0);
+  atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_CONNS, i), 0);
   return Qnil;
 }
 
@@ -106,6 +101,5 @@ void mg_board_init(VALUE mNative) {
   rb_define_method(c, "size", board_size, 0);
   rb_define_method(c, "[]", board_aref, 1);
   rb_define_method(c, "connections", board_connections, 1);
-  rb_define_method(c, "rate", board_rate, 1);
   rb_define_method(c, "clear", board_clear, 1);
 }

@@ -3,7 +3,6 @@
 require_relative "../binder"
 require_relative "../runner"
 require_relative "channel"
-require_relative "rate_meter"
 
 module Margay
   class Cluster < Runner
@@ -14,11 +13,8 @@ module Margay
     # - a request already waiting on one of its idle connections, unread in
     #   the kernel, goes to another worker when one has a thread waiting (at
     #   most as many connections as those threads);
-    # - when no worker has one, a worker whose clients wait far longer than
-    #   another's hands over idle connections until the waits are even
-    #   (evening out: a saturated worker's clients wait about its connections
-    #   over its request rate, which each worker publishes, RateMeter; at
-    #   equal rates, half the gap of connections).
+    # - when no worker has one, a worker serving far more connections than
+    #   another hands over half the gap of its idle connections (evening out).
     # Hand-overs go through the master (Balancer::Forwarder); connections
     # handed to this worker are adopted. Nothing is lost: a request already
     # sent waits in the socket's kernel buffer.
@@ -41,7 +37,6 @@ module Margay
         @log = log
         @index = index
         @last_handoff = 0
-        @meter = RateMeter.new
       end
 
       # One look, from the worker's tick (+now+: Clock.now): hand idle
@@ -50,8 +45,6 @@ module Margay
         engine = @server.engine
         return unless engine # the server has not started: nothing to balance
 
-        rate = @meter.sample(now) { engine.stats[:requests] }
-        engine.publish_rate(rate) if rate
         saturated = engine.saturated_ms
         free = engine.others_waiting if saturated >= PENDING_AFTER_MS
         if free&.positive?
@@ -100,12 +93,11 @@ module Margay
       end
 
       # Internal: keep-alive balancing, the master's side. A saturated worker
-      # handed over an idle connection: pass it to the serving worker where it
-      # will wait least (one with a thread waiting, the fewest connections
-      # first; else the shortest connections / rate; round robin among
-      # equals), or back to it if there is no other. Never blocks: a worker
-      # that does not take its hand-overs (stuck) must not stall the master,
-      # so the connection then goes to the next one.
+      # handed over an idle connection: pass it to the serving worker with the
+      # fewest connections (round robin among equals), or back to it if there
+      # is no other. Never blocks: a worker that does not take its hand-overs
+      # (stuck) must not stall the master, so the connection then goes to the
+      # next one.
       #
       # Nothing is lost when no worker can take a connection (its client's
       # request may already wait in the kernel): during a hot restart every
@@ -198,8 +190,7 @@ module Margay
           return false if others.empty?
 
           others.rotate!((@turn += 1) % others.size)
-          by_rate = rates_differ?(others)
-          others = others.each_with_index.sort_by { |w, i| [*expected_wait(w, by_rate), i] }.map(&:first) # least first
+          others = others.each_with_index.sort_by { |w, i| [connections_of(w), i] }.map(&:first) # fewest first
           others.any? { |w| w.channel.send_connection_nonblock(io, kept_alive) }
         end
 
@@ -220,26 +211,8 @@ module Margay
           end
         end
 
-        # How long a connection given to +worker+ would wait, as a sort key: a worker with a
-        # thread waiting first (by connections), then, +by_rate+, by connections / rate
-        # (unknown rates last), else by connections.
-        def expected_wait(worker, by_rate)
-          i = worker.index
-          return [0, 0.0, 0] if i >= @board.size
-
-          conns = @board.connections(i)
-          return [0, conns.to_f, conns] if @board[i].positive?
-          return [1, conns.to_f, conns] unless by_rate
-
-          rate = @board.rate(i)
-          [1, rate.positive? ? (conns + 1) / rate : Float::INFINITY, conns]
-        end
-
-        # Whether the known rates of +workers+ differ by more than a quarter (as in
-        # core/board.c: closer rates are the same rate measured with noise).
-        def rates_differ?(workers)
-          rates = workers.filter_map { |w| w.index < @board.size && @board.rate(w.index) }.select(&:positive?)
-          rates.size > 1 && rates.max > rates.min * 1.25
+        def connections_of(worker)
+          worker.index < @board.size ? @board.connections(worker.index) : 0
         end
       end
     end

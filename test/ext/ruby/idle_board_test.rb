@@ -60,35 +60,6 @@ class IdleBoardTest < Minitest::Test
     eventually { board.connections(0).zero? && board.connections(1).zero? }
   end
 
-  # Saturated workers (no thread waiting) even out how long their clients wait: connections over
-  # request rate. At equal counts the slower worker hands over until (8 - k) / 100 = (8 + k) / 300.
-  def test_handoff_quota_evens_out_the_waits_of_saturated_workers
-    board = Margay::Native::IdleBoard.new(2)
-    gate = Queue.new
-    held = lambda do |env|
-      gate.pop if env["PATH_INFO"] == "/hold"
-      HELLO.call(env)
-    end
-    slow = start_server(board, 0, app: held, min_threads: 1, max_threads: 1)
-    fast = start_server(board, 1, app: held, min_threads: 1, max_threads: 1)
-    holders = [connect(slow, 8).first, connect(fast, 8).first]
-    eventually { board.connections(0) == 8 && board.connections(1) == 8 }
-    holders.each { |client| client.write("GET /hold HTTP/1.1\r\nHost: x\r\n\r\n") }
-    eventually { board[0].zero? && board[1].zero? } # saturated: the only thread of each is held
-    assert_equal [0, 0], [slow.engine.handoff_quota, fast.engine.handoff_quota], "rates unknown: counts alone, and they are even"
-    slow.engine.publish_rate(100)
-    fast.engine.publish_rate(300.0)
-    assert_equal [100.0, 300.0], [board.rate(0), board.rate(1)]
-    assert_equal 4, slow.engine.handoff_quota, "(8 * 300 - 8 * 100) / (100 + 300)"
-    assert_equal 0, fast.engine.handoff_quota
-    fast.engine.publish_rate(120)
-    assert_equal 0, slow.engine.handoff_quota, "rates within a quarter count as equal (noise): counts alone, and they are even"
-    board.clear(0)
-    assert_equal 0.0, board.rate(0), "clear resets the rate too"
-  ensure
-    2.times { gate << true } if gate
-  end
-
   def test_a_gone_worker_is_not_a_target
     board = Margay::Native::IdleBoard.new(2)
     server = start_server(board, 0, min_threads: 1, max_threads: 1)
@@ -115,10 +86,10 @@ class IdleBoardTest < Minitest::Test
 
   private
 
-  def start_server(board, index, app: HELLO, **settings)
+  def start_server(board, index, **settings)
     config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], silent: true, event_backend: BACKEND, **settings)
     log = Margay::Log.new(out: StringIO.new, err: StringIO.new)
-    server = Margay::Server.new(Rack::Lint.new(app), config, log: log, idle_board: [board, index])
+    server = Margay::Server.new(Rack::Lint.new(HELLO), config, log: log, idle_board: [board, index])
     server.bind
     @threads ||= {}
     @threads[server] = Thread.new { server.run }

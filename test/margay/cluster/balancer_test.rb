@@ -13,26 +13,16 @@ class BalancerTest < Minitest::Test
 
   # An engine that answers as told and records what it was asked.
   class FakeEngine
-    attr_accessor :saturated_ms, :others_waiting, :handoff_quota, :failure, :requests
-    attr_reader :detach_calls, :adopted, :published
+    attr_accessor :saturated_ms, :others_waiting, :handoff_quota, :failure
+    attr_reader :detach_calls, :adopted
 
     def initialize
       @saturated_ms = 0
       @others_waiting = 0
       @handoff_quota = 0
-      @requests = 0
       @idle = []
       @detach_calls = []
       @adopted = []
-      @published = []
-    end
-
-    def stats
-      { requests: @requests }
-    end
-
-    def publish_rate(rate)
-      @published << rate
     end
 
     # Idle connections it holds: [[fd, kept_alive], ...] (fds it owns).
@@ -60,22 +50,14 @@ class BalancerTest < Minitest::Test
   end
 
   FakeServer = Struct.new(:engine)
-  # A board with fixed connection counts, waiting threads and rates per worker index.
-  FakeBoard = Struct.new(:counts, :waiting, :rates) do
+  # A board with fixed connection counts per worker index.
+  FakeBoard = Struct.new(:counts) do
     def size
       counts.size
     end
 
     def connections(index)
       counts.fetch(index)
-    end
-
-    def [](index)
-      waiting ? waiting.fetch(index) : 0
-    end
-
-    def rate(index)
-      rates ? rates.fetch(index) : 0.0
     end
   end
 
@@ -121,16 +103,6 @@ class BalancerTest < Minitest::Test
     engine.saturated_ms = 4
     balancer.balance(1.1)
     assert_equal 2, engine.detach_calls.size, "not before 5 ms saturated"
-  end
-
-  def test_the_worker_publishes_its_request_rate
-    engine, balancer, = worker_side
-    balancer.balance(1.0)
-    engine.requests = 30
-    balancer.balance(1.04)
-    assert_empty engine.published, "not before 50 ms"
-    balancer.balance(1.1)
-    assert_equal [300.0], engine.published.map { |r| r.round(6) }, "30 requests in 0.1 s"
   end
 
   def test_a_connection_the_master_cannot_take_is_served_here
@@ -181,30 +153,6 @@ class BalancerTest < Minitest::Test
     hand_over(ends[0], kept_alive: true)
     forwarder.forward(roster.to_a[0])
     assert_equal [[], [], [true]], ends.map { |e| received_kinds(e) }
-  end
-
-  # A saturated worker's clients wait its connections over its rate: 7 / 300 per s beats
-  # 5 / 100 per s although it holds more; a worker with a thread waiting beats both.
-  def test_the_master_forwards_where_the_connection_waits_least
-    roster, ends = workers(4)
-    board = FakeBoard.new([9, 6, 4, 2], [0, 0, 0, 0], [200.0, 300.0, 100.0, 0.0])
-    forwarder = Cluster::Balancer::Forwarder.new(roster: roster, board: board, log: @log)
-    hand_over(ends[0], kept_alive: true)
-    forwarder.forward(roster.to_a[0])
-    assert_equal [[], [true], [], []], ends.map { |e| received_kinds(e) }, "by rate; an unknown rate (worker 3) last"
-    board.waiting[2] = 1
-    hand_over(ends[0], kept_alive: false)
-    forwarder.forward(roster.to_a[0])
-    assert_equal [false], received_kinds(ends[2]), "a thread waits there"
-  end
-
-  def test_rates_within_a_quarter_of_each_other_count_as_equal
-    roster, ends = workers(3)
-    board = FakeBoard.new([9, 6, 4], [0, 0, 0], [200.0, 110.0, 100.0])
-    forwarder = Cluster::Balancer::Forwarder.new(roster: roster, board: board, log: @log)
-    hand_over(ends[0], kept_alive: true)
-    forwarder.forward(roster.to_a[0])
-    assert_equal [[], [], [true]], ends.map { |e| received_kinds(e) }, "110 and 100 per s: the fewest connections"
   end
 
   def test_round_robin_among_equals
