@@ -9,7 +9,7 @@ module MargayBench
   module WaitingBars
     ISSUE13 = {
       "sleep" => { app: "bench/apps/io.ru", path: "/", workers: 1, concurrency: [256, 1024],
-                   servers: WaitingServers::ALL,
+                   servers: WaitingServers::ALL - ["margay-base"],
                    what: "10 ms sleep + 2 KB JSON (`bench/apps/io.ru`), single process" },
       "cluster" => { app: "bench/apps/io.ru", path: "/", workers: 2, concurrency: [256],
                      servers: %w[margay-fibers falcon],
@@ -80,7 +80,7 @@ module MargayBench
     # The servers of +bar+ this run measures (with --baseline, margay-base after margay).
     def servers_for(bar)
       list = WaitingBars::ALL.fetch(bar)[:servers]
-      list = list.flat_map { |s| s == "margay" ? %w[margay margay-base] : [s] } if @baseline
+      list = list.flat_map { |s| s == "margay" ? %w[margay margay-base] : [s] }.uniq if @baseline
       @servers ? list & @servers : list
     end
 

@@ -194,7 +194,7 @@ void mg_out_end_spill(mg_out *o) {
 
 /* ---- flushing ---- */
 
-static int flush_file(int fd, mg_seg *s) {
+static int flush_file(mg_out *o, int fd, mg_seg *s) {
   while (s->file_left) {
     size_t want = s->file_left > (1u << 20) ? (1u << 20) : (size_t)s->file_left;
     ssize_t n;
@@ -220,6 +220,7 @@ static int flush_file(int fd, mg_seg *s) {
     }
     if (n == 0) return -1;
     s->file_left -= (uint64_t)n;
+    o->sent += (uint64_t)n;
   }
   return 1;
 }
@@ -229,7 +230,7 @@ int mg_out_flush(mg_out *o, int fd) {
   while (o->head) {
     mg_seg *s = o->head;
     if (s->file_fd >= 0) {
-      int r = flush_file(fd, s);
+      int r = flush_file(o, fd, s);
       if (r <= 0) return r;
     } else {
       struct iovec iov[16];
@@ -249,6 +250,7 @@ int mg_out_flush(mg_out *o, int fd) {
       }
       size_t left = (size_t)w;
       o->bytes -= left;
+      o->sent += left;
       while (left && o->head && o->head->file_fd < 0) {
         mg_seg *t = o->head;
         size_t avail = t->len - t->off;

@@ -41,6 +41,7 @@ typedef struct mg_seg {
 typedef struct {
   mg_seg *head, *tail;
   size_t bytes;        /* memory bytes queued */
+  uint64_t sent;       /* bytes the socket has taken so far (progress, for write timeouts) */
   int broken;          /* a part could not be queued (no memory): flushing fails */
   int spill_fd;        /* streamed output beyond the memory limit goes to this tempfile, or -1 */
   off_t spill_end;     /* bytes written to it */

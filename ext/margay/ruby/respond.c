@@ -9,9 +9,7 @@
 #include "core/conn.h"
 #include "ruby/engine.h"
 #include "ruby/head.h"
-#include <errno.h>
 #include <fcntl.h>
-#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -119,6 +117,7 @@ static VALUE engine_respond_file(VALUE self, VALUE token, VALUE status, VALUE he
   c->stream_left = -1;
   return mg_respond_complete(e, c);
 }
+
 /* Engine#early_hints(token, headers): a 103 response before the final one (HTTP/1.1 only). */
 static VALUE engine_early_hints(VALUE self, VALUE token, VALUE headers) {
   mg_engine *e = mg_engine_get(self);

@@ -2,9 +2,9 @@
  * ruby/stream.c - streamed Rack responses (a body of unknown length, a callable body, partial
  * hijack): the head, then each part as it comes, chunked when HTTP/1.1 needs it. Bytes are
  * queued and sent with non-blocking writes; past response_buffer_limit they go to a tempfile so
- * that a slow client never holds the thread. Only stream.flush (and a response past its 1 GiB
- * spill) waits for the client: in thread mode without the GVL, under a fiber scheduler in the
- * fiber.
+ * that a slow client never holds the thread. Only stream.flush, a response past its 1 GiB spill,
+ * and one that finds no tempfile to spill to wait for the client: in thread mode without the
+ * GVL, under a fiber scheduler in the fiber.
  */
 #include "ruby/stream.h"
 #include "core/conn.h"
@@ -69,17 +69,25 @@ static int wait_writable(int fd, int timeout_ms) {
   return a.result > 0;
 }
 
-/* Wait until the queue is under +limit+ bytes (wait_writable: the fiber, or the thread without
- * the GVL). A client that takes nothing for write_timeout is gone. */
+/* Wait until the memory queued is under +limit+ bytes, or with +limit+ 0 until everything queued
+ * is written, the spilled tempfile's bytes too (wait_writable: the fiber, or the thread without
+ * the GVL). A client that takes no byte for write_timeout is gone (progress is what the socket
+ * took, not a wake-up: a wait that reports ready without the socket taking anything counts for
+ * nothing). */
 static void drain_to(mg_engine *e, mg_conn *c, size_t limit) {
   int64_t deadline = mg_now_ms() + e->cfg.write_timeout_ms;
+  uint64_t sent = c->out.sent;
   for (;;) {
     int r = mg_out_flush(&c->out, c->fd);
     if (r < 0) rb_raise(mg_eClientGone, "client went away");
-    if (r > 0 || c->out.bytes <= limit) return;
+    if (r > 0 || (limit > 0 && c->out.bytes <= limit)) return; /* r > 0: the queue is empty */
+    if (c->out.sent != sent) {
+      sent = c->out.sent;
+      deadline = mg_now_ms() + e->cfg.write_timeout_ms;
+    }
     int64_t left = deadline - mg_now_ms();
     if (left <= 0) rb_raise(mg_eClientGone, "write timeout: the client stopped reading");
-    if (wait_writable(c->fd, (int)left)) deadline = mg_now_ms() + e->cfg.write_timeout_ms;
+    wait_writable(c->fd, (int)left);
   }
 }
 

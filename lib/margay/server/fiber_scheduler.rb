@@ -134,13 +134,14 @@ module Margay
         Thread.new { Process::Status.wait(pid, flags) }.value
       end
 
-      # IO.select (Ruby 3.3 calls this hook; 3.1 has none, and IO.select blocks the thread
-      # there): in a helper thread, the fiber waiting for its end. A fiber interrupted meanwhile
-      # (request_timeout, a stop) takes its helper with it.
-      def io_select(readables, writables, exceptables, timeout)
+      # IO.select (Ruby 3.2 and later call this hook with IO.select's own arguments, one to
+      # four; 3.1 has none, and IO.select blocks the thread there): in a helper thread, the
+      # fiber waiting for its end. A fiber interrupted meanwhile (request_timeout, a stop) takes
+      # its helper with it.
+      def io_select(*arguments)
         helper = Thread.new do
           Thread.current.report_on_exception = false # its error is raised in the fiber
-          IO.select(readables, writables, exceptables, timeout)
+          IO.select(*arguments)
         end
         helper.value
       ensure

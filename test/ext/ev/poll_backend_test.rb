@@ -3,6 +3,7 @@
 require "test_helper"
 require "open3"
 require "rbconfig"
+require "shellwords"
 require "tmpdir"
 
 # The poll backend's own checks, in C (test/ext/ev/poll_reuse.c): poll(2) is scripted there, so
@@ -15,8 +16,9 @@ class PollBackendTest < Minitest::Test
   def test_events_of_a_closed_socket_never_reach_the_connection_reusing_its_number
     Dir.mktmpdir("margay-poll-") do |dir|
       exe = File.join(dir, "poll_reuse")
-      cc = RbConfig::CONFIG["CC"].split.first || "cc"
-      compile = [cc, "-std=gnu11", "-D_GNU_SOURCE=1", "-U_FORTIFY_SOURCE", "-Wall", "-Wextra", "-Werror",
+      cc = Shellwords.split(RbConfig::CONFIG["CC"].to_s)
+      cc = ["cc"] if cc.empty?
+      compile = [*cc, "-std=gnu11", "-D_GNU_SOURCE=1", "-U_FORTIFY_SOURCE", "-Wall", "-Wextra", "-Werror",
                  "-I#{EXT}", SOURCE, "-o", exe, "-pthread"]
       out, status = Open3.capture2e(*compile)
       assert status.success?, "compiling #{SOURCE} failed:\n#{out}"

@@ -11,7 +11,8 @@ int scripted_poll(struct pollfd *fds, nfds_t n, int timeout_ms);
 
 #include <stdio.h>
 
-enum { FD = 5, OLD_DATA = 0x100000005, NEW_DATA = 0x200000005 };
+enum { FD = 5 };
+static const uint64_t OLD_DATA = 0x100000005, NEW_DATA = 0x200000005;
 
 static mg_ev *ev;
 static int scene;

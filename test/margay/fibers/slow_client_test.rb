@@ -5,11 +5,16 @@ require "test_helper"
 # Fiber mode: a streaming body that waits for a slow client (stream.flush with the client's
 # window full) waits in its own fiber, through the scheduler, never in the thread: the other
 # requests on that thread go on meanwhile. One pool thread (-t 1:1); no wall-time bars, only
-# "answered while the slow one still waits" and every byte delivered in the end.
+# "answered while the slow one still waits" and every byte delivered in the end. And in both
+# modes a flush waits for the bytes spilled past response_buffer_limit too.
 class FiberSlowClientTest < Minitest::Test
   include Margay::TestHelper
 
-  BIG = 4 * 1024 * 1024 # more than the loopback socket buffers hold with a small receive window
+  # Far more than the server's send buffer can grow to (net.ipv4.tcp_wmem's maximum) and the
+  # client's 4 KiB window take: the flush must wait for the client.
+  WMEM = "/proc/sys/net/ipv4/tcp_wmem"
+  WMEM_MAX = File.exist?(WMEM) ? File.read(WMEM).split.last.to_i : 4 * 1024 * 1024
+  BIG = [16 * 1024 * 1024, 4 * WMEM_MAX].max
 
   def setup
     @flushing = Queue.new
@@ -78,6 +83,23 @@ class FiberSlowClientTest < Minitest::Test
     ensure
       slow&.close
       quick&.close
+    end
+  end
+
+  # Thread mode, the same flush: past response_buffer_limit the body sits in the spill tempfile,
+  # and stream.flush returns only once the client has taken it all (it returned as soon as the
+  # memory part was written).
+  def test_in_thread_mode_a_flush_waits_for_the_spilled_bytes_too
+    with_server(@app, min_threads: 1, max_threads: 1, write_timeout: 30) do |_host, port|
+      slow = slow_client(port)
+      pop_within(@flushing)
+      sleep 0.3 # the flush would have returned by now
+      assert @flushed.empty?, "the client has read nothing: the flush still waits"
+      data = read_all(slow, timeout: 10)
+      assert pop_within(@flushed, 10)
+      assert_equal BIG + 3, data.bytesize - data.index("\r\n\r\n") - 4
+    ensure
+      slow&.close
     end
   end
 end

@@ -63,10 +63,12 @@ module ClusterProcess
   # descriptors (path => fd) point at the new files, not the renamed ones.
   def wait_for_reopen(pid, fds)
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20
-    until fds.all? { |path, fd| File.readlink("/proc/#{pid}/fd/#{fd}") == path }
+    until fds.all? { |path, fd| File.exist?(path) && File.readlink("/proc/#{pid}/fd/#{fd}") == File.realpath(path) }
       flunk "pid #{pid} never reopened #{fds.keys.join(", ")}\n#{log_text}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
       sleep 0.02
     end
+  rescue Errno::ENOENT
+    flunk "pid #{pid} is gone before it reopened #{fds.keys.join(", ")}\n#{log_text}"
   end
 
   def stop_cluster
