@@ -47,14 +47,30 @@ class FiberSlowClientTest < Minitest::Test
     sock
   end
 
-  def test_a_flush_to_a_slow_client_does_not_hold_the_thread
+  # One fiber-mode thread; yields the port once the slow client's flush has begun.
+  def while_flushing(write_timeout:)
     with_server(@app, fiber_scheduler: true, event_backend: :auto, min_threads: 1, max_threads: 1,
-                      write_timeout: 30) do |_host, port|
+                      write_timeout: write_timeout) do |_host, port|
       slow = slow_client(port)
       pop_within(@flushing)
-      quick = TCPSocket.new("127.0.0.1", port)
-      quick.write("GET /quick HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-      assert_equal [200, "quick"], read_response(quick, timeout: 10).values_at(0, 2),
+      yield port, slow
+    ensure
+      slow&.close
+    end
+  end
+
+  # GET /quick on a connection of its own: [status, body].
+  def quick_answer(port)
+    quick = TCPSocket.new("127.0.0.1", port)
+    quick.write("GET /quick HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    read_response(quick, timeout: 10).values_at(0, 2)
+  ensure
+    quick&.close
+  end
+
+  def test_a_flush_to_a_slow_client_does_not_hold_the_thread
+    while_flushing(write_timeout: 30) do |port, slow|
+      assert_equal [200, "quick"], quick_answer(port),
                    "the only thread answered another request while the slow client's flush waited"
       assert @flushed.empty?, "the slow client has read nothing yet: its flush still waits"
 
@@ -62,27 +78,16 @@ class FiberSlowClientTest < Minitest::Test
       assert pop_within(@flushed, 10)
       assert data.end_with?("x" * 100 + "end"), "every byte delivered once the client reads"
       assert_equal BIG + 3, data.bytesize - data.index("\r\n\r\n") - 4
-    ensure
-      slow&.close
-      quick&.close
     end
   end
 
   def test_a_client_that_never_reads_is_dropped_at_write_timeout_and_the_thread_serves_on
-    with_server(@app, fiber_scheduler: true, event_backend: :auto, min_threads: 1, max_threads: 1,
-                      write_timeout: 1) do |_host, port|
-      slow = slow_client(port)
-      pop_within(@flushing)
+    while_flushing(write_timeout: 1) do |port, _slow|
       deadline = Margay::Clock.now + 10
       sleep 0.05 until @gone || Margay::Clock.now > deadline
       assert_match(/write timeout/, @gone&.message.to_s, "the waiting fiber gave up on the client")
       assert @flushed.empty?
-      quick = TCPSocket.new("127.0.0.1", port)
-      quick.write("GET /quick HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-      assert_equal [200, "quick"], read_response(quick, timeout: 10).values_at(0, 2)
-    ensure
-      slow&.close
-      quick&.close
+      assert_equal [200, "quick"], quick_answer(port)
     end
   end
 
