@@ -23,6 +23,12 @@ static int queue_string(mg_engine *e, mg_conn *c, VALUE str) {
   return mg_out_queue_pinned(&c->out, &e->pins, RSTRING_PTR(str), (size_t)RSTRING_LEN(str), (mg_ref)str);
 }
 
+int mg_respond_send(mg_conn *c) {
+  int r = mg_out_flush(&c->out, c->fd);
+  if (r < 0) rb_raise(mg_eClientGone, "client went away");
+  return r;
+}
+
 /* After the whole response is queued: send, and either go on with a pipelined
  * request (returns the token) or hand the connection to the event loop. */
 VALUE mg_respond_complete(mg_engine *e, mg_conn *c) {
@@ -127,7 +133,7 @@ static VALUE engine_early_hints(VALUE self, VALUE token, VALUE headers) {
   mg_head_begin(&h, 103, headers, 0);
   mg_head_put(&h, "\r\n", 2);
   mg_head_queue(c, &h);
-  if (mg_out_flush(&c->out, c->fd) < 0) rb_raise(mg_eClientGone, "client went away");
+  mg_respond_send(c);
   return Qtrue;
 }
 

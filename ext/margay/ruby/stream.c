@@ -36,7 +36,7 @@ static VALUE engine_stream_start(VALUE self, VALUE token, VALUE status, VALUE he
   VALUE hijack = h.hijack;
   mg_head_queue(c, &h);
   c->resp_started = 1;
-  if (mg_out_flush(&c->out, c->fd) < 0) rb_raise(mg_eClientGone, "client went away");
+  mg_respond_send(c);
   return hijack;
 }
 
@@ -78,8 +78,7 @@ static void drain_to(mg_engine *e, mg_conn *c, size_t limit) {
   int64_t deadline = mg_now_ms() + e->cfg.write_timeout_ms;
   uint64_t sent = c->out.sent;
   for (;;) {
-    int r = mg_out_flush(&c->out, c->fd);
-    if (r < 0) rb_raise(mg_eClientGone, "client went away");
+    int r = mg_respond_send(c);
     if (r > 0 || (limit > 0 && c->out.bytes <= limit)) return; /* r > 0: the queue is empty */
     if (c->out.sent != sent) {
       sent = c->out.sent;
@@ -106,19 +105,22 @@ static VALUE engine_stream_write(VALUE self, VALUE token, VALUE data) {
       rb_raise(mg_eInvalidResponse, "body is longer than its content-length (%ld more bytes)", (long)(n - (size_t)c->stream_left));
     c->stream_left -= (int64_t)n;
   }
-  if (mg_out_flush(&c->out, c->fd) < 0) rb_raise(mg_eClientGone, "client went away");
+  mg_respond_send(c);
   if (c->out.spill_fd >= 0 || c->out.bytes + n > e->cfg.response_buffer_limit) {
-    /* The client is slower than the app: spill to a tempfile rather than hold
-     * this thread, up to MG_SPILL_LIMIT per response (then wait for it). */
-    if (c->out.spill_end + (off_t)n > MG_SPILL_LIMIT) drain_to(e, c, 0);
-    char head[24];
-    struct iovec iov[3] = {{head, 0}, {RSTRING_PTR(data), n}, {(char *)"\r\n", 0}};
-    if (c->resp_chunked) {
-      iov[0].iov_len = (size_t)snprintf(head, sizeof head, "%zx\r\n", n);
-      iov[2].iov_len = 2;
+    /* The client is slower than the app: spill to a tempfile rather than hold this thread, up
+     * to MG_SPILL_LIMIT per response. Past it, wait until the client took everything; without
+     * a tempfile, until the memory queued is half the limit. Then queue in memory. */
+    int room = c->out.spill_end + (off_t)n <= MG_SPILL_LIMIT;
+    if (room) {
+      char head[24];
+      struct iovec iov[3] = {{head, 0}, {RSTRING_PTR(data), n}, {(char *)"\r\n", 0}};
+      if (c->resp_chunked) {
+        iov[0].iov_len = (size_t)snprintf(head, sizeof head, "%zx\r\n", n);
+        iov[2].iov_len = 2;
+      }
+      if (mg_out_spill(&c->out, e->cfg.tmpdir, iov, 3) == 0) return Qnil;
     }
-    if (c->out.spill_end + (off_t)n <= MG_SPILL_LIMIT && mg_out_spill(&c->out, e->cfg.tmpdir, iov, 3) == 0) return Qnil;
-    drain_to(e, c, e->cfg.response_buffer_limit / 2); /* no tempfile: wait for the client instead */
+    drain_to(e, c, room ? e->cfg.response_buffer_limit / 2 : 0);
   }
   if (c->resp_chunked) {
     char *buf = mg_buf_alloc(n + 24);
@@ -130,7 +132,7 @@ static VALUE engine_stream_write(VALUE self, VALUE token, VALUE data) {
   } else {
     mg_out_queue(&c->out, RSTRING_PTR(data), n);
   }
-  if (mg_out_flush(&c->out, c->fd) < 0) rb_raise(mg_eClientGone, "client went away");
+  mg_respond_send(c);
   return Qnil;
 }
 
