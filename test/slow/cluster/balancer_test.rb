@@ -32,10 +32,17 @@ class ClusterBalancerTest < Minitest::Test
     start_cluster(2, min_threads: 1, max_threads: 1)
     pids = Array.new(40) { get_pid }.uniq
     assert_equal 2, pids.size, "both workers answer"
-    fresh = []
-    until fresh.map { |sock| owner(sock, pids) }.uniq.size == 2 # one at least on each worker; silent so far
+    # New connections, silent so far, until one at least is held by each worker. A connection
+    # still in the listen backlog has no owner yet (nil): wait for it rather than count it.
+    fresh = [TCPSocket.new("127.0.0.1", @port)]
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+    loop do
+      owners = fresh.map { |sock| owner(sock, pids) }
+      break if owners.none?(&:nil?) && owners.uniq.size == 2
+
       flunk "new connections all went to one worker" if fresh.size == 20
-      fresh << TCPSocket.new("127.0.0.1", @port)
+      flunk "a new connection was never accepted" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      fresh << TCPSocket.new("127.0.0.1", @port) if owners.none?(&:nil?)
       sleep 0.05 # accepted
     end
     target = owner(fresh.first, pids)
