@@ -191,13 +191,18 @@ module SideBySide
       SideBySide.listening_sockets.select { |inode, _| inodes.include?(inode) }.values.uniq.sort_by(&:to_s)
     end
 
-    # Wait until it listens (and answers 200 on / when it listens on TCP or a unix socket).
+    # Wait until it listens (and answers 200 on / when it listens on TCP or a
+    # unix socket); the listeners once the banner says every bind is done (both
+    # servers open their binds one after the other, and the first one can
+    # answer before the next one listens).
     def wait_serving(timeout: 40)
       deadline = Margay::Clock.now + timeout
       loop do
         found = listeners
         if found.any? && ok?(found.first)
           wait_for(THREADS_LINE, timeout: 5) # the output reader may lag the socket; a silent server has none
+          return listeners if wait_for(BOUND_LINE, timeout: 5)
+
           return found
         end
         return nil if Margay::Clock.now > deadline || exited?
@@ -210,6 +215,8 @@ module SideBySide
 
     # The banner line with the thread counts (Margay's, Puma's).
     THREADS_LINE = /Threads: \d+:\d+|Max threads: *\d+/
+    # The banner's last line, printed by both after every listener is open.
+    BOUND_LINE = /Use Ctrl-C to stop/
 
     # TERM (then KILL for the whole group when it would not stop); the exit status.
     def stop(signal: "TERM", timeout: 30)
