@@ -132,7 +132,19 @@ int mg_status_of(VALUE status) {
   return (int)s;
 }
 
-/* Status line and the app's fields. */
+typedef struct {
+  mg_head *h;
+  VALUE headers;
+} fields_args;
+
+static VALUE put_fields(VALUE p) {
+  fields_args *a = (fields_args *)p;
+  rb_hash_foreach(a->headers, header_i, (VALUE)a->h);
+  return Qnil;
+}
+
+/* Status line and the app's fields. The fields are read under rb_protect: a header's inspect or
+ * to_s is app code, and whatever it raises must not take the buffer with it. */
 void mg_head_begin(mg_head *h, int status, VALUE headers, size_t reserve) {
   if (!RB_TYPE_P(headers, T_HASH)) rb_raise(mg_eInvalidResponse, "headers must be a Hash, got %" PRIsVALUE, rb_obj_class(headers));
   memset(h, 0, sizeof *h);
@@ -145,7 +157,13 @@ void mg_head_begin(mg_head *h, int status, VALUE headers, size_t reserve) {
   /* RFC 9110 6.2: answer with the highest 1.x version we conform to, also to 1.0 clients */
   int n = snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, mg_reason(status));
   mg_head_put(h, line, (size_t)n);
-  rb_hash_foreach(headers, header_i, (VALUE)h);
+  fields_args a = {h, headers};
+  int state = 0;
+  rb_protect(put_fields, (VALUE)&a, &state);
+  if (state) {
+    mg_head_release(h); /* a no-op after invalid(), which released it before raising */
+    rb_jump_tag(state);
+  }
 }
 
 /* Framing, connection and date fields, then the empty line. body_len < 0: unknown (streamed). */

@@ -30,8 +30,8 @@ int mg_status_of(VALUE status);
 static inline int mg_bodyless(int status) { return status < 200 || status == 204 || status == 304; }
 
 /* Start +h+: the status line and the app's fields from +headers+, with +reserve+ bytes of room
- * for what the caller appends. Raises Margay::InvalidResponse (having freed the buffer); an error
- * raised by app code inside it (a header value's inspect) leaves the buffer unfreed. */
+ * for what the caller appends. Raises Margay::InvalidResponse, or what app code inside it raised
+ * (a header name's inspect, a connection value's to_s), having freed the buffer. */
 void mg_head_begin(mg_head *h, int status, VALUE headers, size_t reserve);
 /* Framing, connection and date fields, then the empty line; decides c->keep_alive.
  * body_len < 0: unknown (streamed). */
