@@ -25,6 +25,8 @@ module Margay
     # run_delay), or nil where the system does not say. A thread that gets
     # less CPU than it wants (more busy processes than cores) is not
     # blocked: this tells the two apart. A thread gone meanwhile counts 0.
+    # nil too when a file cannot be read (no descriptor left: EMFILE, when
+    # a flood or the app took them all), so the caller goes on without it.
     def run_delay(tids)
       return nil unless SCHEDSTAT
 
@@ -33,6 +35,8 @@ module Margay
       rescue Errno::ENOENT, Errno::ESRCH
         0
       end / 1e9
+    rescue SystemCallError
+      nil
     end
   end
 end

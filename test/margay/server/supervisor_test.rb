@@ -115,6 +115,28 @@ class SupervisorTest < Minitest::Test
     assert_equal [1.0, 0.0, 0.0, 0.0, 0.0], shares, "the first look has no earlier reading, then blocked"
   end
 
+  # Seen in the slow suite under CPU load: with every descriptor taken (a
+  # flood, or the app), reading the run queue raised EMFILE out of the tick
+  # and the server exited. The look goes on with CPU time alone.
+  def test_the_run_queue_unreadable_for_want_of_descriptors_is_not_fatal
+    used = Dir.children("/proc/self/fd").size
+    soft, hard = Process.getrlimit(:NOFILE)
+    held = []
+    Process.setrlimit(:NOFILE, used + 16, hard)
+    begin
+      loop { held << File.open(File::NULL) }
+    rescue Errno::EMFILE
+      nil
+    end
+    assert_raises(Errno::EMFILE) { File.read("/proc/self/stat") }
+    assert_nil Margay::Clock.run_delay([Thread.current.native_thread_id])
+    supervise(3, engine: Engine.new(3)) # the real clock; a saturated pool with room
+    assert_equal 3, @pool.looks.size
+  ensure
+    held.each(&:close)
+    Process.setrlimit(:NOFILE, soft, hard)
+  end
+
   def test_the_run_queue_is_not_read_when_the_pool_cannot_grow
     @pool.room = false
     clock = QueueClock.new(waiting: true)
