@@ -320,6 +320,9 @@ static VALUE engine_stop(int argc, VALUE *argv, VALUE self) {
   return Qnil;
 }
 
+/* Engine#stopping?: whether #stop was called (graceful or forced). */
+static VALUE engine_stopping_p(VALUE self) { return atomic_load(&mg_engine_get(self)->stopping) ? Qtrue : Qfalse; }
+
 /* Engine#abort(token): drop a connection whose response cannot be completed.
  * A no-op once the response was handed to the event loop (the token is stale
  * then: the connection may be another thread's by now). A continue token
@@ -398,6 +401,7 @@ VALUE mg_engine_init(VALUE mMargay, VALUE mNative) {
   rb_define_method(cEngine, "start", engine_start, 0);
   rb_define_method(cEngine, "next_request", engine_next_request, -1);
   rb_define_method(cEngine, "stop", engine_stop, -1);
+  rb_define_method(cEngine, "stopping?", engine_stopping_p, 0);
   rb_define_method(cEngine, "abort", engine_abort, 1);
   rb_define_method(cEngine, "hijack", engine_hijack, 1);
   rb_define_method(cEngine, "error_response", engine_error_response, 2);

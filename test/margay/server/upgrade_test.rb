@@ -267,13 +267,19 @@ class UpgradeTest < Minitest::Test
     sock&.close
   end
 
-  # Upgrade.stop_reading (what a graceful stop calls): a read waiting on an
-  # upgraded stream returns end of stream at once, the app still writes its
-  # goodbye, the connection closes when call returns; a stream upgraded later
-  # starts ended.
+  # A graceful stop (Engine#stop, then Upgrade.stop_reading, as Server#shutdown
+  # does): a read waiting on an upgraded stream returns end of stream at once,
+  # the app still writes its goodbye, the connection closes when call returns;
+  # a request in flight that upgrades after the stop began starts ended.
   def test_stop_reading_ends_the_reads_of_upgraded_streams
     entered = Queue.new
-    app = lambda do |_env|
+    arrived = Queue.new
+    release = Queue.new
+    app = lambda do |env|
+      if env["PATH_INFO"] == "/late"
+        arrived << true
+        release.pop
+      end
       [101, { "upgrade" => "echo" }, lambda { |stream|
         entered << true
         got = stream.read(1)
@@ -285,15 +291,21 @@ class UpgradeTest < Minitest::Test
       sock.write(UPGRADE)
       assert_equal 101, read_response(sock)[0]
       pop_within(entered)
+      late = TCPSocket.new("127.0.0.1", port)
+      late.write(UPGRADE.sub("GET / ", "GET /late "))
+      pop_within(arrived) # in flight when the stop begins
+
+      server.engine.stop
       assert_equal 1, Margay::Server::Upgrade.stop_reading(server.engine)
       assert_equal "read nil, goodbye", read_all(sock)
       assert_closed sock
 
-      later = raw_exchange(port, UPGRADE)
-      assert_equal "read nil, goodbye", later.split("\r\n\r\n", 2)[1], "upgraded after the stop began"
+      release << true
+      assert_equal "read nil, goodbye", read_all(late).split("\r\n\r\n", 2)[1], "upgraded after the stop began"
       assert_equal 0, Margay::Server::Upgrade.stop_reading(server.engine)
     ensure
       sock&.close
+      late&.close
     end
   end
 
