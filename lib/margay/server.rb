@@ -72,7 +72,8 @@ module Margay
       in_flight = (FiberLoop::InFlight.new(@config.max_in_flight) if fibers)
       work = fibers ? fiber_work(handler, in_flight) : ->(pool) { serve_thread(handler, pool) }
       @pool = ThreadPool.new(min: @config.effective_min_threads, max: @config.max_threads,
-                             idle_timeout: @config.thread_idle_timeout, max_io: @config.max_io_threads, &work)
+                             idle_timeout: @config.thread_idle_timeout, max_io: @config.max_io_threads, log: @log,
+                             &work)
       io_bound&.pool = @pool
       supervisor = Supervisor.new(pool: @pool, engine: @engine, deadline: deadline, on_tick: @on_tick,
                                   watchdog: (Systemd.watchdog_interval if @owns_listeners),

@@ -33,7 +33,10 @@ module Margay
       # @yieldparam pool [ThreadPool] the block is what every thread runs; it
       #   asks #idle_budget how long to wait for work and #leave? when that
       #   passed, and returns when the thread should end
-      def initialize(min:, max:, idle_timeout:, max_io: 0, &work)
+      # @param log [Log, nil] says when a thread could not be started
+      def initialize(min:, max:, idle_timeout:, max_io: 0, log: nil, &work)
+        @log = log
+        @spawn_failed = false
         @min = min
         @max = max
         @max_io = max_io # issue 13: Puma 8's max_io_threads (see #mark_io!)
@@ -90,14 +93,20 @@ module Margay
       end
 
       # One thread more, up to max (plus the threads marked I/O-bound, up to max_io). Returns
-      # true when one started.
+      # true when one started. The system may refuse a thread (a container's pids limit, the
+      # address space): the pool serves on with what it has, said once until a start succeeds.
       def grow
         @lock.synchronize do
           next false unless room_locked?
 
           spawn_locked
+          @spawn_failed = false
           true
         end
+      rescue ThreadError => e
+        @log&.warn("could not start another pool thread (#{e.message}): serving with #{size}") unless @spawn_failed
+        @spawn_failed = true
+        false
       end
 
       # Whether #grow would start a thread now.

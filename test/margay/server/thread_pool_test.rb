@@ -46,6 +46,41 @@ class ThreadPoolTest < Minitest::Test
     assert_equal 3, pool.size
   end
 
+  # The system refuses a thread (here the address space is full: a
+  # container's pids limit does the same): #grow says so once and returns
+  # false; the supervisor's tick used to take the ThreadError and the server
+  # exited. In a child process, whose address space limit it lowers once
+  # enough threads run that no stack of an ended thread is left for reuse
+  # (the child gets the stacks of the parent's other threads to reuse).
+  def test_a_thread_the_system_refuses_is_said_once_and_the_pool_serves_on
+    r, w = IO.pipe
+    pid = fork do
+      r.close
+      out = StringIO.new
+      pool = ThreadPool.new(min: 1, max: 4, idle_timeout: 60, log: Margay::Log.new(out: out, err: out)) { sleep 30 }
+      pool.start
+      Array.new(64) { Thread.new { sleep 30 } }
+      vm_size = File.read("/proc/self/status")[/^VmSize:\s+(\d+)/, 1].to_i * 1024
+      Process.setrlimit(:AS, vm_size + (256 << 10))
+      results = Array.new(2) do
+        pool.grow
+      rescue Exception => e # rubocop:disable Lint/RescueException -- reported to the parent
+        e.class.name
+      end
+      w.write(Marshal.dump([results, pool.size, out.string]))
+      w.close
+      exit!(0)
+    end
+    w.close
+    results, size, log = Marshal.load(r.read) # rubocop:disable Security/MarshalLoad -- our own child
+    Process.wait(pid)
+    assert_equal [false, false], results
+    assert_equal 1, size
+    assert_equal 1, log.scan("could not start another pool thread").size, log
+  ensure
+    r&.close
+  end
+
   def test_room_and_the_kernel_ids_of_its_threads
     pool = pool(min: 1, max: 2).start
     first = pop_within(@started)
