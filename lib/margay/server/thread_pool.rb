@@ -94,18 +94,20 @@ module Margay
 
       # One thread more, up to max (plus the threads marked I/O-bound, up to max_io). Returns
       # true when one started. The system may refuse a thread (a container's pids limit, the
-      # address space): the pool serves on with what it has, said once until a start succeeds.
+      # address space): the pool then serves on with the threads it has and never grows again
+      # in this process (Ruby 3.1 recovers from a refused thread, but asking again every tick
+      # would only log). On Ruby 3.3.8 the process hangs at its next thread operation after a
+      # refused Thread.new, whatever happens here (docs/CONFIGURATION.md, threads).
       def grow
         @lock.synchronize do
           next false unless room_locked?
 
           spawn_locked
-          @spawn_failed = false
           true
         end
       rescue ThreadError => e
-        @log&.warn("could not start another pool thread (#{e.message}): serving with #{size}") unless @spawn_failed
         @spawn_failed = true
+        @log&.warn("could not start another pool thread (#{e.message}): serving with #{size} from now on")
         false
       end
 
@@ -179,7 +181,7 @@ module Margay
       private
 
       def room_locked?
-        @threads.size < @max + [@io_marked, @max_io].min && !@stopped
+        @threads.size < @max + [@io_marked, @max_io].min && !@stopped && !@spawn_failed
       end
 
       def spawn

@@ -47,12 +47,17 @@ class ThreadPoolTest < Minitest::Test
   end
 
   # The system refuses a thread (here the address space is full: a
-  # container's pids limit does the same): #grow says so once and returns
-  # false; the supervisor's tick used to take the ThreadError and the server
-  # exited. In a child process, whose address space limit it lowers once
-  # enough threads run that no stack of an ended thread is left for reuse
-  # (the child gets the stacks of the parent's other threads to reuse).
+  # container's pids limit does the same): #grow says so once, returns false
+  # and never tries again (on Ruby 3.3 a Thread.new after a refused one never
+  # returns); the supervisor's tick used to take the ThreadError and the
+  # server exited. In a child process, whose address space limit it lowers
+  # once enough threads run that no stack of an ended thread is left for
+  # reuse (the child gets the stacks of the parent's other threads to reuse).
   def test_a_thread_the_system_refuses_is_said_once_and_the_pool_serves_on
+    if RUBY_VERSION >= "3.3"
+      skip "Ruby 3.3.8: after a refused Thread.new the process hangs at its next thread operation " \
+           "(Thread.list, a pipe write), whatever the pool does (docs/CONFIGURATION.md, threads)"
+    end
     r, w = IO.pipe
     pid = fork do
       r.close
@@ -61,24 +66,31 @@ class ThreadPoolTest < Minitest::Test
       pool.start
       Array.new(64) { Thread.new { sleep 30 } }
       vm_size = File.read("/proc/self/status")[/^VmSize:\s+(\d+)/, 1].to_i * 1024
-      Process.setrlimit(:AS, vm_size + (256 << 10))
+      soft, hard = Process.getrlimit(:AS)
+      Process.setrlimit(:AS, vm_size + (256 << 10), hard)
       results = Array.new(2) do
         pool.grow
       rescue Exception => e # rubocop:disable Lint/RescueException -- reported to the parent
         e.class.name
       end
+      Process.setrlimit(:AS, soft, hard)
+      results << pool.room?
       w.write(Marshal.dump([results, pool.size, out.string]))
       w.close
       exit!(0)
     end
     w.close
+    flunk "the child did not answer within 30 s (a Thread.new that never returns?)" unless r.wait_readable(30)
     results, size, log = Marshal.load(r.read) # rubocop:disable Security/MarshalLoad -- our own child
-    Process.wait(pid)
-    assert_equal [false, false], results
+    assert_equal [false, false, false], results, "refused, then not tried again (no room)"
     assert_equal 1, size
     assert_equal 1, log.scan("could not start another pool thread").size, log
   ensure
     r&.close
+    if pid
+      Process.kill(:KILL, pid) unless Process.wait(pid, Process::WNOHANG)
+      Process.wait(pid) rescue nil # rubocop:disable Style/RescueModifier -- reaped already
+    end
   end
 
   def test_room_and_the_kernel_ids_of_its_threads
