@@ -18,8 +18,8 @@ module Margay
     # #status_for). The body is always closed and the rack.response_finished
     # callbacks always called.
     class RequestHandler
-      # Exceptions from the app that become a 500; anything else (SystemExit,
-      # Interrupt, a forced shutdown) still unwinds the thread, after cleanup.
+      # Exceptions of the server's own code around the app (a hook, body#close,
+      # the lowlevel_error_handler) that are logged and do not stop it.
       APP_ERRORS = [StandardError, ScriptError, SystemStackError, NoMemoryError].freeze
 
       # rack.early_hints: send a 103 before the final response.
@@ -133,7 +133,11 @@ module Margay
         begin
           status, headers, body = @deadline ? @deadline.track(env) { @app.call(env) } : @app.call(env)
           continue_with = hijack.io ? nil : send_response(token, env, status, headers, body)
-        rescue *APP_ERRORS, RequestTimeout => e
+        rescue ForceShutdown
+          raise
+        rescue Exception => e # rubocop:disable Lint/RescueException -- as Puma: whatever the app raises is a 500
+          # (RequestTimeout, an `exit` in app code, rack-timeout's RequestTimeoutException < Exception);
+          # the thread serves on. Only a forced shutdown unwinds it.
           error = e
           status = fail_request(token, env, e)
         ensure

@@ -65,6 +65,36 @@ class RequestHandlerTest < Minitest::Test
     end
   end
 
+  # As in Puma, anything the app raises is a 500 and the thread serves on:
+  # `exit` in app code, and exceptions outside StandardError (rack-timeout's
+  # RequestTimeoutException < Exception). They used to end the pool thread
+  # (in fiber mode, with every other request on it). Thread and fiber mode,
+  # one thread, so the next requests need the same thread.
+  class NotAnError < Exception; end # rubocop:disable Lint/InheritException
+
+  def test_any_exception_from_the_app_is_a_500_and_the_thread_serves_on
+    app = lambda do |env|
+      case env["PATH_INFO"]
+      when "/exit" then exit(3)
+      when "/exception" then raise NotAnError, "outside StandardError"
+      else HELLO.call(env)
+      end
+    end
+    [{}, { fiber_scheduler: true }].each do |mode|
+      with_server(app, environment: "production", min_threads: 1, max_threads: 1, **mode) do |_, port, server|
+        request = ->(path) { raw_exchange(port, "GET #{path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") }
+        2.times do
+          assert_match(%r{\AHTTP/1.1 500 }, request.call("/exit"), mode.inspect)
+          assert_match(%r{\AHTTP/1.1 500 }, request.call("/exception"), mode.inspect)
+          assert_match(/hello\z/, request.call("/"), mode.inspect)
+        end
+        assert_equal 4, server.stats[:errors], mode.inspect
+        assert_equal 1, server.stats[:threads], mode.inspect
+      end
+      assert_match(/NotAnError/, @last_server_log)
+    end
+  end
+
   def test_response_header_injection_never_reaches_the_wire
     app = ->(_env) { [200, { "x-bad" => "a\r\nset-cookie: evil=1" }, ["x"]] }
     with_server(app, lint: false) do |_, port|
