@@ -177,9 +177,14 @@ module Margay
     end
 
     # HUP: reopen the redirected stdout/stderr (here and, through their own
-    # HUP handler, in the workers), and pass the signal to the workers.
+    # HUP handler, in the workers), and pass the signal to the workers. A file
+    # that cannot be opened (its directory gone, no permission, no descriptor)
+    # is said and the logs stay where they were: HUP never stops the cluster.
     def hangup
       Log.redirect(@config, append: true)
+    rescue SystemCallError, IOError => e
+      @log.error("master: HUP: could not reopen the redirected logs (#{e.message}); they stay where they were")
+    ensure
       signal_workers(:HUP)
     end
 

@@ -252,7 +252,7 @@ module Margay
     def hangup
       return graceful_stop("HUP") unless @config.redirect_stdout || @config.redirect_stderr
 
-      Thread.new { Log.redirect(@config, append: true) }
+      Log.reopen_later(@config, @log, "")
     end
 
     # Trap context: no mutexes. Server#stop is trap-safe; the log line is best effort.

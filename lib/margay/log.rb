@@ -41,10 +41,27 @@ module Margay
       { $stdout => config.redirect_stdout, $stderr => config.redirect_stderr }.each do |io, path|
         next unless path
 
-        io.reopen(path, mode)
+        # Open first: IO#reopen(path) closes the stream before it opens the
+        # file (freopen), so a file that cannot be opened would leave no
+        # stdout at all (every later write EBADF, the next HUP too).
+        File.open(path, mode) { |file| io.reopen(file) }
         io.sync = true
       end
       !(config.redirect_stdout || config.redirect_stderr).nil?
+    end
+
+    # HUP in single mode and in a cluster worker: #redirect again from a
+    # thread (a trap may not take the locks reopening takes). A file that
+    # cannot be opened (its directory gone, no permission, no descriptor) is
+    # said on +log+ and the output stays where it was; never raises.
+    def self.reopen_later(config, log, who)
+      Thread.new do
+        redirect(config, append: true)
+      rescue SystemCallError, IOError => e
+        log.error("#{who}HUP: could not reopen the redirected logs (#{e.message}); they stay where they were")
+      end
+    rescue ThreadError # no thread to be had (a pids limit): the output stays where it was
+      nil
     end
 
     # An event line (dropped when quiet).

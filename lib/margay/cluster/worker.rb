@@ -106,7 +106,7 @@ module Margay
         return unless redirected
 
         trap("HUP") do |signo|
-          Thread.new { Log.redirect(@config, append: true) } # reopening takes locks a trap may not
+          Log.reopen_later(@config, @log, "worker #{@index}: ")
           app_hup.call(signo) if app_hup.is_a?(Proc)
         end
       end

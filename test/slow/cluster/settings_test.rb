@@ -53,6 +53,39 @@ class ClusterSettingsTest < Minitest::Test
     assert_predicate @thread.value, :success?
   end
 
+  # HUP when the redirected file cannot be opened (here its directory is
+  # gone; logrotate's `create` with the wrong owner does the same): the
+  # master used to die of the exception, and the workers with it. It says so
+  # and the cluster serves on; once the directory is back, HUP reopens.
+  def test_hup_with_a_log_that_cannot_be_reopened_keeps_the_cluster
+    @dir = Dir.mktmpdir("margay-cluster-settings-")
+    logs = File.join(@dir, "logs")
+    Dir.mkdir(logs)
+    out = File.join(logs, "out.log")
+    start("{ workers: 2, redirect_stdout: #{out.inspect}, redirect_stderr: #{out.inspect} }")
+    text = wait_for_file(out, /booted/, count: 2)
+    @port = text[%r{Listening on tcp://127\.0\.0\.1:(\d+)}, 1].to_i
+    pids = text.scan(/worker \d \(pid (\d+)\) booted/).flatten.map(&:to_i)
+
+    File.rename(logs, "#{logs}.1")
+    Process.kill(:HUP, @master)
+    wait_for_file("#{logs}.1/out.log", /master: HUP: could not reopen the redirected logs/)
+    wait_for_file("#{logs}.1/out.log", /worker \d: HUP: could not reopen the redirected logs/, count: 2)
+    assert alive?(@master), "the master serves on"
+    assert pids.all? { |pid| alive?(pid) }, "so do the workers"
+    3.times { assert_match(/\r\n\r\n\d+/, raw_exchange(@port, "GET /say HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")) }
+
+    Dir.mkdir(logs)
+    Process.kill(:HUP, @master)
+    [@master, *pids].each do |pid|
+      wait_for_reopen(pid, out => 1)
+    rescue Minitest::Assertion
+      raise Minitest::Assertion, "#{$!.message}\nmaster #{@master}, workers #{pids}\n--- old\n#{File.read("#{logs}.1/out.log")}\n--- new\n#{File.read(out) if File.exist?(out)}"
+    end
+    stop_cluster
+    assert_predicate @thread.value, :success?
+  end
+
   # Puma's idle_timeout in a cluster: the master stops once the workers'
   # heartbeat counters show no request for that long, and not while one runs.
   def test_idle_timeout_stops_the_cluster_once_no_request_ran

@@ -57,6 +57,32 @@ class SingleSettingsTest < Minitest::Test
     assert_predicate @thread.value, :success?
   end
 
+  # HUP when the redirected file cannot be opened (its directory gone): said
+  # on the old file, which the output keeps (IO#reopen(path) used to close
+  # stdout first, losing every later line); once the directory is back, HUP
+  # reopens.
+  def test_hup_with_a_log_that_cannot_be_reopened_keeps_the_output
+    @dir = Dir.mktmpdir("margay-settings-")
+    logs = File.join(@dir, "logs")
+    Dir.mkdir(logs)
+    out = File.join(logs, "out.log")
+    start("{ redirect_stdout: #{out.inspect}, redirect_stderr: #{out.inspect} }", wait: false)
+    wait_for_listening_in(out)
+    File.rename(logs, "#{logs}.1")
+    Process.kill(:HUP, @master)
+    wait_for_file("#{logs}.1/out.log", /HUP: could not reopen the redirected logs/)
+    get("/say?kept")
+    wait_for_file("#{logs}.1/out.log", /app stdout kept/)
+    wait_for_file("#{logs}.1/out.log", /app stderr kept/)
+    Dir.mkdir(logs)
+    Process.kill(:HUP, @master)
+    wait_for_reopen(@master, out => 1)
+    get("/say?new")
+    wait_for_file(out, /app stdout new/)
+    stop_cluster
+    assert_predicate @thread.value, :success?
+  end
+
   def test_title_directory_and_tag
     @dir = Dir.mktmpdir("margay-settings-")
     app_dir = File.join(@dir, "app")
