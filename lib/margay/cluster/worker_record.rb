@@ -122,8 +122,12 @@ module Margay
       def rss_bytes
         File.read("/proc/#{@pid}/status")[/^VmRSS:\s+(\d+) kB/, 1].to_i * 1024
       rescue SystemCallError
-        kb = `ps -o rss= -p #{Integer(@pid)}`.strip
-        kb.empty? ? nil : kb.to_i * 1024
+        begin
+          kb = `ps -o rss= -p #{Integer(@pid)}`.strip
+          kb.empty? ? nil : kb.to_i * 1024
+        rescue SystemCallError # no ps, or no descriptor or process for it
+          nil
+        end
       end
 
       # Its entry in the cluster's stats (Puma's worker_status shape). A

@@ -57,6 +57,7 @@ module Margay
         @thread = nil
         @unix_path = nil
         @client = nil
+        @accept_failed = false
         @server = open_socket(url)
         self.class.listeners << self
       end
@@ -121,11 +122,18 @@ module Margay
         File.unlink(path) if File.socket?(path)
       end
 
+      # The accept errors that pass: no descriptor or memory for the
+      # connection (a flood, the app holding them). The listener stays.
+      ACCEPT_AGAIN = [Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM, Errno::ECONNABORTED,
+                      Errno::EPROTO].freeze
+
       # One connection at a time; an action runs once its connection is
       # closed (pumactl reads until the close).
       def serve
         loop do
-          @client = @server.accept
+          @client = accept
+          next unless @client
+
           action = begin
             handle(@client)
           rescue StandardError => e
@@ -138,6 +146,21 @@ module Margay
         end
       rescue IOError, SystemCallError
         nil # the listener was closed: stop
+      end
+
+      # The next connection, or nil after an error that passes (said once
+      # until a connection is accepted again, then a short pause).
+      def accept
+        client = @server.accept
+        @accept_failed = false
+        client
+      rescue *ACCEPT_AGAIN => e
+        raise if @server.closed?
+
+        @log.warn("control app: accept failed (#{e.message}): trying again") unless @accept_failed
+        @accept_failed = true
+        sleep 0.1
+        nil
       end
 
       def run(action)

@@ -66,6 +66,17 @@ class WorkerRecordTest < Minitest::Test
     assert_operator record(pid: Process.pid).rss_bytes, :>, 1024 * 1024
   end
 
+  # /proc unreadable and no ps to ask (a slim image; or no descriptor for
+  # either): unknown, not an exception out of the master's health check.
+  def test_memory_unknown_without_proc_or_ps
+    gone = Process.spawn("true").tap { |pid| Process.wait(pid) } # a pid with no /proc entry
+    path = ENV.fetch("PATH", nil)
+    ENV["PATH"] = "/nonexistent" # no ps there
+    assert_nil record(pid: gone).rss_bytes
+  ensure
+    ENV["PATH"] = path
+  end
+
   def test_kill_a_process
     pid = Process.spawn("sleep", "30")
     w = record(pid: pid)

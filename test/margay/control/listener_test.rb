@@ -58,6 +58,35 @@ class ControlListenerTest < Minitest::Test
     assert_equal "/stats?token=t", response.split("\r\n").last, "pumactl prints the last line"
   end
 
+  # accept(2) without a descriptor to give (EMFILE: a flood, or the app
+  # holding them) used to end the control thread for good, silently, while
+  # the socket stayed open: pumactl then hung. It says so once, tries again,
+  # and answers once a descriptor is free.
+  def test_accept_without_a_free_descriptor_is_retried
+    start("tcp://127.0.0.1:0")
+    client = Socket.new(:INET, :STREAM)
+    address = Socket.sockaddr_in(@listener.url[/\d+\z/].to_i, "127.0.0.1")
+    soft, hard = Process.getrlimit(:NOFILE)
+    held = []
+    Process.setrlimit(:NOFILE, Dir.children("/proc/self/fd").size + 16, hard)
+    begin
+      loop { held << File.open(File::NULL) }
+    rescue Errno::EMFILE
+      nil
+    end
+    client.connect(address)
+    client.write("GET /after-emfile HTTP/1.0\r\n\r\n")
+    Timeout.timeout(5) { sleep 0.02 until @log_io.string.include?("accept failed") }
+    held.each(&:close)
+    held.clear
+    assert_equal "/after-emfile?", read_all(client).split("\r\n").last
+    assert_equal 1, @log_io.string.scan("accept failed").size, "said once"
+  ensure
+    held&.each(&:close)
+    Process.setrlimit(:NOFILE, soft, hard) if soft
+    client&.close
+  end
+
   def test_unix_socket_and_its_file_removed_at_stop
     path = File.join(@dir, "ctl.sock")
     start("unix://#{path}")
