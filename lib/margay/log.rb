@@ -50,6 +50,14 @@ module Margay
       !(config.redirect_stdout || config.redirect_stderr).nil?
     end
 
+    # An exception's message; it is app code (#message may be overridden),
+    # and one that raises must not turn the report of an error into another.
+    def self.message(error)
+      error.message
+    rescue StandardError => e
+      "(its #message raised #{e.class})"
+    end
+
     # HUP in single mode and in a cluster worker: #redirect again from a
     # thread (a trap may not take the locks reopening takes). A file that
     # cannot be opened (its directory gone, no permission, no descriptor) is
@@ -82,7 +90,7 @@ module Margay
     # Log an exception with its class, message and backtrace.
     def exception(error, context)
       trace = (error.backtrace || []).first(30).map { |line| "    #{line}" }.join("\n")
-      write(@err, "ERROR: #{context}: #{error.class}: #{error.message}\n#{trace}")
+      write(@err, "ERROR: #{context}: #{error.class}: #{Log.message(error)}\n#{trace}")
     end
 
     # Every thread's name and backtrace (Puma's INFO/PWR signal), one block each.
@@ -122,7 +130,7 @@ module Margay
     end
 
     def fallback(line, error)
-      $stderr.write("#{line.chomp} (log_formatter/custom_logger raised #{error.class}: #{error.message})\n")
+      $stderr.write("#{line.chomp} (log_formatter/custom_logger raised #{error.class}: #{Log.message(error)})\n")
     rescue IOError, SystemCallError
       nil
     end

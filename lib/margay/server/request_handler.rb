@@ -283,7 +283,7 @@ module Margay
           end
         end
         if status == 500 && @development
-          text = "#{error.class}: #{error.message}\n\n#{(error.backtrace || []).join("\n")}\n"
+          text = "#{error.class}: #{Log.message(error)}\n\n#{(error.backtrace || []).join("\n")}\n"
           @engine.respond(token, 500, { "content-type" => "text/plain; charset=utf-8", "connection" => "close" }, [text])
         else
           @engine.error_response(token, status)

@@ -95,6 +95,23 @@ class RequestHandlerTest < Minitest::Test
     end
   end
 
+  # An error whose #message raises (app code too): still a 500, logged, and
+  # the thread serves on (logging it used to raise out of the error handling
+  # and end the pool thread).
+  def test_an_error_whose_message_raises_is_a_500
+    bad = Class.new(StandardError) { def message = raise(ArgumentError, "no message") }
+    app = ->(env) { env["PATH_INFO"] == "/bad" ? raise(bad) : HELLO.call(env) }
+    %w[production development].each do |environment|
+      with_server(app, environment: environment, min_threads: 1, max_threads: 1) do |_, port, server|
+        request = ->(path) { raw_exchange(port, "GET #{path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") }
+        assert_match(%r{\AHTTP/1.1 500 }, request.call("/bad"), environment)
+        assert_match(/hello\z/, request.call("/"), environment)
+        assert_equal 1, server.stats[:threads], environment
+      end
+      assert_match(/its #message raised ArgumentError/, @last_server_log)
+    end
+  end
+
   def test_response_header_injection_never_reaches_the_wire
     app = ->(_env) { [200, { "x-bad" => "a\r\nset-cookie: evil=1" }, ["x"]] }
     with_server(app, lint: false) do |_, port|
