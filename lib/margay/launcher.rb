@@ -235,7 +235,11 @@ module Margay
       previous["USR1"] = Signal.trap("USR1") { restart_signal("USR1") }
       previous["HUP"] = Signal.trap("HUP") { hangup }
       if (sig = Runner::BACKTRACE_SIGNAL) # logging takes locks a trap may not: a thread does it
-        previous[sig] = Signal.trap(sig) { Thread.new { @log.thread_backtraces } }
+        previous[sig] = Signal.trap(sig) do
+          Thread.new { @log.thread_backtraces }
+        rescue ThreadError # no thread to be had (a pids limit): no backtraces this time
+          nil
+        end
       end
       previous
     end
