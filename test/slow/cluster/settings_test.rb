@@ -58,10 +58,7 @@ class ClusterSettingsTest < Minitest::Test
   # master used to die of the exception, and the workers with it. It says so
   # and the cluster serves on; once the directory is back, HUP reopens.
   def test_hup_with_a_log_that_cannot_be_reopened_keeps_the_cluster
-    @dir = Dir.mktmpdir("margay-cluster-settings-")
-    logs = File.join(@dir, "logs")
-    Dir.mkdir(logs)
-    out = File.join(logs, "out.log")
+    logs, out = make_logs_dir("margay-cluster-settings-")
     start("{ workers: 2, redirect_stdout: #{out.inspect}, redirect_stderr: #{out.inspect} }")
     text = wait_for_file(out, /booted/, count: 2)
     @port = text[%r{Listening on tcp://127\.0\.0\.1:(\d+)}, 1].to_i

@@ -62,10 +62,7 @@ class SingleSettingsTest < Minitest::Test
   # stdout first, losing every later line); once the directory is back, HUP
   # reopens.
   def test_hup_with_a_log_that_cannot_be_reopened_keeps_the_output
-    @dir = Dir.mktmpdir("margay-settings-")
-    logs = File.join(@dir, "logs")
-    Dir.mkdir(logs)
-    out = File.join(logs, "out.log")
+    logs, out = make_logs_dir("margay-settings-")
     start("{ redirect_stdout: #{out.inspect}, redirect_stderr: #{out.inspect} }", wait: false)
     wait_for_listening_in(out)
     File.rename(logs, "#{logs}.1")

@@ -59,6 +59,15 @@ module ClusterProcess
     File.read(path)
   end
 
+  # A fresh @dir holding a logs/ directory (a HUP test removes it to make
+  # the reopen fail); returns [logs, logs/out.log].
+  def make_logs_dir(prefix)
+    @dir = Dir.mktmpdir(prefix)
+    logs = File.join(@dir, "logs")
+    Dir.mkdir(logs)
+    [logs, File.join(logs, "out.log")]
+  end
+
   # A HUP reaches each process on its own time: wait until +pid+'s
   # descriptors (path => fd) point at the new files, not the renamed ones.
   def wait_for_reopen(pid, fds)
