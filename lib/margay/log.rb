@@ -38,16 +38,21 @@ module Margay
     # whether anything is redirected.
     def self.redirect(config, append: config.redirect_append)
       mode = append ? "a" : "w"
+      # Open every file first: IO#reopen(path) closes the stream before it
+      # opens the file (freopen), so a file that cannot be opened would leave
+      # no stdout at all (every later write EBADF, the next HUP too); and
+      # either both streams move or neither does.
+      opened = {}
       { $stdout => config.redirect_stdout, $stderr => config.redirect_stderr }.each do |io, path|
-        next unless path
-
-        # Open first: IO#reopen(path) closes the stream before it opens the
-        # file (freopen), so a file that cannot be opened would leave no
-        # stdout at all (every later write EBADF, the next HUP too).
-        File.open(path, mode) { |file| io.reopen(file) }
+        opened[io] = File.open(path, mode) if path
+      end
+      opened.each do |io, file|
+        io.reopen(file)
         io.sync = true
       end
-      !(config.redirect_stdout || config.redirect_stderr).nil?
+      !opened.empty?
+    ensure
+      opened&.each_value { |file| file.close unless file.closed? }
     end
 
     # An exception's message; it is app code (#message may be overridden),

@@ -2,6 +2,7 @@
 
 require "test_helper"
 require "tmpdir"
+require "open3"
 
 # Margay::Log: Puma's log_formatter (each line), custom_logger (every line
 # goes to it), and stdout_redirect (Log.redirect) with its append modes.
@@ -57,6 +58,29 @@ class LogTest < Minitest::Test
     log = Margay::Log.new(out: StringIO.new).configured(config(log_formatter: ->(_) { raise "fmt down" }))
     _, err = capture_io { log.info("kept") }
     assert_match(/kept \(log_formatter\/custom_logger raised RuntimeError: fmt down\)/, err)
+  end
+
+  # A file that cannot be opened (here stderr's directory is missing): the
+  # error is raised and neither stream moves; stdout used to be closed by
+  # the failed IO#reopen(path) of its own, or moved alone.
+  def test_redirect_that_cannot_open_a_file_moves_neither_stream
+    Dir.mktmpdir do |dir|
+      out = File.join(dir, "out.log")
+      script = <<~RUBY
+        require "margay"
+        c = Margay::Configuration.new(redirect_stdout: #{out.inspect}, redirect_stderr: #{File.join(dir, "gone", "err.log").inspect})
+        begin
+          Margay::Log.redirect(c)
+        rescue Errno::ENOENT
+          puts "stdout kept"
+          warn "stderr kept"
+        end
+      RUBY
+      stdout, stderr, status = Open3.capture3(RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__), "-e", script)
+      assert status.success?, stderr
+      assert_equal ["stdout kept\n", "stderr kept\n"], [stdout, stderr]
+      assert_equal "", File.exist?(out) ? File.read(out) : ""
+    end
   end
 
   def test_redirect_reopens_stdout_and_stderr_truncating_or_appending

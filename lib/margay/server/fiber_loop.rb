@@ -193,7 +193,10 @@ module Margay
 
           token, env = request
         end
-      rescue StandardError, RequestTimeout => e # RequestHandler#call answered or aborted the request
+      rescue ForceShutdown
+        raise
+      rescue Exception => e # rubocop:disable Lint/RescueException -- RequestHandler#call answered or aborted the
+        # request; what is left must not unwind the thread's loop and every other fiber on it
         @log.exception(e, "fiber-mode request")
       ensure
         finished

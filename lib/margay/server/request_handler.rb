@@ -18,10 +18,6 @@ module Margay
     # #status_for). The body is always closed and the rack.response_finished
     # callbacks always called.
     class RequestHandler
-      # Exceptions of the server's own code around the app (a hook, body#close,
-      # the lowlevel_error_handler) that are logged and do not stop it.
-      APP_ERRORS = [StandardError, ScriptError, SystemStackError, NoMemoryError].freeze
-
       # rack.early_hints: send a 103 before the final response.
       class EarlyHints
         # For the request of +token+ on +engine+.
@@ -303,7 +299,9 @@ module Margay
         body.each { |chunk| chunks << chunk.to_s }
         body.close if body.respond_to?(:close)
         [Integer(status), headers.to_h, chunks]
-      rescue *APP_ERRORS => e
+      rescue ForceShutdown
+        raise
+      rescue Exception => e # rubocop:disable Lint/RescueException -- app code, as in #call
         @log.exception(e, "lowlevel_error_handler raised")
         nil
       end
@@ -315,14 +313,18 @@ module Margay
 
       def close_body(body, env)
         body.close if body.respond_to?(:close)
-      rescue *APP_ERRORS => e
+      rescue ForceShutdown
+        raise
+      rescue Exception => e # rubocop:disable Lint/RescueException -- app code, as in #call
         @log.exception(e, "body#close raised for #{Log.request(env)}")
       end
 
       def finish_callbacks(callbacks, env, status, headers, error)
         callbacks.reverse_each do |callback|
           callback.call(env, status, headers, error)
-        rescue *APP_ERRORS => e
+        rescue ForceShutdown
+          raise
+        rescue Exception => e # rubocop:disable Lint/RescueException -- app code, as in #call
           @log.exception(e, "rack.response_finished callback raised")
         end
       end

@@ -97,7 +97,10 @@ module Margay
           return share
         end
         delay = @clock.run_delay(@pool.native_ids)
-        return share unless delay # the system does not say: CPU time alone
+        unless delay # the system does not say (or the read failed): CPU time alone, and no
+          @delay = nil # stale reading for the next look to compare with
+          return share
+        end
 
         last = @delay
         @delay = delay

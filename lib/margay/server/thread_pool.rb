@@ -33,10 +33,15 @@ module Margay
       # @yieldparam pool [ThreadPool] the block is what every thread runs; it
       #   asks #idle_budget how long to wait for work and #leave? when that
       #   passed, and returns when the thread should end
+      # Seconds without growth after the system refused a thread.
+      RETRY_AFTER = 60
+
       # @param log [Log, nil] says when a thread could not be started
-      def initialize(min:, max:, idle_timeout:, max_io: 0, log: nil, &work)
+      # @param retry_after [Numeric] seconds without growth after a refused thread
+      def initialize(min:, max:, idle_timeout:, max_io: 0, log: nil, retry_after: RETRY_AFTER, &work)
         @log = log
-        @spawn_failed = false
+        @retry_after = retry_after
+        @refused_at = nil # when the system last refused a thread (Clock.now), until one starts
         @min = min
         @max = max
         @max_io = max_io # issue 13: Puma 8's max_io_threads (see #mark_io!)
@@ -94,21 +99,25 @@ module Margay
 
       # One thread more, up to max (plus the threads marked I/O-bound, up to max_io). Returns
       # true when one started. The system may refuse a thread (a container's pids limit, the
-      # address space): the pool then serves on with the threads it has and never grows again
-      # in this process (Ruby 3.1 recovers from a refused thread, but asking again every tick
-      # would only log). On Ruby 3.3.8 the process hangs at its next thread operation after a
-      # refused Thread.new, whatever happens here (docs/CONFIGURATION.md, threads).
+      # address space): the pool then serves on with the threads it has, says so once, and
+      # asks again only after +retry_after+ seconds. (On Ruby 3.3.8 the process hangs at its
+      # next thread operation after a refused Thread.new, whatever happens here:
+      # docs/CONFIGURATION.md, threads.)
       def grow
         @lock.synchronize do
           next false unless room_locked?
 
-          spawn_locked
+          begin
+            spawn_locked
+          rescue ThreadError => e
+            @log&.warn("could not start another pool thread (#{e.message}): serving with #{@threads.size}, " \
+                       "trying again in #{@retry_after}s") unless @refused_at
+            @refused_at = Clock.now
+            next false
+          end
+          @refused_at = nil
           true
         end
-      rescue ThreadError => e
-        @spawn_failed = true
-        @log&.warn("could not start another pool thread (#{e.message}): serving with #{size} from now on")
-        false
       end
 
       # Whether #grow would start a thread now.
@@ -181,7 +190,8 @@ module Margay
       private
 
       def room_locked?
-        @threads.size < @max + [@io_marked, @max_io].min && !@stopped && !@spawn_failed
+        @threads.size < @max + [@io_marked, @max_io].min && !@stopped &&
+          !(@refused_at && Clock.now - @refused_at < @retry_after)
       end
 
       def spawn

@@ -95,6 +95,42 @@ class RequestHandlerTest < Minitest::Test
     end
   end
 
+  # The app's code that runs after its call (body#close, rack.response_finished
+  # callbacks, the lowlevel_error_handler) may raise anything too: logged, and
+  # the thread serves on (an `exit` there used to end the server). Thread and
+  # fiber mode, one thread.
+  def test_any_exception_from_app_code_after_the_call_is_logged_and_the_thread_serves_on
+    body = Object.new
+    body.define_singleton_method(:each) { |&b| b.call("closed") }
+    body.define_singleton_method(:close) { exit(4) }
+    app = lambda do |env|
+      case env["PATH_INFO"]
+      when "/close" then [200, {}, body]
+      when "/finished"
+        env["rack.response_finished"] << ->(*) { raise NotAnError, "in a callback" }
+        [200, {}, ["finished"]]
+      when "/handler" then raise "for the handler"
+      else HELLO.call(env)
+      end
+    end
+    handler = ->(_error, _env, _status) { exit(5) }
+    [{}, { fiber_scheduler: true }].each do |mode|
+      with_server(app, environment: "production", min_threads: 1, max_threads: 1, lowlevel_error_handler: handler,
+                       **mode) do |_, port, server|
+        request = ->(path) { raw_exchange(port, "GET #{path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") }
+        assert_match(%r{\AHTTP/1.1 200 .*\r\n6\r\nclosed\r\n0\r\n\r\n\z}m, request.call("/close"), mode.inspect)
+        assert_match(/finished\z/, request.call("/finished"), mode.inspect)
+        assert_match(%r{\AHTTP/1.1 500 }, request.call("/handler"), mode.inspect)
+        assert_match(/hello\z/, request.call("/"), mode.inspect)
+        assert_equal 1, server.stats[:threads], mode.inspect
+      end
+      log = @last_server_log
+      ["body#close raised", "rack.response_finished callback raised", "lowlevel_error_handler raised"].each do |what|
+        assert_includes log, what, mode.inspect
+      end
+    end
+  end
+
   # An error whose #message raises (app code too): still a 500, logged, and
   # the thread serves on (logging it used to raise out of the error handling
   # and end the pool thread).
