@@ -80,7 +80,7 @@ class RequestHandlerTest < Minitest::Test
       else HELLO.call(env)
       end
     end
-    [{}, { fiber_scheduler: true }].each do |mode|
+    [{}, { fiber_scheduler: true, event_backend: :auto }].each do |mode|
       with_server(app, environment: "production", min_threads: 1, max_threads: 1, **mode) do |_, port, server|
         request = ->(path) { raw_exchange(port, "GET #{path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") }
         2.times do
@@ -114,7 +114,7 @@ class RequestHandlerTest < Minitest::Test
       end
     end
     handler = ->(_error, _env, _status) { exit(5) }
-    [{}, { fiber_scheduler: true }].each do |mode|
+    [{}, { fiber_scheduler: true, event_backend: :auto }].each do |mode|
       with_server(app, environment: "production", min_threads: 1, max_threads: 1, lowlevel_error_handler: handler,
                        **mode) do |_, port, server|
         request = ->(path) { raw_exchange(port, "GET #{path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") }
