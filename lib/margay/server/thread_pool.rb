@@ -27,17 +27,17 @@ module Margay
       # The thread count it keeps even when idle, and its upper bound.
       attr_reader :min, :max
 
-      # @param min [Integer] threads kept even when idle (at least 1)
-      # @param max [Integer] upper bound
-      # @param idle_timeout [Numeric] seconds an extra thread may wait for work
-      # @yieldparam pool [ThreadPool] the block is what every thread runs; it
-      #   asks #idle_budget how long to wait for work and #leave? when that
-      #   passed, and returns when the thread should end
       # Seconds without growth after the system refused a thread.
       RETRY_AFTER = 60
 
+      # @param min [Integer] threads kept even when idle (at least 1)
+      # @param max [Integer] upper bound
+      # @param idle_timeout [Numeric] seconds an extra thread may wait for work
       # @param log [Log, nil] says when a thread could not be started
       # @param retry_after [Numeric] seconds without growth after a refused thread
+      # @yieldparam pool [ThreadPool] the block is what every thread runs; it
+      #   asks #idle_budget how long to wait for work and #leave? when that
+      #   passed, and returns when the thread should end
       def initialize(min:, max:, idle_timeout:, max_io: 0, log: nil, retry_after: RETRY_AFTER, &work)
         @log = log
         @retry_after = retry_after
