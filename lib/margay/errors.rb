@@ -43,4 +43,13 @@ module Margay
   # Raised inside pool threads still running the app when a forced stop ends
   # the grace period. An Exception for the same reason as RequestTimeout.
   class ForceShutdown < Exception; end # rubocop:disable Lint/InheritException
+
+  # For `rescue`: whatever app code may raise (as in Puma, `exit` and
+  # exceptions outside StandardError too), but a forced shutdown, which must
+  # unwind the thread.
+  APP_ERRORS = Module.new do
+    def self.===(error)
+      error.is_a?(Exception) && !error.is_a?(ForceShutdown)
+    end
+  end
 end

@@ -193,10 +193,8 @@ module Margay
 
           token, env = request
         end
-      rescue ForceShutdown
-        raise
-      rescue Exception => e # rubocop:disable Lint/RescueException -- RequestHandler#call answered or aborted the
-        # request; what is left must not unwind the thread's loop and every other fiber on it
+      rescue APP_ERRORS => e # RequestHandler#call answered or aborted the request; what is left must
+        # not unwind the thread's loop and every other fiber on it
         @log.exception(e, "fiber-mode request")
       ensure
         finished

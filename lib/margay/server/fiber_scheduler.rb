@@ -248,9 +248,7 @@ module Margay
 
       def run_scheduled(block, args)
         block.call(*args)
-      rescue ForceShutdown
-        raise
-      rescue Exception => e # rubocop:disable Lint/RescueException -- it would unwind the thread's loop
+      rescue APP_ERRORS => e # it would unwind the thread's loop
         @log&.exception(e, "Fiber.schedule'd fiber raised")
         nil
       ensure

@@ -129,11 +129,8 @@ module Margay
         begin
           status, headers, body = @deadline ? @deadline.track(env) { @app.call(env) } : @app.call(env)
           continue_with = hijack.io ? nil : send_response(token, env, status, headers, body)
-        rescue ForceShutdown
-          raise
-        rescue Exception => e # rubocop:disable Lint/RescueException -- as Puma: whatever the app raises is a 500
-          # (RequestTimeout, an `exit` in app code, rack-timeout's RequestTimeoutException < Exception);
-          # the thread serves on. Only a forced shutdown unwinds it.
+        rescue APP_ERRORS => e # a 500 and the thread serves on (RequestTimeout, `exit` in app code,
+          # rack-timeout's RequestTimeoutException < Exception); only a forced shutdown unwinds it
           error = e
           status = fail_request(token, env, e)
         ensure
@@ -299,9 +296,7 @@ module Margay
         body.each { |chunk| chunks << chunk.to_s }
         body.close if body.respond_to?(:close)
         [Integer(status), headers.to_h, chunks]
-      rescue ForceShutdown
-        raise
-      rescue Exception => e # rubocop:disable Lint/RescueException -- app code, as in #call
+      rescue APP_ERRORS => e
         @log.exception(e, "lowlevel_error_handler raised")
         nil
       end
@@ -313,18 +308,14 @@ module Margay
 
       def close_body(body, env)
         body.close if body.respond_to?(:close)
-      rescue ForceShutdown
-        raise
-      rescue Exception => e # rubocop:disable Lint/RescueException -- app code, as in #call
+      rescue APP_ERRORS => e
         @log.exception(e, "body#close raised for #{Log.request(env)}")
       end
 
       def finish_callbacks(callbacks, env, status, headers, error)
         callbacks.reverse_each do |callback|
           callback.call(env, status, headers, error)
-        rescue ForceShutdown
-          raise
-        rescue Exception => e # rubocop:disable Lint/RescueException -- app code, as in #call
+        rescue APP_ERRORS => e
           @log.exception(e, "rack.response_finished callback raised")
         end
       end
