@@ -181,10 +181,7 @@ module Margay
     # that cannot be opened (its directory gone, no permission, no descriptor)
     # is said and the logs stay where they were: HUP never stops the cluster.
     def hangup
-      Log.redirect(@config, append: true)
-    rescue SystemCallError, IOError => e
-      @log.error("master: HUP: could not reopen the redirected logs (#{e.message}); they stay where they were")
-    ensure
+      Log.reopen(@config, @log, "master: ")
       signal_workers(:HUP)
     end
 

@@ -63,16 +63,19 @@ module Margay
       "(its #message raised #{e.class})"
     end
 
-    # HUP in single mode and in a cluster worker: #redirect again from a
-    # thread (a trap may not take the locks reopening takes). A file that
-    # cannot be opened (its directory gone, no permission, no descriptor) is
-    # said on +log+ and the output stays where it was; never raises.
+    # HUP: #redirect again, appending. A file that cannot be opened (its
+    # directory gone, no permission, no descriptor) is said on +log+ (+who+
+    # starts the line) and the output stays where it was; never raises.
+    def self.reopen(config, log, who)
+      redirect(config, append: true)
+    rescue SystemCallError, IOError => e
+      log.error("#{who}HUP: could not reopen the redirected logs (#{e.message}); they stay where they were")
+    end
+
+    # #reopen from a trap (single mode, a cluster worker): in a thread, since
+    # a trap may not take the locks reopening takes.
     def self.reopen_later(config, log, who)
-      Thread.new do
-        redirect(config, append: true)
-      rescue SystemCallError, IOError => e
-        log.error("#{who}HUP: could not reopen the redirected logs (#{e.message}); they stay where they were")
-      end
+      Thread.new { reopen(config, log, who) }
     rescue ThreadError # no thread to be had (a pids limit): the output stays where it was
       nil
     end
