@@ -44,6 +44,11 @@ module Margay
       @last_server_log = log_io&.string
     end
 
+    # GET +path+ on a connection of its own (Connection: close); everything read.
+    def raw_get(port, path = "/")
+      raw_exchange(port, "GET #{path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    end
+
     # Open a TCP connection, write +raw+ and read until the server closes or
     # +timeout+ passes. Returns everything read.
     def raw_exchange(port, raw, timeout: 5, host: "127.0.0.1")

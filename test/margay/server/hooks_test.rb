@@ -10,16 +10,12 @@ class ServerHooksTest < Minitest::Test
 
   APP = ->(_env) { [200, { "content-type" => "text/plain" }, ["ok"]] }
 
-  def get(port, path = "/")
-    raw_exchange(port, "GET #{path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-  end
-
   def test_thread_hooks_run_in_each_pool_thread
     seen = Queue.new
     hooks = { before_thread_start: [->(control) { seen << [:start, Thread.current.name, control.max_threads] }],
               before_thread_exit: [-> { seen << [:exit, Thread.current.name] }] }
     with_server(APP, hooks: hooks, min_threads: 2, max_threads: 4) do |_, port|
-      assert_match(/200/, get(port))
+      assert_match(/200/, raw_get(port))
     end
     events = []
     events << seen.pop until seen.empty?
@@ -32,14 +28,14 @@ class ServerHooksTest < Minitest::Test
   def test_out_of_band_runs_in_a_pool_thread_once_no_request_runs
     ran = Queue.new
     with_server(APP, hooks: { out_of_band: [-> { ran << Thread.current.name }] }) do |_, port|
-      assert_match(/200/, get(port))
+      assert_match(/200/, raw_get(port))
       assert_match(/\Amargay-\d+\z/, pop_within(ran))
     end
   end
 
   def test_a_raising_thread_hook_is_logged_and_the_thread_serves
     with_server(APP, hooks: { before_thread_start: [->(_) { raise "hook down" }] }) do |_, port|
-      assert_match(%r{\AHTTP/1.1 200}, get(port))
+      assert_match(%r{\AHTTP/1.1 200}, raw_get(port))
     end
     assert_match(/before_thread_start hook failed: RuntimeError: hook down/, @last_server_log)
   end
@@ -57,7 +53,7 @@ class ServerHooksTest < Minitest::Test
     }
     handlers.each do |handler, body|
       with_server(boom, lint: false, lowlevel_error_handler: handler) do |_, port|
-        response = get(port, "/x")
+        response = raw_get(port, "/x")
         assert_match(%r{\AHTTP/1.1 502}, response)
         assert response.end_with?(body), response
       end
@@ -67,7 +63,7 @@ class ServerHooksTest < Minitest::Test
   def test_a_raising_or_invalid_lowlevel_error_handler_gives_the_plain_500
     [->(_e) { raise "handler down" }, ->(_e) { [200, { "Bad Name" => "x" }, []] }].each do |handler|
       with_server(boom, lint: false, environment: "production", lowlevel_error_handler: handler) do |_, port|
-        assert_match(%r{\AHTTP/1.1 500}, get(port))
+        assert_match(%r{\AHTTP/1.1 500}, raw_get(port))
       end
       assert_match(/lowlevel_error_handler/, @last_server_log)
     end

@@ -82,11 +82,10 @@ class RequestHandlerTest < Minitest::Test
     end
     [{}, { fiber_scheduler: true, event_backend: :auto }].each do |mode|
       with_server(app, environment: "production", min_threads: 1, max_threads: 1, **mode) do |_, port, server|
-        request = ->(path) { raw_exchange(port, "GET #{path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") }
         2.times do
-          assert_match(%r{\AHTTP/1.1 500 }, request.call("/exit"), mode.inspect)
-          assert_match(%r{\AHTTP/1.1 500 }, request.call("/exception"), mode.inspect)
-          assert_match(/hello\z/, request.call("/"), mode.inspect)
+          assert_match(%r{\AHTTP/1.1 500 }, raw_get(port, "/exit"), mode.inspect)
+          assert_match(%r{\AHTTP/1.1 500 }, raw_get(port, "/exception"), mode.inspect)
+          assert_match(/hello\z/, raw_get(port, "/"), mode.inspect)
         end
         assert_equal 4, server.stats[:errors], mode.inspect
         assert_equal 1, server.stats[:threads], mode.inspect
@@ -117,11 +116,10 @@ class RequestHandlerTest < Minitest::Test
     [{}, { fiber_scheduler: true, event_backend: :auto }].each do |mode|
       with_server(app, environment: "production", min_threads: 1, max_threads: 1, lowlevel_error_handler: handler,
                        **mode) do |_, port, server|
-        request = ->(path) { raw_exchange(port, "GET #{path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") }
-        assert_match(%r{\AHTTP/1.1 200 .*\r\n6\r\nclosed\r\n0\r\n\r\n\z}m, request.call("/close"), mode.inspect)
-        assert_match(/finished\z/, request.call("/finished"), mode.inspect)
-        assert_match(%r{\AHTTP/1.1 500 }, request.call("/handler"), mode.inspect)
-        assert_match(/hello\z/, request.call("/"), mode.inspect)
+        assert_match(%r{\AHTTP/1.1 200 .*\r\n6\r\nclosed\r\n0\r\n\r\n\z}m, raw_get(port, "/close"), mode.inspect)
+        assert_match(/finished\z/, raw_get(port, "/finished"), mode.inspect)
+        assert_match(%r{\AHTTP/1.1 500 }, raw_get(port, "/handler"), mode.inspect)
+        assert_match(/hello\z/, raw_get(port, "/"), mode.inspect)
         assert_equal 1, server.stats[:threads], mode.inspect
       end
       log = @last_server_log
@@ -139,9 +137,8 @@ class RequestHandlerTest < Minitest::Test
     app = ->(env) { env["PATH_INFO"] == "/bad" ? raise(bad) : HELLO.call(env) }
     %w[production development].each do |environment|
       with_server(app, environment: environment, min_threads: 1, max_threads: 1) do |_, port, server|
-        request = ->(path) { raw_exchange(port, "GET #{path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") }
-        assert_match(%r{\AHTTP/1.1 500 }, request.call("/bad"), environment)
-        assert_match(/hello\z/, request.call("/"), environment)
+        assert_match(%r{\AHTTP/1.1 500 }, raw_get(port, "/bad"), environment)
+        assert_match(/hello\z/, raw_get(port, "/"), environment)
         assert_equal 1, server.stats[:threads], environment
       end
       assert_match(/its #message raised ArgumentError/, @last_server_log)
@@ -166,13 +163,12 @@ class RequestHandlerTest < Minitest::Test
     parts = Array.new(40) { ("x" * 60_000).freeze }.freeze
     app = ->(env) { env["PATH_INFO"] == "/bad" ? [200, { "connection" => [bad] }, parts.dup] : [200, {}, ["ok"]] }
     with_server(app, lint: false, min_threads: 1, max_threads: 1) do |_, port|
-      request = ->(path) { raw_exchange(port, "GET #{path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") }
-      3.times { assert_match(%r{\AHTTP/1.1 500 }, request.call("/bad")) } # the thread's arena, once
+      3.times { assert_match(%r{\AHTTP/1.1 500 }, raw_get(port, "/bad")) } # the thread's arena, once
       before = vm_size
-      30.times { assert_match(%r{\AHTTP/1.1 500 }, request.call("/bad")) }
+      30.times { assert_match(%r{\AHTTP/1.1 500 }, raw_get(port, "/bad")) }
       grown = vm_size - before
       assert_operator grown, :<, 48 << 20, "address space grew by #{grown >> 20} MiB over 30 failed heads"
-      assert_match(/ok\z/, request.call("/ok"))
+      assert_match(/ok\z/, raw_get(port, "/ok"))
     end
   end
 
