@@ -122,12 +122,7 @@ module Margay
       def rss_bytes
         File.read("/proc/#{@pid}/status")[/^VmRSS:\s+(\d+) kB/, 1].to_i * 1024
       rescue SystemCallError
-        begin
-          kb = `ps -o rss= -p #{Integer(@pid)}`.strip
-          kb.empty? ? nil : kb.to_i * 1024
-        rescue SystemCallError # no ps, or no descriptor or process for it
-          nil
-        end
+        ps_rss_bytes
       end
 
       # Its entry in the cluster's stats (Puma's worker_status shape). A
@@ -165,6 +160,17 @@ module Margay
       # How the master's log names it: "worker 2 (pid 4711)".
       def to_s
         "worker #{@index} (pid #{@pid})"
+      end
+
+      private
+
+      # Where /proc cannot be read: ps's answer, nil without one (no ps, or no
+      # descriptor or process to run it).
+      def ps_rss_bytes
+        kb = `ps -o rss= -p #{Integer(@pid)}`.strip
+        kb.empty? ? nil : kb.to_i * 1024
+      rescue SystemCallError
+        nil
       end
     end
   end
