@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "rbconfig"
+require "set"
 require_relative "native"
 require_relative "runner"
 require_relative "binder"
@@ -39,6 +40,7 @@ module Margay
   # Balancer (keep-alive balancing, both sides).
   class Cluster < Runner
     BOARD_SLOTS = 256 # worker indexes that can report idle threads (see Native::IdleBoard)
+    LOOP_PAUSE = 0.1 # seconds after an error the master's loop did not expect
 
     # @param config [Configuration] with workers > 0
     # @param log [Log]
@@ -64,6 +66,7 @@ module Margay
       @spawner = nil
       @phase = 0 # phased restarts so far (stats)
       @auto_reforked = false # refork_after reforks once per generation (as Puma's fork_worker, in phase 0)
+      @loop_errors = Set.new # where each error the loop carried on past came from (said once each)
       @signals.trap_all # from now on: a signal during bind or preload is not lost, nor fatal
     end
 
@@ -79,7 +82,7 @@ module Margay
       @signals.trap_all # again: a handler the app set while loading (HUP, say) is kept for the workers
       hook(:before_fork, nil) # once, before the first workers (Puma's moment)
       Heap.settle(compact: @config.compact_before_fork, log: @log, who: "master") if app # the workers share it
-      supervise until @stopping && @workers.empty?
+      supervise_safely until @stopping && @workers.empty?
       close_listeners
       @exits.report(flush: true)
     end
@@ -107,6 +110,16 @@ module Margay
     end
 
     private
+
+    # The master outlives any one error: its workers serve on and a stop still stops them.
+    # Each path found so far is handled where it fails; one not yet found is said once per
+    # class and place, and the loop goes on after a pause (no spin if it came before the wait).
+    def supervise_safely
+      supervise
+    rescue StandardError => e
+      @log.exception_once(e, "master: supervising (carrying on; said once)", @loop_errors)
+      sleep LOOP_PAUSE
+    end
 
     def supervise
       unless @stopping

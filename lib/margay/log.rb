@@ -101,6 +101,12 @@ module Margay
       write(@err, "ERROR: #{context}: #{error.class}: #{Log.message(error)}\n#{trace}")
     end
 
+    # #exception once per class and raising line (+seen+, a Set the caller keeps): for a loop
+    # that carries on past an error that may come back every turn.
+    def exception_once(error, context, seen)
+      exception(error, context) if seen.add?([error.class, error.backtrace&.first])
+    end
+
     # Every thread's name and backtrace (Puma's INFO/PWR signal), one block each.
     def thread_backtraces(threads = Thread.list)
       threads.each do |thread|

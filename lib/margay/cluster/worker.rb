@@ -98,16 +98,28 @@ module Margay
 
       # HUP never kills a worker: it reopens the redirected stdout/stderr
       # (the master reopened its own), and an app's own handler (reopening
-      # its logs) still runs.
+      # its logs) still runs; what that handler raises is logged, not raised
+      # into the main thread (which it would end, the requests in flight with it).
       def trap_hup
         app_hup = trap("HUP", "IGNORE")
+        app_hup = nil unless app_hup.is_a?(Proc)
         redirected = @config.redirect_stdout || @config.redirect_stderr
-        return trap("HUP", app_hup) if app_hup.is_a?(Proc) && !redirected
-        return unless redirected
+        return unless redirected || app_hup
 
         trap("HUP") do |signo|
-          Log.reopen_later(@config, @log, "worker #{@index}: ")
-          app_hup.call(signo) if app_hup.is_a?(Proc)
+          Log.reopen_later(@config, @log, "worker #{@index}: ") if redirected
+          call_app_hup(app_hup, signo) if app_hup
+        end
+      end
+
+      # Trap context: the log line is written by a thread (logging takes locks a trap may not).
+      def call_app_hup(handler, signo)
+        handler.call(signo)
+      rescue StandardError => e
+        begin
+          Thread.new { @log.exception(e, "worker #{@index}: the app's HUP handler raised (serving on)") }
+        rescue ThreadError # no thread to be had: not said
+          nil
         end
       end
 

@@ -86,6 +86,7 @@ module Margay
         @fibers = 0
         @oob_due = false
         @scheduler = nil
+        @refusing = false # the last request found no fiber (said once)
       end
 
       # Serve until the engine stops (and this thread's fibers are done) or the pool lets the
@@ -175,9 +176,26 @@ module Margay
       end
 
       def start(request)
+        fiber = Fiber.new(blocking: false) { |token, env| serve_requests(token, env) }
+      rescue StandardError => e # FiberError: no memory for its stack
+        refuse(request, e)
+      else
+        @refusing = false
         @fibers += 1 # its slot of @in_flight was claimed by the wait that took it
         @pool.busy!
-        enter(Fiber.new(blocking: false) { |token, env| serve_requests(token, env) }, *request)
+        enter(fiber, *request)
+      end
+
+      # No fiber for a request: a 503 (the app never saw it) and its in-flight slot freed; said
+      # once until a fiber starts again.
+      def refuse(request, error)
+        token, env = request
+        input = env[Rack::RACK_INPUT]
+        input.close if input.is_a?(File) && !input.closed?
+        @engine.error_response(token, 503)
+        @in_flight.leave
+        @log.warn("fiber mode: no fiber for a request (#{error.class}: #{Log.message(error)}): 503") unless @refusing
+        @refusing = true
       end
 
       # One connection's requests in this fiber: the first, then those it pipelined while

@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
+require "set"
 require_relative "../clock"
+require_relative "../log"
 require_relative "../systemd"
 require_relative "../runner"
 require_relative "thread_pool"
@@ -9,7 +11,8 @@ module Margay
   class Server < Runner
     # Internal: the main thread's work while the server serves. Every tick
     # (about 5 ms) it gives the pool one look for its growth policy
-    # (ThreadPool#consider_growth), calls on_tick (a cluster worker's
+    # (ThreadPool#consider_growth), has it replace a thread lost to an
+    # exception (ThreadPool#replace_lost), calls on_tick (a cluster worker's
     # heartbeat and balancing), pings the systemd watchdog when one is due,
     # and every DEADLINE_EVERY ticks checks request deadlines.
     class Supervisor
@@ -44,6 +47,7 @@ module Margay
         @cpu = @wall = @last_ping = nil # set by #run
         @delay = nil # the clock's run_delay at the last saturated look
         @requests = @active_at = nil
+        @tick_errors = Set.new # where each error a tick raised came from (said once each)
       end
 
       # Tick until +stop+ (an IO) becomes readable, idle_timeout passed
@@ -54,7 +58,7 @@ module Margay
         @last_ping = @wall
         @active_at = @wall
         until stop.wait_readable(INTERVAL)
-          tick
+          safe_tick
           break if idle_too_long?
         end
       rescue Interrupt
@@ -63,12 +67,23 @@ module Margay
 
       private
 
+      # A tick that raises must not end the process (the main thread's exception would, with
+      # every request in flight): each path found so far is handled where it fails (an
+      # unreadable run queue, a refused thread); one not yet found is said once per class and
+      # place, and the next tick comes as usual.
+      def safe_tick
+        tick
+      rescue StandardError => e
+        (@log || Log.new).exception_once(e, "supervisor tick (serving on; said once)", @tick_errors)
+      end
+
       def tick
         cpu = @clock.cpu
         wall = @clock.now
         elapsed = wall - @wall
         saturated = @engine.saturated_ms.positive? && !(@in_flight && @in_flight.room.zero?)
         @pool.consider_growth(saturated: saturated, cpu_share: cpu_share(cpu, elapsed, saturated))
+        @pool.replace_lost unless @engine.stopping? # its threads leave on their own once it stops
         @on_tick&.call
         ping(wall) if @watchdog
         @ticks += 1

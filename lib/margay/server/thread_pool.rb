@@ -29,19 +29,27 @@ module Margay
 
       # Seconds without growth after the system refused a thread.
       RETRY_AFTER = 60
+      # Seconds before a thread that ended by an exception is replaced (and without growth):
+      # a cause that lasts (no descriptor left for a fiber-mode thread's wait set) costs one
+      # thread start and one log line a second, not one a tick.
+      REPLACE_AFTER = 1
 
       # @param min [Integer] threads kept even when idle (at least 1)
       # @param max [Integer] upper bound
       # @param idle_timeout [Numeric] seconds an extra thread may wait for work
       # @param log [Log, nil] says when a thread could not be started
       # @param retry_after [Numeric] seconds without growth after a refused thread
+      # @param replace_after [Numeric] seconds before a thread lost to an exception is replaced
       # @yieldparam pool [ThreadPool] the block is what every thread runs; it
       #   asks #idle_budget how long to wait for work and #leave? when that
       #   passed, and returns when the thread should end
-      def initialize(min:, max:, idle_timeout:, max_io: 0, log: nil, retry_after: RETRY_AFTER, &work)
+      def initialize(min:, max:, idle_timeout:, max_io: 0, log: nil, retry_after: RETRY_AFTER,
+                     replace_after: REPLACE_AFTER, &work)
         @log = log
         @retry_after = retry_after
-        @refused_at = nil # when the system last refused a thread (Clock.now), until one starts
+        @replace_after = replace_after
+        @refused = false # the system refused the last thread asked for (said once, until one starts)
+        @paused_until = nil # no thread starts before this Clock.now (a refused or a lost thread)
         @min = min
         @max = max
         @max_io = max_io # issue 13: Puma 8's max_io_threads (see #mark_io!)
@@ -104,20 +112,13 @@ module Margay
       # next thread operation after a refused Thread.new, whatever happens here:
       # docs/CONFIGURATION.md, threads.)
       def grow
-        @lock.synchronize do
-          next false unless room_locked?
+        @lock.synchronize { room_locked? && start_locked }
+      end
 
-          begin
-            spawn_locked
-          rescue ThreadError => e
-            @log&.warn("could not start another pool thread (#{e.message}): serving with #{@threads.size}, " \
-                       "trying again in #{@retry_after}s") unless @refused_at
-            @refused_at = Clock.now
-            next false
-          end
-          @refused_at = nil
-          true
-        end
+      # From the supervisor's tick: when a thread ended by an exception left fewer than min,
+      # start one (REPLACE_AFTER after the loss). Returns true when one started.
+      def replace_lost
+        @lock.synchronize { @threads.size < @min && !paused_locked? && start_locked }
       end
 
       # Whether #grow would start a thread now.
@@ -190,8 +191,28 @@ module Margay
       private
 
       def room_locked?
-        @threads.size < @max + [@io_marked, @max_io].min && !@stopped &&
-          !(@refused_at && Clock.now - @refused_at < @retry_after)
+        @threads.size < @max + [@io_marked, @max_io].min && !paused_locked?
+      end
+
+      def paused_locked?
+        @stopped || (@paused_until && Clock.now < @paused_until)
+      end
+
+      # Start a thread unless the system refuses one (then say so once and pause).
+      def start_locked
+        spawn_locked
+        @refused = false
+        true
+      rescue ThreadError => e
+        @log&.warn("could not start another pool thread (#{e.message}): serving with #{@threads.size}, " \
+                   "trying again in #{@retry_after}s") unless @refused
+        @refused = true
+        pause_locked(@retry_after)
+        false
+      end
+
+      def pause_locked(seconds)
+        @paused_until = [@paused_until || 0, Clock.now + seconds].max
       end
 
       def spawn
@@ -212,8 +233,20 @@ module Margay
         Thread.handle_interrupt(ForceShutdown => :immediate) { @work.call(self) }
       rescue ForceShutdown
         nil
+      rescue APP_ERRORS => e # the request's own errors were answered; this is the loop's (no descriptor
+        # for a fiber-mode thread's wait set, a hook's `exit`): say it, and #replace_lost starts another
+        lost(e)
       ensure
         @lock.synchronize { @threads.delete(Thread.current) }
+      end
+
+      def lost(error)
+        left = @lock.synchronize do
+          pause_locked(@replace_after)
+          @threads.size - 1
+        end
+        @log&.exception(error, "pool thread #{Thread.current.name} ended (#{left} left; " \
+                               "another starts in #{@replace_after}s if under min)")
       end
     end
   end

@@ -2,6 +2,8 @@
 
 require "test_helper"
 require "margay/clock"
+require "margay/server"
+require "minitest/mock"
 
 # Fiber mode (issue 13): the review's findings on the scheduler and the loop, each over real
 # sockets. Behaviour is asserted (who woke, what was answered, which thread), never wall time
@@ -316,6 +318,55 @@ class FiberSchedulerFixesTest < Minitest::Test
       sock.close
       read_response(hold, timeout: 5)
       assert_operator sizes.max, :<, 150, "timer heap entries seen: up to #{sizes.max}"
+    end
+  end
+
+  # A pool thread's own wait set cannot be made while descriptors run out (EMFILE): the thread
+  # ends, and it used to end with only Ruby's report on stderr while the pool's growth started
+  # another every three ticks for as long as the cause lasted (each dying at once). It is
+  # logged, and another starts a second later (nor does the pool grow sooner), which serves.
+  def test_a_thread_whose_wait_set_cannot_be_made_is_replaced_a_second_later
+    original = Margay::Native::FiberWaits.method(:new)
+    calls = 0
+    failing = true
+    flaky = lambda do |*args|
+      calls += 1
+      raise Errno::EMFILE, "epoll_create1" if failing
+
+      original.call(*args)
+    end
+    Margay::Native::FiberWaits.stub(:new, flaky) do
+      fiber_server(->(_env) { text("served") }) do |_host, port|
+        sock = send_get(port, "/")
+        sleep 0.5
+        assert_operator calls, :<=, 2, "threads started in 0.5 s while the cause lasted"
+        failing = false
+        assert_equal [200, "served"], read_response(sock, timeout: 5).values_at(0, 2)
+        assert_match(/pool thread margay-0 ended \(0 left.*Errno::EMFILE/, @server_log.string)
+      ensure
+        sock&.close
+      end
+    end
+  end
+
+  # No memory for a request's fiber stack (Fiber.new raises FiberError): that request gets a
+  # 503 and its max_in_flight slot back. The slot used to leak with the request unanswered; at
+  # max_in_flight 1 nothing was taken again.
+  def test_a_request_without_a_fiber_is_answered_503_and_frees_its_slot
+    original = Fiber.method(:new)
+    refused = 0
+    failing_once = lambda do |*args, **options, &block|
+      if refused.zero? && Thread.current.name&.start_with?("margay-")
+        refused += 1
+        raise FiberError, "can't alloc machine stack to fiber"
+      end
+      original.call(*args, **options, &block)
+    end
+    fiber_server(->(_env) { text("served") }, max_in_flight: 1) do |_host, port|
+      first = Fiber.stub(:new, failing_once) { raw_get(port) }
+      assert_match(%r{\AHTTP/1.1 503 }, first)
+      assert_match(/\r\n\r\nserved\z/, raw_get(port), "the slot is free again")
+      assert_match(/no fiber for a request \(FiberError: can't alloc machine stack/, @server_log.string)
     end
   end
 end

@@ -15,9 +15,16 @@ class SupervisorTest < Minitest::Test
 
     def initialize
       @looks = []
+      @replacements = 0
     end
 
     attr_writer :room
+    attr_reader :replacements
+
+    def replace_lost
+      @replacements += 1
+      false
+    end
 
     def consider_growth(saturated:, cpu_share:)
       @looks << [saturated, cpu_share]
@@ -37,7 +44,9 @@ class SupervisorTest < Minitest::Test
     end
   end
 
-  Engine = Struct.new(:saturated_ms)
+  Engine = Struct.new(:saturated_ms, :stopping) do
+    def stopping? = !!stopping
+  end
 
   # Records what it was asked to check.
   class Deadline
@@ -78,6 +87,29 @@ class SupervisorTest < Minitest::Test
     assert_equal 20, @ticks
     assert_equal 20, @pool.looks.size
     assert(@pool.looks.all? { |saturated, share| saturated && share >= 0 })
+    assert_equal 20, @pool.replacements, "every tick asks the pool to replace a lost thread"
+  end
+
+  # An error no path handles yet (here on_tick's, a worker's heartbeat and balancing) used to
+  # leave the main thread and end the process: the ticks go on, and it is said once.
+  def test_a_raising_tick_is_said_once_and_the_ticks_go_on
+    out = StringIO.new
+    on_tick = lambda do
+      @ticks += 1
+      @stop_w.write(".") if @ticks == 20
+      raise Errno::ENOMEM, "a heartbeat"
+    end
+    Timeout.timeout(10) do
+      Supervisor.new(pool: @pool, engine: Engine.new(0), on_tick: on_tick, log: Margay::Log.new(out: out, err: out))
+                .run(@stop_r)
+    end
+    assert_equal 20, @ticks
+    assert_equal 1, out.string.scan("ERROR: supervisor tick (serving on; said once): Errno::ENOMEM").size, out.string
+  end
+
+  def test_no_thread_is_replaced_once_the_engine_stops
+    supervise(5, engine: Engine.new(0, true))
+    assert_equal 0, @pool.replacements, "the pool's threads are leaving on their own"
   end
 
   # A worker among more busy processes than cores gets less CPU than it wants: the time its
@@ -200,6 +232,10 @@ class SupervisorTest < Minitest::Test
 
     def saturated_ms
       0
+    end
+
+    def stopping?
+      false
     end
 
     def stats

@@ -100,6 +100,34 @@ class ThreadPoolTest < Minitest::Test
     end
   end
 
+  # A thread whose loop raises (in fiber mode: no descriptor left for its wait set) used to
+  # end silently: the pool stayed under min, and with one thread nothing served again. It is
+  # logged, and the supervisor's #replace_lost starts another after replace_after, no sooner
+  # (nor does the pool grow meanwhile): a cause that lasts costs a thread a second, not a tick.
+  def test_a_thread_lost_to_an_exception_is_logged_and_replaced_after_a_pause
+    out = StringIO.new
+    failures = Queue.new
+    2.times { failures << Errno::EMFILE.new("epoll_create1") }
+    pool = ThreadPool.new(min: 2, max: 4, idle_timeout: 10, log: Margay::Log.new(out: out, err: out),
+                          replace_after: 0.3) do
+      raise failures.pop(true) unless failures.empty?
+
+      @started << Thread.current
+      @gate.pop
+    end
+    @pools << pool
+    pool.start
+    Timeout.timeout(5) { sleep 0.01 until pool.size.zero? }
+    assert_equal 2, out.string.scan(/ERROR: pool thread margay-\d ended \(\d left; another starts in 0.3s/).size, out.string
+    assert_includes out.string, "Errno::EMFILE: Too many open files - epoll_create1"
+    refute pool.replace_lost, "not before replace_after"
+    refute pool.grow, "no growth either"
+    sleep 0.35
+    assert_equal [true, true, false], Array.new(3) { pool.replace_lost }, "two, then min is reached"
+    2.times { pop_within(@started) }
+    assert_equal 2, pool.size
+  end
+
   def test_room_and_the_kernel_ids_of_its_threads
     pool = pool(min: 1, max: 2).start
     first = pop_within(@started)

@@ -4,7 +4,8 @@ require_relative "../support/cluster_process"
 
 # The master's signals end to end (docs/SIGNALS.md; the inbox is
 # lib/margay/cluster/signals.rb, what each does lib/margay/cluster.rb):
-# graceful stops, TTIN/TTOU, HUP, and signals that arrive while the app loads.
+# graceful stops, TTIN/TTOU, HUP, and signals that arrive while the app loads; and that
+# neither the master nor a worker ends over an error it did not expect.
 # USR1/USR2: restarts_test.rb; URG: mold_test.rb.
 class ClusterSignalsTest < Minitest::Test
   include ClusterProcess
@@ -58,6 +59,56 @@ class ClusterSignalsTest < Minitest::Test
     Process.kill(:HUP, @master)
     wait_for_log(/HUP in/, count: 2)
     assert_equal 200, post("h")[0]
+  end
+
+  # An app's own HUP handler that raises (its log directory gone, say) used to end the worker:
+  # the exception surfaced in its main thread, and the master started another.
+  def test_an_apps_hup_handler_that_raises_ends_no_worker
+    @dir = Dir.mktmpdir("margay-hupraise-")
+    File.write(File.join(@dir, "config.ru"), <<~RUBY)
+      Signal.trap("HUP") { puts "HUP in \#{Process.pid}"; $stdout.flush; raise "cannot reopen app.log" }
+      run ->(e) { [200, {}, ["up"]] }
+    RUBY
+    spawn_master("-w", "2", "-b", "tcp://127.0.0.1:0", "config.ru")
+    wait_for_listening
+    wait_for_log(/booted/, count: 2)
+    before = worker_pids.sort
+    Process.kill(:HUP, @master)
+    wait_for_log(/the app's HUP handler raised \(serving on\): RuntimeError: cannot reopen app.log/, count: 2)
+    assert_match(/up\z/, raw_exchange(@port, "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"))
+    assert_equal before, worker_pids.sort, "the same workers serve"
+    refute_match(/booted/, log_text.split("HUP in").last, "no worker was started again")
+  end
+
+  # An error the master's loop does not expect (here injected by the config file: a failing
+  # heartbeat check while ./fail exists) used to end the master, and the cluster with it. It is
+  # said once, the workers serve on, and TERM still stops the cluster.
+  def test_the_master_outlives_an_error_in_its_loop
+    @dir = Dir.mktmpdir("margay-masterloop-")
+    File.write(File.join(@dir, "margay.rb"), <<~RUBY)
+      require "margay/cluster"
+      Margay::Cluster::Health.prepend(Module.new do
+        def check_heartbeats(...)
+          raise "injected failure" if File.exist?("fail")
+
+          super
+        end
+      end)
+    RUBY
+    File.write(File.join(@dir, "config.ru"), "run ->(e) { [200, {}, ['up']] }\n")
+    spawn_master("-w", "2", "-b", "tcp://127.0.0.1:0", "-C", "margay.rb", "config.ru")
+    wait_for_listening
+    wait_for_log(/booted/, count: 2)
+    File.write(File.join(@dir, "fail"), "")
+    said = /master: supervising \(carrying on; said once\): RuntimeError: injected failure/
+    wait_for_log(said)
+    sleep 1.5 # more turns of the loop (each waits up to 0.5 s for an event)
+    assert_match(/up\z/, raw_exchange(@port, "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"))
+    assert_equal 1, log_text.scan(said).size
+    refute_match(/ArgumentError/, log_text, "the injection passes its arguments on")
+    Process.kill(:TERM, @master)
+    assert @thread.join(20), "master did not exit after TERM"
+    assert_predicate @thread.value, :success?
   end
 
   def test_signals_during_preload_are_not_fatal
