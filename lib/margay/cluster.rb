@@ -40,7 +40,7 @@ module Margay
   # Balancer (keep-alive balancing, both sides).
   class Cluster < Runner
     BOARD_SLOTS = 256 # worker indexes that can report idle threads (see Native::IdleBoard)
-    LOOP_PAUSE = 0.1 # seconds after an error the master's loop did not expect
+    LOOP_PAUSE = 0.1 # seconds before the next turn when the loop's wait failed
 
     # @param config [Configuration] with workers > 0
     # @param log [Log]
@@ -82,7 +82,7 @@ module Margay
       @signals.trap_all # again: a handler the app set while loading (HUP, say) is kept for the workers
       hook(:before_fork, nil) # once, before the first workers (Puma's moment)
       Heap.settle(compact: @config.compact_before_fork, log: @log, who: "master") if app # the workers share it
-      supervise_safely until @stopping && @workers.empty?
+      supervise until @stopping && @workers.empty?
       close_listeners
       @exits.report(flush: true)
     end
@@ -111,32 +111,36 @@ module Margay
 
     private
 
-    # The master outlives any one error: its workers serve on and a stop still stops them.
-    # Each path found so far is handled where it fails; one not yet found is said once per
-    # class and place, and the loop goes on after a pause (no spin if it came before the wait).
-    def supervise_safely
-      supervise
-    rescue StandardError => e
-      @log.exception_once(e, "master: supervising (carrying on; said once)", @loop_errors)
-      sleep LOOP_PAUSE
-    end
-
+    # One turn of the master's loop. The master outlives any one error: each step is guarded
+    # on its own, so one that keeps failing neither ends the master (and the cluster) nor
+    # keeps the others from running: signals are still handled, exits reaped, a stop still
+    # forced at its deadline. Each known way to fail is handled where it happens; an error
+    # not yet known is said once per class and place.
     def supervise
       unless @stopping
-        maintain
-        @forwarder.place_held
-        begin_stop if @health.idle_too_long?(@workers)
+        guarded { maintain }
+        guarded { @forwarder.place_held }
+        guarded { begin_stop if @health.idle_too_long?(@workers) }
       end
-      wait_for_events
+      sleep LOOP_PAUSE unless guarded { wait_for_events } # no spin on a failing wait
       while (sig = @signals.shift) # one at a time: a restart may look at what follows
-        handle_signal(sig)
+        guarded { handle_signal(sig) }
       end
-      @exits.reap(stopping: @stopping)
-      @exits.report
-      @health.check_heartbeats(@workers, grace: grace_period)
-      @health.check_memory(@workers) { |w| retire(w) }
-      watchdog_ping
-      force_stop if @stopping && Clock.now > @stop_deadline
+      guarded { @exits.reap(stopping: @stopping) }
+      guarded { @exits.report }
+      guarded { @health.check_heartbeats(@workers, grace: grace_period) }
+      guarded { @health.check_memory(@workers) { |w| retire(w) } }
+      guarded { watchdog_ping }
+      guarded { force_stop } if @stopping && Clock.now > @stop_deadline
+    end
+
+    # Run one step of the loop; false when it raised (logged once per class and place).
+    def guarded
+      yield
+      true
+    rescue StandardError => e
+      @log.exception_once(e, "master: carrying on after an error (said once)", @loop_errors)
+      false
     end
 
     # ---- signals ----
@@ -157,11 +161,11 @@ module Margay
     def begin_stop
       return if @stopping
 
+      @stopping = true # first: whatever fails below, the stop goes on (and is forced at the deadline)
+      @stop_deadline = Clock.now + grace_period + 5
       Systemd.notify("STOPPING=1")
       @forwarder.close_held # no worker will serve again
       @log.info("master: graceful stop (#{@workers.size} workers)")
-      @stopping = true
-      @stop_deadline = Clock.now + grace_period + 5
       signal_workers(:TERM)
       close_listeners # the workers close theirs as they stop: then new clients are refused
     end

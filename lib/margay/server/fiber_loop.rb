@@ -175,32 +175,41 @@ module Margay
         retry unless entered # it was pending as the window opened: the fiber still runs
       end
 
+      # A request's own fiber. Ruby makes a fiber's stack at its first switch, not in Fiber.new:
+      # when there is no memory for it, that first transfer raises FiberError and the fiber
+      # never ran (+started+ still false).
       def start(request)
-        fiber = Fiber.new(blocking: false) { |token, env| serve_requests(token, env) }
-      rescue StandardError => e # FiberError: no memory for its stack
-        refuse(request, e)
-      else
-        @refusing = false
         @fibers += 1 # its slot of @in_flight was claimed by the wait that took it
         @pool.busy!
+        started = false
+        fiber = Fiber.new(blocking: false) do |token, env|
+          started = true
+          serve_requests(token, env)
+        end
         enter(fiber, *request)
+      rescue FiberError => e
+        raise if started
+
+        refuse(request, e)
       end
 
-      # No fiber for a request: a 503 (the app never saw it) and its in-flight slot freed; said
-      # once until a fiber starts again.
+      # No fiber for a request: a 503 (the app never saw it), and its in-flight slot and its
+      # count given back; said once until a fiber starts again.
       def refuse(request, error)
         token, env = request
         input = env[Rack::RACK_INPUT]
         input.close if input.is_a?(File) && !input.closed?
-        @engine.error_response(token, 503)
-        @in_flight.leave
         @log.warn("fiber mode: no fiber for a request (#{error.class}: #{Log.message(error)}): 503") unless @refusing
         @refusing = true
+        @engine.error_response(token, 503)
+      ensure
+        finished
       end
 
       # One connection's requests in this fiber: the first, then those it pipelined while
       # this fiber's turn on it lasts (Engine#next_request with a continue token and no wait).
       def serve_requests(token, env)
+        @refusing = false
         loop do
           env[IO_BOUND_KEY] = IO_BOUND
           continue_with = @handler.call(token, env) # request_timeout: FiberDeadline, the handler's deadline

@@ -58,8 +58,8 @@ module Margay
         @last_ping = @wall
         @active_at = @wall
         until stop.wait_readable(INTERVAL)
-          safe_tick
-          break if idle_too_long?
+          tick
+          break if guarded { idle_too_long? }
         end
       rescue Interrupt
         nil
@@ -67,29 +67,32 @@ module Margay
 
       private
 
-      # A tick that raises must not end the process (the main thread's exception would, with
-      # every request in flight): each path found so far is handled where it fails (an
-      # unreadable run queue, a refused thread); one not yet found is said once per class and
-      # place, and the next tick comes as usual.
-      def safe_tick
-        tick
-      rescue StandardError => e
-        (@log || Log.new).exception_once(e, "supervisor tick (serving on; said once)", @tick_errors)
-      end
-
+      # One tick. An error in one of its steps must not end the process (the main thread's
+      # exception would, with every request in flight) nor keep the other steps from running
+      # (the watchdog's ping, the request deadlines): each step is guarded on its own. Each
+      # known way to fail is handled where it happens (an unreadable run queue, a refused
+      # thread); an error not yet known is said once per class and place.
       def tick
         cpu = @clock.cpu
         wall = @clock.now
-        elapsed = wall - @wall
-        saturated = @engine.saturated_ms.positive? && !(@in_flight && @in_flight.room.zero?)
-        @pool.consider_growth(saturated: saturated, cpu_share: cpu_share(cpu, elapsed, saturated))
-        @pool.replace_lost unless @engine.stopping? # its threads leave on their own once it stops
-        @on_tick&.call
-        ping(wall) if @watchdog
+        guarded do
+          saturated = @engine.saturated_ms.positive? && !(@in_flight && @in_flight.room.zero?)
+          @pool.consider_growth(saturated: saturated, cpu_share: cpu_share(cpu, wall - @wall, saturated))
+        end
+        guarded { @pool.replace_lost unless @engine.stopping? } # its threads leave on their own once it stops
+        guarded { @on_tick&.call }
+        guarded { ping(wall) } if @watchdog
         @ticks += 1
-        @deadline.check(@pool.threads) if @deadline && (@ticks % DEADLINE_EVERY).zero?
+        guarded { @deadline.check(@pool.threads) } if @deadline && (@ticks % DEADLINE_EVERY).zero?
         @cpu = cpu
         @wall = wall
+      end
+
+      def guarded
+        yield
+      rescue StandardError => e
+        (@log || Log.new).exception_once(e, "supervisor tick (serving on; said once)", @tick_errors)
+        nil
       end
 
       # The share of the last +elapsed+ seconds this process computed or its

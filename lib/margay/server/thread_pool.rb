@@ -233,8 +233,10 @@ module Margay
         Thread.handle_interrupt(ForceShutdown => :immediate) { @work.call(self) }
       rescue ForceShutdown
         nil
-      rescue APP_ERRORS => e # the request's own errors were answered; this is the loop's (no descriptor
-        # for a fiber-mode thread's wait set, a hook's `exit`): say it, and #replace_lost starts another
+      rescue SystemExit, SignalException
+        raise # `exit` in a thread hook: Ruby ends the process, as it always did (a request's is a 500)
+      rescue APP_ERRORS => e # a request's own errors were answered; this is the loop's (no descriptor
+        # for a fiber-mode thread's wait set): say it, and #replace_lost starts another
         lost(e)
       ensure
         @lock.synchronize { @threads.delete(Thread.current) }

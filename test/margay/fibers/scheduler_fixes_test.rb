@@ -349,24 +349,32 @@ class FiberSchedulerFixesTest < Minitest::Test
     end
   end
 
-  # No memory for a request's fiber stack (Fiber.new raises FiberError): that request gets a
-  # 503 and its max_in_flight slot back. The slot used to leak with the request unanswered; at
-  # max_in_flight 1 nothing was taken again.
-  def test_a_request_without_a_fiber_is_answered_503_and_frees_its_slot
+  # No memory for a request's fiber stack: Ruby makes the stack at the fiber's first switch, so
+  # that transfer raises FiberError and the fiber never runs (here the first request fiber of
+  # the pool thread gets a transfer that raises so). That request gets a 503 and its
+  # max_in_flight slot back. It used to leave the loop: the request unanswered, its slot and
+  # the busy count never given back, the thread gone.
+  def test_a_request_without_a_fiber_stack_is_answered_503_and_frees_its_slot
     original = Fiber.method(:new)
     refused = 0
-    failing_once = lambda do |*args, **options, &block|
+    no_stack_once = lambda do |*args, **options, &block|
+      fiber = original.call(*args, **options, &block)
       if refused.zero? && Thread.current.name&.start_with?("margay-")
         refused += 1
-        raise FiberError, "can't alloc machine stack to fiber"
+        def fiber.transfer(*)
+          Kernel.raise FiberError, "can't alloc machine stack to fiber (1 x 659456 bytes): Cannot allocate memory" # self#raise is Fiber#raise
+        end
       end
-      original.call(*args, **options, &block)
+      fiber
     end
-    fiber_server(->(_env) { text("served") }, max_in_flight: 1) do |_host, port|
-      first = Fiber.stub(:new, failing_once) { raw_get(port) }
+    fiber_server(->(_env) { text("served") }, max_in_flight: 1) do |_host, port, server|
+      first = Fiber.stub(:new, no_stack_once) { raw_get(port) }
       assert_match(%r{\AHTTP/1.1 503 }, first)
       assert_match(/\r\n\r\nserved\z/, raw_get(port), "the slot is free again")
+      assert_equal 1, refused
+      assert_equal [1, 0], [server.stats[:threads], server.stats[:busy_threads]], "the same thread, not busy"
       assert_match(/no fiber for a request \(FiberError: can't alloc machine stack/, @server_log.string)
+      refute_match(/ended \(/, @server_log.string, "no pool thread was lost")
     end
   end
 end

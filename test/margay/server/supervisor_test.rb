@@ -90,21 +90,28 @@ class SupervisorTest < Minitest::Test
     assert_equal 20, @pool.replacements, "every tick asks the pool to replace a lost thread"
   end
 
-  # An error no path handles yet (here on_tick's, a worker's heartbeat and balancing) used to
-  # leave the main thread and end the process: the ticks go on, and it is said once.
-  def test_a_raising_tick_is_said_once_and_the_ticks_go_on
+  # An error no path handles yet (here on_tick's, a worker's heartbeat and balancing, and the
+  # growth look's) used to leave the main thread and end the process: the ticks go on, the
+  # other steps still run (the request deadlines), and each error is said once.
+  def test_a_raising_step_is_said_once_and_the_other_steps_run
     out = StringIO.new
     on_tick = lambda do
       @ticks += 1
       @stop_w.write(".") if @ticks == 20
       raise Errno::ENOMEM, "a heartbeat"
     end
+    pool = Class.new(Pool) { def consider_growth(**) = raise(ArgumentError, "a look") }.new
+    deadline = Deadline.new
     Timeout.timeout(10) do
-      Supervisor.new(pool: @pool, engine: Engine.new(0), on_tick: on_tick, log: Margay::Log.new(out: out, err: out))
-                .run(@stop_r)
+      Supervisor.new(pool: pool, engine: Engine.new(0), on_tick: on_tick, deadline: deadline,
+                     log: Margay::Log.new(out: out, err: out)).run(@stop_r)
     end
     assert_equal 20, @ticks
-    assert_equal 1, out.string.scan("ERROR: supervisor tick (serving on; said once): Errno::ENOMEM").size, out.string
+    assert_equal 20, pool.replacements, "the step after the failing look ran every tick"
+    assert_equal 2, deadline.checks.size, "deadlines checked every tenth tick"
+    %w[Errno::ENOMEM ArgumentError].each do |error|
+      assert_equal 1, out.string.scan("ERROR: supervisor tick (serving on; said once): #{error}").size, out.string
+    end
   end
 
   def test_no_thread_is_replaced_once_the_engine_stops

@@ -109,7 +109,7 @@ class ThreadPoolTest < Minitest::Test
     failures = Queue.new
     2.times { failures << Errno::EMFILE.new("epoll_create1") }
     pool = ThreadPool.new(min: 2, max: 4, idle_timeout: 10, log: Margay::Log.new(out: out, err: out),
-                          replace_after: 0.3) do
+                          replace_after: 1) do
       raise failures.pop(true) unless failures.empty?
 
       @started << Thread.current
@@ -118,14 +118,28 @@ class ThreadPoolTest < Minitest::Test
     @pools << pool
     pool.start
     Timeout.timeout(5) { sleep 0.01 until pool.size.zero? }
-    assert_equal 2, out.string.scan(/ERROR: pool thread margay-\d ended \(\d left; another starts in 0.3s/).size, out.string
+    assert_equal 2, out.string.scan(/ERROR: pool thread margay-\d ended \(\d left; another starts in 1s/).size, out.string
     assert_includes out.string, "Errno::EMFILE: Too many open files - epoll_create1"
     refute pool.replace_lost, "not before replace_after"
     refute pool.grow, "no growth either"
-    sleep 0.35
+    sleep 1.05
     assert_equal [true, true, false], Array.new(3) { pool.replace_lost }, "two, then min is reached"
     2.times { pop_within(@started) }
     assert_equal 2, pool.size
+  end
+
+  # `exit` in a thread hook (before_thread_start runs in the pool thread) ends the process, as
+  # Ruby does for a thread's `exit`: it is not a lost thread to replace.
+  def test_exit_in_a_pool_thread_still_ends_the_process
+    pid = fork do
+      ThreadPool.new(min: 1, max: 1, idle_timeout: 10) { exit 3 }.start
+      sleep 10
+      exit!(0)
+    end
+    status = Timeout.timeout(10) { Process.wait2(pid).last }
+    assert_equal 3, status.exitstatus
+  ensure
+    Process.kill(:KILL, pid) if pid && status.nil?
   end
 
   def test_room_and_the_kernel_ids_of_its_threads

@@ -80,14 +80,21 @@ class ClusterSignalsTest < Minitest::Test
     refute_match(/booted/, log_text.split("HUP in").last, "no worker was started again")
   end
 
-  # An error the master's loop does not expect (here injected by the config file: a failing
-  # heartbeat check while ./fail exists) used to end the master, and the cluster with it. It is
-  # said once, the workers serve on, and TERM still stops the cluster.
+  # An error the master's loop does not expect (here injected by the config file: two of its
+  # checks fail every turn while ./fail exists, one before the signals are read and one after)
+  # used to end the master, and the cluster with it. Each is said once, the workers serve on,
+  # and TERM still stops the cluster.
   def test_the_master_outlives_an_error_in_its_loop
     @dir = Dir.mktmpdir("margay-masterloop-")
     File.write(File.join(@dir, "margay.rb"), <<~RUBY)
       require "margay/cluster"
       Margay::Cluster::Health.prepend(Module.new do
+        def idle_too_long?(...)
+          raise "injected failure" if File.exist?("fail")
+
+          super
+        end
+
         def check_heartbeats(...)
           raise "injected failure" if File.exist?("fail")
 
@@ -100,11 +107,11 @@ class ClusterSignalsTest < Minitest::Test
     wait_for_listening
     wait_for_log(/booted/, count: 2)
     File.write(File.join(@dir, "fail"), "")
-    said = /master: supervising \(carrying on; said once\): RuntimeError: injected failure/
-    wait_for_log(said)
+    said = /master: carrying on after an error \(said once\): RuntimeError: injected failure/
+    wait_for_log(said, count: 2)
     sleep 1.5 # more turns of the loop (each waits up to 0.5 s for an event)
     assert_match(/up\z/, raw_exchange(@port, "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"))
-    assert_equal 1, log_text.scan(said).size
+    assert_equal 2, log_text.scan(said).size, "once for each of the two places"
     refute_match(/ArgumentError/, log_text, "the injection passes its arguments on")
     Process.kill(:TERM, @master)
     assert @thread.join(20), "master did not exit after TERM"
