@@ -87,6 +87,7 @@ module Margay
         @oob_due = false
         @scheduler = nil
         @refusing = false # the last request found no fiber (said once)
+        @live = {} # the request fibers of this thread (keys), for a forced stop
       end
 
       # Serve until the engine stops (and this thread's fibers are done) or the pool lets the
@@ -98,6 +99,9 @@ module Margay
         Fiber.set_scheduler(@scheduler)
         # RequestTimeout (FiberDeadline#check's Thread#raise) only while a request fiber runs
         Thread.handle_interrupt(RequestTimeout => :never) { serve_loop }
+      rescue ForceShutdown
+        unwind_requests
+        raise
       ensure
         Fiber.set_scheduler(nil) if @scheduler
         if waits
@@ -107,6 +111,20 @@ module Margay
       end
 
       private
+
+      # A forced stop (ForceShutdown) unwinds the request fibers still waiting on this thread
+      # too, so their ensure blocks run (body#close, rack.input's tempfile; RequestHandler#call
+      # drops the connection); they used to be abandoned. One whose unwinding waits again is
+      # left as it is.
+      def unwind_requests
+        Thread.handle_interrupt(ForceShutdown => :never, RequestTimeout => :never) do
+          @live.keys.each do |fiber|
+            fiber.raise(ForceShutdown, "forced shutdown") if fiber.alive?
+          rescue ForceShutdown, FiberError
+            nil
+          end
+        end
+      end
 
       def serve_loop
         stopping = false
@@ -186,10 +204,12 @@ module Margay
           started = true
           serve_requests(token, env)
         end
+        @live[fiber] = true
         enter(fiber, *request)
       rescue FiberError => e
         raise if started
 
+        @live.delete(fiber)
         refuse(request, e)
       end
 
@@ -224,6 +244,7 @@ module Margay
         # not unwind the thread's loop and every other fiber on it
         @log.exception(e, "fiber-mode request")
       ensure
+        @live.delete(Fiber.current)
         finished
       end
 

@@ -173,7 +173,8 @@ module Margay
 
       # The thread ends: its loop ends only once every fiber it counts (requests and
       # #scheduled) ended, so none is left to run here, except when a ForceShutdown unwound
-      # the loop (those are abandoned: the thread is to stop now).
+      # the loop (FiberLoop unwinds the request fibers then; Fiber.schedule'd ones are
+      # abandoned: the thread is to stop now).
       def close
         nil
       end

@@ -231,6 +231,36 @@ class FiberModeTest < Minitest::Test
     end
   end
 
+  # A forced stop (the grace period over) used to abandon the request fibers waiting on the
+  # thread: their ensure blocks (the app's, body#close, the tempfile's) never ran. ForceShutdown
+  # now unwinds each of them.
+  def test_a_forced_stop_unwinds_the_waiting_fibers
+    started = Queue.new
+    unwound = Queue.new
+    app = lambda do |_env|
+      started << true
+      begin
+        sleep 30
+      ensure
+        unwound << true
+      end
+      text("never")
+    end
+    fiber_server(app, force_shutdown_after: 0.3) do |_host, port, server|
+      socks = Array.new(3) do
+        s = TCPSocket.new("127.0.0.1", port)
+        s.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        s
+      end
+      3.times { pop_within(started) }
+      server.stop
+      3.times { pop_within(unwound, 10) }
+      assert_equal [""], socks.map { |s| read_all(s, timeout: 5) }.uniq, "each connection dropped, no answer"
+    ensure
+      socks&.each(&:close)
+    end
+  end
+
   def test_response_finished_callbacks_run_in_fiber_mode
     finished = Queue.new
     app = lambda do |env|
