@@ -37,14 +37,19 @@ class FiberModeTest < Minitest::Test
   # Send GET +paths+ on one connection each, all before reading any answer; returns the
   # responses ([status, headers, body]) in order.
   def concurrent_gets(port, paths, timeout: 10)
-    socks = paths.map do |path|
+    socks = send_gets(port, paths)
+    socks.map { |sock| read_response(sock, timeout: timeout) }
+  ensure
+    socks&.each(&:close)
+  end
+
+  # One connection per path, each with its GET sent (keep-alive); the caller reads and closes.
+  def send_gets(port, paths)
+    paths.map do |path|
       sock = TCPSocket.new("127.0.0.1", port)
       sock.write("GET #{path} HTTP/1.1\r\nHost: x\r\n\r\n")
       sock
     end
-    socks.map { |sock| read_response(sock, timeout: timeout) }
-  ensure
-    socks&.each(&:close)
   end
 
   def get(port, path = "/", timeout: 10)
@@ -218,11 +223,7 @@ class FiberModeTest < Minitest::Test
       text("finished")
     end
     fiber_server(app) do |_host, port, server|
-      socks = Array.new(5) do
-        s = TCPSocket.new("127.0.0.1", port)
-        s.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        s
-      end
+      socks = send_gets(port, ["/"] * 5)
       5.times { pop_within(started) }
       server.stop
       assert_equal [[200, "finished"]], socks.map { |s| read_response(s).values_at(0, 2) }.uniq
@@ -247,11 +248,7 @@ class FiberModeTest < Minitest::Test
       text("never")
     end
     fiber_server(app, force_shutdown_after: 0.3) do |_host, port, server|
-      socks = Array.new(3) do
-        s = TCPSocket.new("127.0.0.1", port)
-        s.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        s
-      end
+      socks = send_gets(port, ["/"] * 3)
       3.times { pop_within(started) }
       server.stop
       3.times { pop_within(unwound, 10) }
