@@ -118,7 +118,7 @@ module Margay
       # left as it is.
       def unwind_requests
         Thread.handle_interrupt(ForceShutdown => :never, RequestTimeout => :never) do
-          @live.keys.each do |fiber|
+          (@live.keys - @scheduler.unwinding).each do |fiber|
             fiber.raise(ForceShutdown, "forced shutdown") if fiber.alive?
           rescue ForceShutdown, FiberError
             nil
@@ -182,13 +182,15 @@ module Margay
       # Run +fiber+ until it waits or ends, open to the supervisor's RequestTimeout (the
       # interrupt mask is the thread's: open only around the transfer, never in this root
       # fiber). One that lands here was aimed at a fiber that yielded meanwhile: dropped (the
-      # scheduler's timer covers a waiting fiber).
+      # scheduler's timer covers a waiting fiber). A forced stop that landed in the fiber and
+      # found it waiting again as it unwound is the thread's: raised here, in the root.
       def enter(fiber, *args)
         entered = false
         Thread.handle_interrupt(RequestTimeout => :immediate) do
           entered = true
           fiber.transfer(*args)
         end
+        raise ForceShutdown, "forced shutdown" unless @scheduler.unwinding.empty?
       rescue RequestTimeout
         retry unless entered # it was pending as the window opened: the fiber still runs
       end

@@ -61,6 +61,7 @@ module Margay
         @inbox = [] # Waits (or fibers) unblocked from other threads (Array#push is atomic under the GVL)
         @raises = {} # fiber => Raise, delivered at its next resumption
         @out = []
+        @unwinding = [] # fibers that waited while a ForceShutdown unwound them
       end
 
       # --- Fiber::Scheduler hooks ------------------------------------------------------
@@ -171,6 +172,11 @@ module Margay
       # The fibers made by #fiber that have not ended.
       attr_reader :scheduled
 
+      # The fibers that took the thread's ForceShutdown (it landed while they ran) and waited
+      # again while it unwound them: the stop is the thread's (FiberLoop#enter raises it in the
+      # root), and they are not to be unwound a second time.
+      attr_reader :unwinding
+
       # The thread ends: its loop ends only once every fiber it counts (requests and
       # #scheduled) ended, so none is left to run here, except when a ForceShutdown unwound
       # the loop (FiberLoop unwinds the request fibers then; Fiber.schedule'd ones are
@@ -259,6 +265,7 @@ module Margay
       # Transfer to the root fiber until +wait+ completes; returns its value (or raises what
       # #interrupt asked for).
       def suspend(wait)
+        @unwinding << wait.fiber if $!.is_a?(ForceShutdown) # rubocop:disable Style/SpecialGlobalVars -- the error being unwound
         @waiting[wait.fiber] = wait
         value = @root.transfer
         raise_pending(wait.fiber)

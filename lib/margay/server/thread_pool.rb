@@ -222,9 +222,14 @@ module Margay
       # The new thread inherits a mask deferring ForceShutdown until it is
       # inside run_thread's rescue: one aimed at a thread that has just been
       # created ends it quietly too, rather than killing it (and being
-      # re-raised by #force_stop's join).
+      # re-raised by #force_stop's join). RequestTimeout stays deferred for the
+      # thread's life except where a request runs (Deadline#track, FiberLoop#enter
+      # open it): one still pending as a forced stop unwinds the thread's loop
+      # would otherwise replace the ForceShutdown.
       def spawn_locked
-        thread = Thread.handle_interrupt(ForceShutdown => :never) { Thread.new { run_thread } }
+        thread = Thread.handle_interrupt(ForceShutdown => :never, RequestTimeout => :never) do
+          Thread.new { run_thread }
+        end
         thread.name = "margay-#{@threads.size}"
         @threads << thread
       end

@@ -52,6 +52,14 @@ class FiberModeTest < Minitest::Test
     end
   end
 
+  # The server closed (or reset) +sock+ without answering.
+  def assert_dropped(sock)
+    assert sock.wait_readable(5), "the connection is still open"
+    assert_nil sock.read_nonblock(1, exception: false), "EOF, no answer"
+  rescue Errno::ECONNRESET
+    pass
+  end
+
   def get(port, path = "/", timeout: 10)
     sock = TCPSocket.new("127.0.0.1", port)
     sock.write("GET #{path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -252,7 +260,44 @@ class FiberModeTest < Minitest::Test
       3.times { pop_within(started) }
       server.stop
       3.times { pop_within(unwound, 10) }
-      assert_equal [""], socks.map { |s| read_all(s, timeout: 5) }.uniq, "each connection dropped, no answer"
+      socks.each { |s| assert_dropped(s) }
+    ensure
+      socks&.each(&:close)
+    end
+  end
+
+  # The forced stop lands in a fiber that is computing, and that fiber's unwinding waits
+  # (through the scheduler) in its ensure: the stop is still the thread's, and the fiber
+  # waiting beside it is unwound too. It used to carry on as if no stop had come: the thread
+  # served on until killed, the waiting fiber abandoned.
+  def test_a_forced_stop_taken_by_a_computing_fiber_still_unwinds_the_others
+    events = Queue.new
+    app = lambda do |env|
+      if env["PATH_INFO"] == "/compute"
+        events << :computing
+        begin
+          loop { Math.sqrt(2) }
+        ensure
+          events << :compute_unwinding
+          sleep 5 # waits through the scheduler while the ForceShutdown unwinds it (past the 2 s join)
+        end
+      else
+        events << :waiting
+        begin
+          sleep 30
+        ensure
+          events << :wait_unwound
+        end
+      end
+      text("never")
+    end
+    fiber_server(app, force_shutdown_after: 0.3) do |_host, port, server|
+      socks = send_gets(port, ["/wait"])
+      assert_equal :waiting, pop_within(events)
+      socks += send_gets(port, ["/compute"])
+      assert_equal :computing, pop_within(events)
+      server.stop
+      assert_equal %i[compute_unwinding wait_unwound], [pop_within(events, 10), pop_within(events, 10)]
     ensure
       socks&.each(&:close)
     end
