@@ -121,23 +121,25 @@ class SupervisorTest < Minitest::Test
 
   # A worker among more busy processes than cores gets less CPU than it wants: the time its
   # threads waited for a CPU counts as computing, so its pool does not grow for nothing.
-  # Real time; no CPU used; its threads waited for a CPU the whole time (+waiting+) or never.
-  # +reads+ counts the run queue's readings.
+  # Real time; no CPU used; its threads waited for a CPU the whole time (+waiting+: the run
+  # delay is the time the tick read, so it grows exactly with the tick's clock, however late
+  # in the tick a loaded machine gets to read it) or never. +reads+ counts the readings.
   class QueueClock
     attr_reader :reads
 
     def initialize(waiting:)
       @waiting = waiting
       @reads = 0
+      @now = nil
     end
 
-    def now = Margay::Clock.now
+    def now = (@now = Margay::Clock.now)
 
     def cpu = 1.0
 
     def run_delay(_tids)
       @reads += 1
-      @waiting ? now : 0.0
+      @waiting ? @now : 0.0
     end
   end
 
