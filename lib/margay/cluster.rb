@@ -122,7 +122,7 @@ module Margay
         guarded { @forwarder.place_held }
         guarded { begin_stop if @health.idle_too_long?(@workers) }
       end
-      sleep LOOP_PAUSE unless guarded { wait_for_events } # no spin on a failing wait
+      sleep LOOP_PAUSE unless guarded { wait_for_events || true } # no spin on a failing wait
       while (sig = @signals.shift) # one at a time: a restart may look at what follows
         guarded { handle_signal(sig) }
       end
@@ -134,13 +134,9 @@ module Margay
       guarded { force_stop } if @stopping && Clock.now > @stop_deadline
     end
 
-    # Run one step of the loop; false when it raised (logged once per class and place).
-    def guarded
-      yield
-      true
-    rescue StandardError => e
-      @log.exception_once(e, "master: carrying on after an error (said once)", @loop_errors)
-      false
+    # One step of the loop: its value, or nil when it raised (said once per class and place).
+    def guarded(&)
+      @log.guard("master: carrying on after an error (said once)", @loop_errors, &)
     end
 
     # ---- signals ----

@@ -101,10 +101,14 @@ module Margay
       write(@err, "ERROR: #{context}: #{error.class}: #{Log.message(error)}\n#{trace}")
     end
 
-    # #exception once per class and raising line (+seen+, a Set the caller keeps): for a loop
-    # that carries on past an error that may come back every turn.
-    def exception_once(error, context, seen)
-      exception(error, context) if seen.add?([error.class, error.backtrace&.first])
+    # One step of a loop that must carry on past an error that may come back every turn: the
+    # block's value, or nil when it raised (a StandardError), said with +context+ once per
+    # class and raising line (+seen+, a Set the caller keeps).
+    def guard(context, seen)
+      yield
+    rescue StandardError => e
+      exception(e, context) if seen.add?([e.class, e.backtrace&.first])
+      nil
     end
 
     # Every thread's name and backtrace (Puma's INFO/PWR signal), one block each.

@@ -88,11 +88,8 @@ module Margay
         @wall = wall
       end
 
-      def guarded
-        yield
-      rescue StandardError => e
-        (@log || Log.new).exception_once(e, "supervisor tick (serving on; said once)", @tick_errors)
-        nil
+      def guarded(&)
+        (@log || Log.new).guard("supervisor tick (serving on; said once)", @tick_errors, &)
       end
 
       # The share of the last +elapsed+ seconds this process computed or its
