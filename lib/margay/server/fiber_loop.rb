@@ -83,11 +83,10 @@ module Margay
         @in_flight = in_flight
         @log = log
         @out_of_band = out_of_band
-        @fibers = 0
         @oob_due = false
         @scheduler = nil
         @refusing = false # the last request found no fiber (said once)
-        @live = {} # the request fibers of this thread (keys), for a forced stop
+        @live = {} # the request fibers of this thread (keys): how many run, and what a forced stop unwinds
       end
 
       # Serve until the engine stops (and this thread's fibers are done) or the pool lets the
@@ -164,7 +163,7 @@ module Margay
 
       # No fiber of this thread left: neither a request's nor a Fiber.schedule'd one.
       def idle?
-        @fibers.zero? && @scheduler.scheduled.zero?
+        @live.empty? && @scheduler.scheduled.zero?
       end
 
       # Resume the fibers that were ready when the turn began (those they make ready run in
@@ -199,8 +198,7 @@ module Margay
       # when there is no memory for it, that first transfer raises FiberError and the fiber
       # never ran (+started+ still false).
       def start(request)
-        @fibers += 1 # its slot of @in_flight was claimed by the wait that took it
-        @pool.busy!
+        @pool.busy! # and its slot of @in_flight was claimed by the wait that took it (#finished gives both back)
         started = false
         fiber = Fiber.new(blocking: false) do |token, env|
           started = true
@@ -211,13 +209,12 @@ module Margay
       rescue FiberError => e
         raise if started
 
-        @live.delete(fiber)
-        refuse(request, e)
+        refuse(request, e, fiber)
       end
 
       # No fiber for a request: a 503 (the app never saw it), and its in-flight slot and its
       # count given back; said once until a fiber starts again.
-      def refuse(request, error)
+      def refuse(request, error, fiber)
         token, env = request
         input = env[Rack::RACK_INPUT]
         input.close if input.is_a?(File) && !input.closed?
@@ -225,7 +222,7 @@ module Margay
         @refusing = true
         @engine.error_response(token, 503)
       ensure
-        finished
+        finished(fiber)
       end
 
       # One connection's requests in this fiber: the first, then those it pipelined while
@@ -246,22 +243,21 @@ module Margay
         # not unwind the thread's loop and every other fiber on it
         @log.exception(e, "fiber-mode request")
       ensure
-        @live.delete(Fiber.current)
-        finished
+        finished(Fiber.current)
       end
 
-      def finished
-        @fibers -= 1
+      def finished(fiber)
+        @live.delete(fiber)
         @in_flight.leave
         @pool.idle!
-        @oob_due = true if @fibers.zero? && @out_of_band
+        @oob_due = true if @live.empty? && @out_of_band
       end
 
       # Puma's out_of_band hooks, from the loop (not inside a request's fiber) once the
       # thread's last fiber ended.
       def out_of_band
         @oob_due = false
-        @out_of_band.call if @fibers.zero?
+        @out_of_band.call if @live.empty?
       end
 
       IO_BOUND_KEY = "puma.mark_as_io_bound"
