@@ -38,7 +38,9 @@ module Margay
   # after_worker_shutdown), Health (heartbeat, memory and idle checks),
   # Channel (the master<->worker protocol), Worker and Mold (the child side),
   # Balancer (keep-alive balancing, both sides).
-  class Cluster < Runner
+  class Cluster
+    include Runner
+
     BOARD_SLOTS = 256 # worker indexes that can report idle threads (see Native::IdleBoard)
     LOOP_PAUSE = 0.1 # seconds before the next turn when the loop's wait failed
 

@@ -5,9 +5,11 @@ require_relative "binder"
 require_relative "version"
 
 module Margay
-  # What single mode (Server) and cluster mode (Cluster, the master) share:
-  # the configuration, the log and the listening sockets, which Ruby owns.
-  class Runner
+  # What single mode (Server) and cluster mode (Cluster, the master) share,
+  # mixed into both: the configuration, the log and the listening sockets,
+  # which Ruby owns. A module, not a base class, so that the files that
+  # reopen Server or Cluster need not load it.
+  module Runner
     # The signal that prints every thread's backtrace, as Puma's: INFO where
     # the system has it (BSD, macOS), else PWR (Linux).
     BACKTRACE_SIGNAL = %w[INFO PWR].find { |name| Signal.list.key?(name) }

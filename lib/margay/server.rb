@@ -19,7 +19,9 @@ module Margay
   #   server = Margay::Server.new(app, config, log: Margay::Log.new)
   #   server.bind    # open listeners (port 0 resolved: see #addresses)
   #   server.run     # serve until #stop; returns after a graceful stop
-  class Server < Runner
+  class Server
+    include Runner
+
     # app: the Rack application. engine: the Native::Engine from #run on (nil
     # before; closed once #run returns).
     attr_reader :app, :engine

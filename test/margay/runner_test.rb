@@ -8,6 +8,11 @@ require "margay/runner"
 class RunnerTest < Minitest::Test
   Runner = Margay::Runner
 
+  # The smallest process that mixes Runner in.
+  class Example
+    include Runner
+  end
+
   def config(**settings)
     Margay::Configuration.new(**settings)
   end
@@ -28,9 +33,9 @@ class RunnerTest < Minitest::Test
 
   def test_grace_period_is_force_shutdown_after_or_shutdown_timeout
     log = Margay::Log.new
-    assert_equal 30, Runner.new(config, log: log).grace_period
-    assert_equal 5, Runner.new(config(force_shutdown_after: 5), log: log).grace_period
-    assert_equal 0, Runner.new(config(force_shutdown_after: 0), log: log).grace_period
-    assert_equal Float::INFINITY, Runner.new(config(force_shutdown_after: -1), log: log).grace_period
+    assert_equal 30, Example.new(config, log: log).grace_period
+    assert_equal 5, Example.new(config(force_shutdown_after: 5), log: log).grace_period
+    assert_equal 0, Example.new(config(force_shutdown_after: 0), log: log).grace_period
+    assert_equal Float::INFINITY, Example.new(config(force_shutdown_after: -1), log: log).grace_period
   end
 end

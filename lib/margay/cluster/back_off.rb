@@ -1,10 +1,9 @@
 # frozen_string_literal: true
 
-require_relative "../runner"
 require_relative "../clock"
 
 module Margay
-  class Cluster < Runner
+  class Cluster
     # Internal: the master's back-off after workers fail to boot. Each
     # failure (a worker that exited before it served, or a fork that could
     # not be made) delays the next start instead of fork-looping: 1, 2,

@@ -1,11 +1,10 @@
 # frozen_string_literal: true
 
 require_relative "../binder"
-require_relative "../runner"
 require_relative "channel"
 
 module Margay
-  class Cluster < Runner
+  class Cluster
     # Internal: keep-alive balancing, the worker's side. Native::IdleBoard
     # counts every worker's waiting threads and connections; the engine reads
     # it (Engine#others_waiting, #handoff_quota). While all of this worker's

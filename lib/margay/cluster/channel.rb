@@ -2,11 +2,10 @@
 
 require "socket"
 require_relative "../errors"
-require_relative "../runner"
 require_relative "../stats"
 
 module Margay
-  class Cluster < Runner
+  class Cluster
     # Internal: the master<->worker protocol, every message of it. A Channel is
     # one side's ends of the three links between the master and one worker
     # (or the mold):

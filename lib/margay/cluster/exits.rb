@@ -1,10 +1,9 @@
 # frozen_string_literal: true
 
-require_relative "../runner"
 require_relative "../clock"
 
 module Margay
-  class Cluster < Runner
+  class Cluster
     # Internal: what the master does once a worker process is gone. It reaps
     # the exit statuses of its children (#reap: the workers, the mold, and as
     # child subreaper the workers the mold forked), forgets a worker that is

@@ -1,9 +1,7 @@
 # frozen_string_literal: true
 
-require_relative "../runner"
-
 module Margay
-  class Cluster < Runner
+  class Cluster
     # Internal: holds a just-forked worker until the process that forked it
     # has run after_worker_fork, so the hooks run in Puma's order (the
     # parent's after_worker_fork, then the worker's before_worker_boot)

@@ -1,10 +1,9 @@
 # frozen_string_literal: true
 
-require_relative "../runner"
 require_relative "../clock"
 
 module Margay
-  class Cluster < Runner
+  class Cluster
     # Internal: the master's periodic checks on its workers, from what they
     # report with their heartbeats. A worker silent for longer than it may
     # be is killed (#check_heartbeats; one told to stop gets its grace

@@ -1,11 +1,10 @@
 # frozen_string_literal: true
 
-require_relative "../runner"
 require_relative "../native"
 require_relative "../stats"
 
 module Margay
-  class Cluster < Runner
+  class Cluster
     # Internal: the heap of a process about to become the template of others
     # (the mold before it forks the workers; a preloading master before its
     # first fork), settled so that its children share as much of it as they

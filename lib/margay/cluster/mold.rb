@@ -1,12 +1,11 @@
 # frozen_string_literal: true
 
-require_relative "../runner"
 require_relative "channel"
 require_relative "heap"
 require_relative "fork_gate"
 
 module Margay
-  class Cluster < Runner
+  class Cluster
     # Internal: the mold. A warm worker stopped serving (Worker#become_mold),
     # settled its heap (Heap.settle: full GCs, compaction, malloc_trim) and
     # forks new workers when the master orders them; they share its

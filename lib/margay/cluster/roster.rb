@@ -1,10 +1,9 @@
 # frozen_string_literal: true
 
-require_relative "../runner"
 require_relative "worker_record"
 
 module Margay
-  class Cluster < Runner
+  class Cluster
     # Internal: the master's set of workers (WorkerRecords by pid, the mold
     # among them), and the questions the supervision loop asks of it.
     class Roster

@@ -1,9 +1,9 @@
 # frozen_string_literal: true
 
-require_relative "../runner"
+require_relative "../runner" # BACKTRACE_SIGNAL
 
 module Margay
-  class Cluster < Runner
+  class Cluster
     # Internal: the master's signal inbox. A trap only queues its signal and
     # wakes the supervision loop through a self-pipe; the loop takes them one
     # at a time (docs/SIGNALS.md says what each does). A worker forked while

@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require_relative "../runner"
 require_relative "../clock"
 require_relative "channel"
 require_relative "fork_gate"
@@ -8,7 +7,7 @@ require_relative "worker"
 require_relative "worker_record"
 
 module Margay
-  class Cluster < Runner
+  class Cluster
     # Internal: how the master makes a worker. Either it forks one itself
     # (#fork_child), or it orders one from the ready mold (#order_from_mold),
     # which forks it from its warm heap. Either way the new worker enters the

@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require_relative "../runner"
 require_relative "../server"
 require_relative "../clock"
 require_relative "balancer"
@@ -10,7 +9,7 @@ require_relative "signals"
 require_relative "../stats"
 
 module Margay
-  class Cluster < Runner
+  class Cluster
     # Internal: the child side of cluster mode. A worker runs a Server on the
     # listeners inherited from the master and reports to it through its
     # Channel: "booted" once serving, "alive" every second (each with its

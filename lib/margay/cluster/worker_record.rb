@@ -1,10 +1,9 @@
 # frozen_string_literal: true
 
-require_relative "../runner"
 require_relative "../stats"
 
 module Margay
-  class Cluster < Runner
+  class Cluster
     # Internal: the master's record of one worker process, or of the mold (a
     # worker that stopped serving to fork the others). A worker moves through
     # booting -> booted, may be marked retiring (to be replaced, one at a

@@ -3,10 +3,9 @@
 require_relative "../errors"
 require_relative "../clock"
 require_relative "../log"
-require_relative "../runner"
 
 module Margay
-  class Server < Runner
+  class Server
     # Internal: enforces config.request_timeout. Pool threads mark when their
     # app call starts; the supervisor calls #check every few ticks. A late
     # thread is interrupted with RequestTimeout (after logging its path and

@@ -3,7 +3,7 @@
 require_relative "deadline"
 
 module Margay
-  class Server < Runner
+  class Server
     # Internal: request_timeout in fiber mode (issue 13). Like Deadline it covers the app call
     # only (RequestHandler#call: not body.close, not rack.response_finished callbacks), in two
     # ways at once:

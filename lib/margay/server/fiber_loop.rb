@@ -4,11 +4,10 @@ require_relative "../clock"
 require_relative "../errors"
 require_relative "../log"
 require_relative "../native"
-require_relative "../runner"
 require_relative "fiber_scheduler"
 
 module Margay
-  class Server < Runner
+  class Server
     # Internal: what a pool thread runs in fiber mode (config.fiber_scheduler, issue 13): each
     # request in a non-blocking Fiber under this thread's FiberScheduler. One turn of #serve:
     # run the fibers that are ready (each until its next wait), fire due timers, then wait once

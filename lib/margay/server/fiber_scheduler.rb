@@ -1,11 +1,10 @@
 # frozen_string_literal: true
 
 require_relative "../errors"
-require_relative "../runner"
 require_relative "fiber_timers"
 
 module Margay
-  class Server < Runner
+  class Server
     # Internal: the Fiber::Scheduler of one fiber-mode pool thread (issue 13). It keeps what
     # the thread's fibers wait for: fds (in the thread's private epoll set, Native::FiberWaits),
     # timers (FiberTimers), blockers (Mutex, Queue, ConditionVariable, Thread#join) and the

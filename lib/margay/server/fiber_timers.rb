@@ -1,10 +1,9 @@
 # frozen_string_literal: true
 
 require_relative "../clock"
-require_relative "../runner"
 
 module Margay
-  class Server < Runner
+  class Server
     # Internal: the timers of one fiber-mode pool thread, for its FiberScheduler (sleep,
     # Timeout.timeout, the timeouts of io_wait and block, request_timeout): a binary heap of
     # entries [at, seq, target, value], earliest first (then in the order they were added). A

@@ -2,10 +2,9 @@
 
 require "socket"
 require_relative "../constants"
-require_relative "../runner"
 
 module Margay
-  class Server < Runner
+  class Server
     # Internal: rack.hijack. The engine lets go of the connection and hands
     # over the bytes it had already read past the request (a client that
     # speaks right after an Upgrade, in the same packet); they are pushed back

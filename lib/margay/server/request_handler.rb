@@ -5,13 +5,12 @@ require_relative "../clock"
 require_relative "../log"
 require_relative "../constants"
 require_relative "../version"
-require_relative "../runner"
 require_relative "stream"
 require_relative "hijack"
 require_relative "upgrade"
 
 module Margay
-  class Server < Runner
+  class Server
     # Internal: what every pool thread does (#serve): wait in the engine for a
     # request, run the application, send its response through the engine.
     # Every failure becomes an HTTP outcome in one place (#fail_request,

@@ -1,9 +1,7 @@
 # frozen_string_literal: true
 
-require_relative "../runner"
-
 module Margay
-  class Server < Runner
+  class Server
     # Internal: the stream handed to a streaming body (`body.call(stream)`).
     # Writes go through the native engine (chunked framing when the length is
     # unknown); reads come from the request body, which is fully buffered.

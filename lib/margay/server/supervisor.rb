@@ -4,11 +4,10 @@ require "set"
 require_relative "../clock"
 require_relative "../log"
 require_relative "../systemd"
-require_relative "../runner"
 require_relative "thread_pool"
 
 module Margay
-  class Server < Runner
+  class Server
     # Internal: the main thread's work while the server serves. Every tick
     # (about 5 ms) it gives the pool one look for its growth policy
     # (ThreadPool#consider_growth), has it replace a thread lost to an

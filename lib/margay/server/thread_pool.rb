@@ -2,10 +2,9 @@
 
 require_relative "../errors"
 require_relative "../clock"
-require_relative "../runner"
 
 module Margay
-  class Server < Runner
+  class Server
     # Internal: the Ruby threads that run the application. There is no queue:
     # every idle thread waits inside the engine (leader/follower), and the
     # thread that receives a complete request runs the app itself, so no

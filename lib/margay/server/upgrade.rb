@@ -3,11 +3,10 @@
 require "io/wait"
 require "socket"
 require_relative "../errors"
-require_relative "../runner"
 require_relative "hijack"
 
 module Margay
-  class Server < Runner
+  class Server
     # Internal: connection upgrades (WebSocket and the like) through a Rack 3
     # streaming body. The request's Upgrade tokens become env["rack.protocol"];
     # an app that answers 101 (or 2xx with a rack.protocol response header)
