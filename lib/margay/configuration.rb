@@ -3,7 +3,7 @@
 require "socket"
 require "tmpdir"
 require_relative "errors"
-require_relative "binder"
+require_relative "process/binder"
 
 module Margay
   # The one frozen configuration object and THE list of settings and their

@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require_relative "process/reexec"
 require_relative "runner"
 require_relative "errors"
 require_relative "configuration"
@@ -45,7 +46,7 @@ module Margay
     def run(&block)
       ENV["RACK_ENV"] = @config.environment
       Dir.chdir(@config.directory) if @config.directory # first: relative redirect paths are the directory's,
-      Log.redirect(@config, append: @config.redirect_append || ENV.delete(Runner::REDIRECTED_ENV)) # on HUP and restart too
+      Log.redirect(@config, append: @config.redirect_append || ENV.delete(Reexec::REDIRECTED_ENV)) # on HUP and restart too
       return run_cluster if @config.workers.positive?
 
       @single = Single.new(self, @config, log: @log, restart_argv: @restart_argv)
@@ -94,7 +95,7 @@ module Margay
       elsif @rackup_given || File.exist?(path)
         raise ConfigError, File.exist?(path) ? "rackup file #{path} is not a file" : "rackup file #{path} not found"
       else
-        require_relative "demo_app"
+        require_relative "launcher/demo_app"
         demo = DemoApp.new(@config, stats: -> { server ? server.stats : {} },
                                     addresses: -> { server ? server.addresses : @config.binds })
         [demo, "built-in demo app (no #{path} in #{Dir.pwd}; name a rackup file to serve yours)"]
@@ -105,7 +106,7 @@ module Margay
     # app, state file, stats and plugins start (docs/CONTROL.md), the banner and
     # the process title say where it listens. Returns the Operations.
     def announce(runner, description)
-      require_relative "operations"
+      require_relative "control/operations"
       @ops = Operations.start(@config, @log, runner, on_halt: method(:remove_pidfile))
       banner(description, runner.addresses)
       Process.setproctitle(Runner.title(@config, runner.addresses))

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
-require "rbconfig"
-require_relative "binder"
+require_relative "process/binder"
+require_relative "process/reexec"
 require_relative "version"
 
 module Margay
@@ -14,20 +14,7 @@ module Margay
     # the system has it (BSD, macOS), else PWR (Linux).
     BACKTRACE_SIGNAL = %w[INFO PWR].find { |name| Signal.list.key?(name) }
 
-    # Set in the environment of a hot restart when stdout/stderr are
-    # redirected: the new process appends to the files instead of truncating them.
-    REDIRECTED_ENV = "MARGAY_REDIRECTED"
-
     attr_reader :config, :listeners
-
-    # The command a hot restart executes: config.restart_command (Puma's
-    # restart_cmd, split on spaces) followed by the original arguments, or
-    # this Ruby running +argv+ (the script and its arguments) again.
-    def self.restart_command(config, argv)
-      return [RbConfig.ruby, *argv] unless config.restart_command
-
-      [*config.restart_command.to_s.split(" "), *argv.drop(1)]
-    end
 
     # The process title, like Puma's: "margay VERSION (BINDS) [TAG]"; the
     # tag defaults to the directory's name, as in Puma.
@@ -67,18 +54,10 @@ module Margay
       (@listeners || []).map(&:url)
     end
 
-    # Replace this process (same pid) by Runner.restart_command(config, +argv+),
-    # run in config.directory, with the listeners inherited through
-    # Binder::INHERIT_ENV so that no connection is refused meanwhile. +env+ and
-    # +fds+ ({fd => fd}) add what else it inherits. Returns only when exec fails
-    # (raises SystemCallError).
+    # Replace this process (same pid) by the restart command, with the
+    # listeners inherited (Reexec.exec). Returns only when exec fails.
     def reexec(argv, env: {}, fds: {})
-      inherit = @listeners.map { |l| "#{l.bind}=#{l.io.fileno}" }.join(",")
-      env = { Binder::INHERIT_ENV => inherit, Binder::ACTIVATED_ENV => (@listeners.any?(&:activated) ? "1" : nil),
-              REDIRECTED_ENV => (@config.redirect_stdout || @config.redirect_stderr ? "1" : nil) }.merge(env)
-      inherited = @listeners.to_h { |l| [l.io.fileno, l.io.fileno] }.merge(fds)
-      Dir.chdir(@config.directory) if @config.directory
-      exec(env, *Runner.restart_command(@config, argv), inherited.merge(close_others: false))
+      Reexec.exec(@config, @listeners, argv, env: env, fds: fds)
     end
   end
 end

@@ -5,7 +5,7 @@ require_relative "errors"
 require_relative "clock"
 require_relative "configuration"
 require_relative "log"
-require_relative "systemd"
+require_relative "process/systemd"
 require_relative "runner"
 require_relative "native"
 

@@ -1,10 +1,10 @@
 # frozen_string_literal: true
 
-require_relative "binder"
+require_relative "process/binder"
 require_relative "errors"
 require_relative "log"
 require_relative "runner"
-require_relative "systemd"
+require_relative "process/systemd"
 
 module Margay
   # Internal: single mode, one process serving with one Server (Cluster is the

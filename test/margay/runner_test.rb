@@ -3,8 +3,8 @@
 require "test_helper"
 require "margay/runner"
 
-# What single and cluster mode share: the hot-restart command, the process
-# title, and the grace period after a stop.
+# What single and cluster mode share: the process title and the grace period
+# after a stop.
 class RunnerTest < Minitest::Test
   Runner = Margay::Runner
 
@@ -15,13 +15,6 @@ class RunnerTest < Minitest::Test
 
   def config(**settings)
     Margay::Configuration.new(**settings)
-  end
-
-  def test_restart_command_is_ruby_and_the_argv_or_restart_command_and_the_arguments
-    argv = ["/usr/bin/margay", "-w", "2", "config.ru"]
-    assert_equal [RbConfig.ruby, *argv], Runner.restart_command(config, argv)
-    assert_equal ["bin/margay", "--preload", "-w", "2", "config.ru"],
-                 Runner.restart_command(config(restart_command: "bin/margay --preload"), argv)
   end
 
   def test_title_like_pumas_with_the_tag_or_the_directory_name

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "../binder"
+require_relative "../process/binder"
 require_relative "channel"
 
 module Margay

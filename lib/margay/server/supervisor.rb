@@ -3,7 +3,7 @@
 require "set"
 require_relative "../clock"
 require_relative "../log"
-require_relative "../systemd"
+require_relative "../process/systemd"
 require_relative "thread_pool"
 
 module Margay

@@ -1,12 +1,12 @@
 # frozen_string_literal: true
 
 require "securerandom"
-require_relative "stats"
+require_relative "../stats"
 require_relative "puma_launcher"
 require_relative "plugins"
-require_relative "control/app"
-require_relative "control/listener"
-require_relative "control/state_file"
+require_relative "app"
+require_relative "listener"
+require_relative "state_file"
 
 module Margay
   # Puma's operational surface around the process that serves (the single

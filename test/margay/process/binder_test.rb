@@ -2,7 +2,7 @@
 
 require "test_helper"
 require "tmpdir"
-require "margay/binder"
+require "margay/process/binder"
 
 # Listeners from bind URLs, and listeners handed over by a previous master
 # (MARGAY_INHERIT_FDS, a hot restart).

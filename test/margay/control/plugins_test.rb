@@ -3,7 +3,7 @@
 require "test_helper"
 require "json"
 require "tmpdir"
-require "margay/operations"
+require "margay/control/operations"
 
 # Puma plugins under Margay (Margay::Plugins, Margay::PumaLauncher) and the
 # Operations that start them with the control app and the state file. The

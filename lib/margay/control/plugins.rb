@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "stats"
+require_relative "../stats"
 
 module Margay
   # Puma plugins (`plugin :tmp_restart`): a file puma/plugin/NAME.rb on the
@@ -9,7 +9,7 @@ module Margay
   #
   # Which Puma::Plugin: the puma gem's own puma/plugin.rb when the bundle
   # has the gem (it loads that one file and puma/const.rb, never Puma's
-  # server), else Margay's shim (lib/margay/puma_shim, put on the load path
+  # server), else Margay's shim (lib/margay/control/puma_shim, put on the load path
   # then), which has the same registry and its own tmp_restart. Either way
   # in_background runs its block in a thread Margay starts and logs, and
   # Puma.stats / Puma.stats_hash answer Margay's stats.

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "margay/puma_launcher"
+require "margay/control/puma_launcher"
 
 # What plugins and the control app get as Puma's launcher
 # (Margay::PumaLauncher): options under Puma's names, events, the log

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "stats"
+require_relative "../stats"
 
 module Margay
   # What Puma's Launcher offers to the control app and to Puma plugins, over

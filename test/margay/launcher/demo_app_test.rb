@@ -2,7 +2,7 @@
 
 require "test_helper"
 require "json"
-require "margay/demo_app"
+require "margay/launcher/demo_app"
 
 # The built-in page and its JSON, checked under Rack::Lint with Rack::MockRequest.
 class DemoAppTest < Minitest::Test

@@ -2,7 +2,7 @@
 
 require "json"
 require "rack/utils"
-require_relative "version"
+require_relative "../version"
 
 module Margay
   # The built-in app served when there is no config.ru: one HTML page with the

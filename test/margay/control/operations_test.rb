@@ -2,7 +2,7 @@
 
 require "test_helper"
 require "tmpdir"
-require "margay/operations"
+require "margay/control/operations"
 
 # Operations (Margay::Operations): the control app and the state file
 # around a serving process, started and stopped together.
