@@ -2,12 +2,14 @@
 
 require "test_helper"
 require "net/http"
+require_relative "fiber_test_helper"
 
 # Fiber mode (issue 13) over real sockets: one pool thread (-t 1:1) serving many waiting
 # requests at once, each in its own Fiber under Margay's scheduler. Concurrency is asserted by
 # counting the requests in flight inside the app, never by wall time.
 class FiberModeTest < Minitest::Test
   include Margay::TestHelper
+  include FiberTestHelper
 
   # The app's view of concurrency: how many requests are inside it, and the most at once.
   class Overlap
@@ -28,10 +30,6 @@ class FiberModeTest < Minitest::Test
     ensure
       @lock.synchronize { @now -= 1 }
     end
-  end
-
-  def fiber_server(app, **settings, &block)
-    with_server(app, fiber_scheduler: true, event_backend: :auto, min_threads: 1, max_threads: 1, **settings, &block)
   end
 
   # Send GET +paths+ on one connection each, all before reading any answer; returns the
@@ -66,10 +64,6 @@ class FiberModeTest < Minitest::Test
     read_response(sock, timeout: timeout)
   ensure
     sock&.close
-  end
-
-  def text(body)
-    [200, { "content-type" => "text/plain" }, [body.to_s]]
   end
 
   def test_many_sleeping_requests_overlap_on_one_thread

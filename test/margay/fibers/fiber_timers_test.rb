@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "margay/server/fiber_timers"
+require "margay/fibers/fiber_timers"
 
 # The timer heap of a fiber-mode thread (Margay::Server::FiberTimers), on a clock the test sets:
 # due order (ties in the order added), the next wait's bound, cancelling, and the rebuild that

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "deadline"
+require_relative "../server/deadline"
 
 module Margay
   class Server
