@@ -141,7 +141,7 @@ module Margay
 
     def app_flags(o)
       o.on("-t", "--threads MIN:MAX", "Threads running the app; N means N:N (default #{default_threads})") { |v| single(:threads, v) }
-      # Issue 13: fiber mode (docs/CONFIGURATION.md "Fiber mode").
+      # Fiber mode (docs/CONFIGURATION.md "Fiber mode").
       o.on("--fibers", "Fiber mode: each request in a Fiber; waits (I/O, sleep, locks) yield the thread") do
         setting(:fiber_scheduler, true)
       end

@@ -77,7 +77,7 @@ module Margay
       request_timeout: nil,           # seconds an app call may run: 503 and the thread interrupted (nil: off)
       worker_memory_limit: nil,       # bytes of RSS after which a worker is gracefully replaced (nil: off)
       refork_after: nil,              # requests after which a warm worker becomes the mold (nil: only on URG)
-      # issue 15, memory per worker: the template's heap before forking (Cluster::Heap)
+      # Memory per worker: the template's heap before forking (Cluster::Heap)
       compact_before_fork: false,     # GC.compact in the mold (and a preloading master) before it forks
       out_of_band_gc: nil,            # a cluster worker with no request running, N requests after its last: full GC + malloc_trim
       worker_timeout: 60,             # a worker silent this long is killed and replaced
@@ -103,7 +103,7 @@ module Margay
       restart_command: nil,           # the command a hot restart re-executes (nil: the original argv)
       worker_culling_strategy: :youngest, # which workers TTOU and a lower count stop first (:youngest, :oldest)
       app: nil,                       # a Rack app from the config file (Puma's `app`), served instead of the rackup file
-      # Issue 13, fiber mode (docs/CONFIGURATION.md "Fiber mode"):
+      # Fiber mode (docs/CONFIGURATION.md "Fiber mode"):
       fiber_scheduler: false,         # each request in a Fiber under Margay's scheduler (epoll only)
       max_in_flight: 1024,            # fiber mode: requests in flight per process, at most
       max_io_threads: 0,              # Puma 8: threads beyond max_threads for requests marked I/O-bound
@@ -226,10 +226,10 @@ module Margay
     OPTIONAL_POSITIVE_INTEGERS = {
       worker_memory_limit: "a positive number of bytes", refork_after: "a positive number of requests",
       max_connections: "a positive integer", idle_timeout: "a positive number of seconds",
-      out_of_band_gc: "a positive number of requests" # issue 15
+      out_of_band_gc: "a positive number of requests"
     }.freeze
     BOOLEANS = %i[quiet log_requests silent balance_keepalive redirect_append
-                  compact_before_fork].freeze # issue 15: compact_before_fork
+                  compact_before_fork].freeze
     # Strings or nil.
     STRINGS = %i[pidfile state_path redirect_stdout redirect_stderr tag directory restart_command
                  control_token remote_address_header].freeze
@@ -274,11 +274,11 @@ module Margay
       binds.each { |url| validate_bind(url) }
       invalid(:workers, "workers must be a non-negative integer") unless workers.is_a?(Integer) && workers >= 0
       validate_operational
-      validate_fibers # issue 13
+      validate_fibers
       validate_hooks
     end
 
-    # Issue 13: fiber mode's settings. The poll backend has no epoll set to nest (core/waits.h).
+    # Fiber mode's settings. The poll backend has no epoll set to nest (core/waits.h).
     def validate_fibers
       invalid(:fiber_scheduler, "fiber_scheduler must be true or false, got #{fiber_scheduler.inspect}") unless [true, false].include?(fiber_scheduler)
       invalid(:max_in_flight, "max_in_flight must be a positive integer, got #{max_in_flight.inspect}") unless max_in_flight.is_a?(Integer) && max_in_flight.positive?

@@ -14,7 +14,8 @@ module Margay
   # listeners, the thread pool and the app; the native engine owns every
   # connection. The parts live in server/: ThreadPool (the threads and their
   # growth policy), RequestHandler (what each thread does; with Hijack and
-  # Stream), Supervisor (the main thread's tick), Deadline (request_timeout).
+  # Stream), Supervisor (the main thread's tick), Deadline (request_timeout);
+  # fiber mode's (FiberLoop, FiberScheduler, FiberTimers, FiberDeadline) in fibers/.
   #
   #   server = Margay::Server.new(app, config, log: Margay::Log.new)
   #   server.bind    # open listeners (port 0 resolved: see #addresses)
@@ -140,7 +141,7 @@ module Margay
       @config.run_hook(:before_thread_exit, log: @log)
     end
 
-    # Issue 13: fiber mode when configured; refused with one line where the engine's event
+    # Fiber mode when configured; refused with one line where the engine's event
     # backend is not epoll (the configuration refuses event_backend :poll already; this is
     # :auto on a system without epoll).
     def fiber_mode?

@@ -15,9 +15,10 @@ module Margay
   #
   # Every key Puma 8 answers is there. backlog and backlog_max are 0:
   # requests a thread has not claimed yet wait in the engine, which does not
-  # count them apart from the connections; io_threads is 0 (no I/O-bound
-  # marking); reactor_max is the connections the engine holds now
-  # (docs/CONTROL.md).
+  # count them apart from the connections; io_threads is 0 (the pool counts
+  # the threads marked I/O-bound for its growth only, and Server#stats does
+  # not pass that count on); reactor_max is the connections the engine holds
+  # now (docs/CONTROL.md).
   module Stats
     # The counters of one serving process, in Puma's order.
     COUNTERS = %i[backlog running pool_capacity busy_threads io_threads backlog_max max_threads requests_count
@@ -26,7 +27,7 @@ module Margay
     # like (versions.puma; Puma::Const::VERSION under Margay's plugin shim).
     PUMA_API_VERSION = "8.0.2"
 
-    # Memory of this process (issue 15): RSS and PSS in KiB from
+    # Memory of this process: RSS and PSS in KiB from
     # /proc/self/smaps_rollup (Linux 4.14+; RSS alone from /proc/self/status
     # before that; zeros where there is no /proc), read at most every
     # INTERVAL seconds (a read walks the process's mappings: cheap, but not

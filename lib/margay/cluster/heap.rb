@@ -18,8 +18,7 @@ module Margay
     #    over shared pages (each hole it fills copies a 64 KiB page);
     # 3. malloc_trim: free malloc memory returned to the system.
     #
-    # Each step is logged with the process's PSS and RSS after it (MiB), what
-    # docs/BENCHMARKS.md ("Memory per worker") measured the steps with.
+    # Each step is logged with the process's PSS and RSS after it (MiB).
     module Heap
       PROMOTING_GCS = 4 # one more than the age at which Ruby promotes an object
 

@@ -7,7 +7,7 @@ module Margay
     # Internal: the master's record of one worker process, or of the mold (a
     # worker that stopped serving to fork the others). A worker moves through
     # booting -> booted, may be marked retiring (to be replaced, one at a
-    # time), and ends stopping (told to stop: it gets shutdown_timeout + 5 s
+    # time), and ends stopping (told to stop: it gets its grace period + 5 s
     # from stop_at). A mold is pending (draining its connections) until it
     # reports ready; from then on it forks the new workers.
     class WorkerRecord

@@ -32,7 +32,7 @@ module Margay
         max_fast_inline: "Margay never queues a ready request behind another connection",
         queue_requests: "request buffering always happens in the native engine",
         wait_for_less_busy_worker: "only workers with a free thread accept connections",
-        nakayoshi_fork: "the mold and a preloading master run full GCs before they fork", # issue 15
+        nakayoshi_fork: "the mold and a preloading master run full GCs before they fork",
         prune_bundler: "not needed by Margay's hot restart",
         extra_runtime_dependencies: "not needed by Margay's hot restart",
         debug: "use --log-requests and the server log",
@@ -59,7 +59,7 @@ module Margay
         end
       end
 
-      # Issue 13. Fiber mode: every request in a Fiber under Margay's scheduler
+      # Fiber mode: every request in a Fiber under Margay's scheduler
       # (docs/CONFIGURATION.md "Fiber mode"). Not a Puma directive; it lives here with
       # Puma's max_io_threads, its neighbour.
       def fiber_scheduler(flag = true)

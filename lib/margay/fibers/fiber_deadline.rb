@@ -4,7 +4,7 @@ require_relative "../server/deadline"
 
 module Margay
   class Server
-    # Internal: request_timeout in fiber mode (issue 13). Like Deadline it covers the app call
+    # Internal: request_timeout in fiber mode. Like Deadline it covers the app call
     # only (RequestHandler#call: not body.close, not rack.response_finished callbacks), in two
     # ways at once:
     #   - a fiber that waits past the limit gets RequestTimeout from its scheduler's timer

@@ -8,7 +8,7 @@ require_relative "fiber_scheduler"
 
 module Margay
   class Server
-    # Internal: what a pool thread runs in fiber mode (config.fiber_scheduler, issue 13): each
+    # Internal: what a pool thread runs in fiber mode (config.fiber_scheduler): each
     # request in a non-blocking Fiber under this thread's FiberScheduler. One turn of #serve:
     # run the fibers that are ready (each until its next wait), fire due timers, then wait once
     # in C (Native::FiberWaits#wait, without the GVL) for a fiber's fd, a poke from another
@@ -112,8 +112,7 @@ module Margay
 
       # A forced stop (ForceShutdown) unwinds the request fibers still waiting on this thread
       # too, so their ensure blocks run (body#close, rack.input's tempfile; RequestHandler#call
-      # drops the connection); they used to be abandoned. One whose unwinding waits again is
-      # left as it is.
+      # drops the connection). One whose unwinding waits again is left as it is.
       def unwind_requests
         Thread.handle_interrupt(ForceShutdown => :never, RequestTimeout => :never) do
           (@live.keys - @scheduler.unwinding).each do |fiber|

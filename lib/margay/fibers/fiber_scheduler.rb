@@ -5,7 +5,7 @@ require_relative "fiber_timers"
 
 module Margay
   class Server
-    # Internal: the Fiber::Scheduler of one fiber-mode pool thread (issue 13). It keeps what
+    # Internal: the Fiber::Scheduler of one fiber-mode pool thread. It keeps what
     # the thread's fibers wait for: fds (in the thread's private epoll set, Native::FiberWaits),
     # timers (FiberTimers), blockers (Mutex, Queue, ConditionVariable, Thread#join) and the
     # fibers ready to run. FiberLoop runs it: resumes ready fibers, takes requests, waits.

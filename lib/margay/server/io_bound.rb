@@ -2,7 +2,7 @@
 
 module Margay
   class Server
-    # Internal (issue 13): Puma 8's env["puma.mark_as_io_bound"] in thread mode. Wraps the app:
+    # Internal: Puma 8's env["puma.mark_as_io_bound"] in thread mode. Wraps the app:
     # each request's env gets the callable; a request that calls it lets the pool grow past
     # max_threads by up to max_io_threads (ThreadPool#mark_io!) while it runs. Apps written
     # for Puma's I/O threads run unchanged. (Fiber mode sets its own: FiberLoop::IO_BOUND.)

@@ -97,8 +97,7 @@ module Margay
       # lock, a sleep). Without the wait, a CPU-bound worker among more
       # processes than cores looked blocked (4 workers on 2 cores get half a
       # core each) and grew to max threads, which only added GVL hand-offs
-      # (measured: Rails on SQLite, 4 workers, 391/253 req/s at 5 threads
-      # each vs 417 at 1). The run queue (a file read per pool thread) is
+      # and lowered throughput. The run queue (a file read per pool thread) is
       # read only when the look would otherwise count as blocked and the
       # pool could grow; a look without a reading on the tick before counts
       # as not blocked.

@@ -51,7 +51,7 @@ module Margay
         @paused_until = nil # no thread starts before this Clock.now (a refused or a lost thread)
         @min = min
         @max = max
-        @max_io = max_io # issue 13: Puma 8's max_io_threads (see #mark_io!)
+        @max_io = max_io # Puma 8's max_io_threads (see #mark_io!)
         @io_marked = 0
         @idle_ms = (idle_timeout * 1000).to_i
         @work = work
@@ -131,7 +131,7 @@ module Margay
         threads.filter_map(&:native_thread_id)
       end
 
-      # Issue 13, Puma 8's env["puma.mark_as_io_bound"]: the calling thread's request will
+      # Puma 8's env["puma.mark_as_io_bound"]: the calling thread's request will
       # mostly wait, so up to max_io such threads do not count against max (the growth policy
       # may start one more thread for each). Cleared by #unmark_io! when the request ends.
       def mark_io!

@@ -2,10 +2,10 @@
 
 require "test_helper"
 
-# Puma 8's max_io_threads and env["puma.mark_as_io_bound"] in thread mode (issue 13): a
+# Puma 8's max_io_threads and env["puma.mark_as_io_bound"] in thread mode (Server::IoBound): a
 # request that marks itself I/O-bound lets the pool start a thread beyond max_threads, so
 # that an app written for Puma's I/O threads serves others while it waits.
-class IoThreadsTest < Minitest::Test
+class IoBoundTest < Minitest::Test
   include Margay::TestHelper
 
   def request(port, path)
