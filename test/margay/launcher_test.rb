@@ -1,0 +1,76 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "margay/launcher"
+
+# What both modes share, in the launcher: which app it serves and how the
+# banner names it, and the pidfile (written, and removed only while it is ours).
+class LauncherTest < Minitest::Test
+  def launcher(rackup_given: false, app: nil, **settings)
+    config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], silent: true, **settings)
+    Margay::Launcher.new(config, log: Margay::Log.new(quiet: true), app: app, app_name: "given", rackup_given: rackup_given)
+  end
+
+  def in_tmpdir(&)
+    Dir.mktmpdir { |dir| Dir.chdir(dir, &) }
+  end
+
+  def test_a_given_app_is_served_under_its_name
+    app = ->(_env) { [200, {}, []] }
+    assert_equal [app, "given"], launcher(app: app).load_app
+  end
+
+  def test_the_config_files_app_is_served_when_no_app_is_given
+    app = ->(_env) { [200, {}, []] }
+    config = Margay::Configuration.new(app: app)
+    served, description = Margay::Launcher.new(config, log: Margay::Log.new(quiet: true)).load_app
+    assert_same app, served
+    assert_match(/the config's app/, description)
+  end
+
+  def test_the_rackup_file_is_loaded
+    in_tmpdir do
+      File.write("config.ru", "run ->(_env) { [200, {}, ['ok']] }\n")
+      app, description = launcher.load_app
+      assert_equal "config.ru", description
+      assert_equal 200, app.call({}).first
+    end
+  end
+
+  def test_no_rackup_file_serves_the_demo_app_unless_one_was_named
+    in_tmpdir do
+      app, description = launcher.load_app
+      assert_kind_of Margay::DemoApp, app
+      assert_match(/built-in demo app \(no config.ru in /, description)
+      error = assert_raises(Margay::ConfigError) { launcher(rackup_given: true).load_app }
+      assert_equal "rackup file config.ru not found", error.message
+    end
+  end
+
+  def test_a_rackup_file_that_raises_is_an_app_load_error
+    in_tmpdir do
+      File.write("config.ru", "raise 'boom'\n")
+      error = assert_raises(Margay::AppLoadError) { launcher.load_app }
+      assert_equal "cannot load config.ru", error.message
+    end
+  end
+
+  def test_the_pidfile_is_removed_only_while_it_is_ours
+    in_tmpdir do
+      ours = launcher(pidfile: "margay.pid")
+      ours.write_pidfile
+      assert_equal "#{Process.pid}\n", File.read("margay.pid")
+      ours.remove_pidfile
+      refute File.exist?("margay.pid")
+
+      ours.write_pidfile
+      File.write("margay.pid", "1\n") # a newer process wrote its own
+      ours.remove_pidfile
+      assert_equal "1\n", File.read("margay.pid")
+    end
+  end
+
+  def test_nothing_to_restart_or_stop_before_running
+    assert_equal [false, false, nil], [launcher.restart, launcher.phased_restart, launcher.stop]
+  end
+end
