@@ -1,7 +1,6 @@
 # frozen_string_literal: true
 
 require_relative "process/binder"
-require_relative "errors"
 require_relative "log"
 require_relative "runner"
 require_relative "process/systemd"
