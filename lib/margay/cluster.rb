@@ -49,7 +49,8 @@ module Margay
     # @param app_loader [#call] returns the Rack app (called in the master when
     #   preloading, else in each worker)
     # @param restart_argv [Array<String>] the command line re-executed on USR2
-    # @param launcher [Launcher, nil] what the before_restart hook receives (as in Puma)
+    # @param launcher [Launcher, nil] what the before_restart hook receives (as in Puma), and
+    #   what #launch has do the steps both modes share
     def initialize(config, log:, app_loader:, restart_argv: nil, launcher: nil)
       super(config, log: log)
       @app_loader = app_loader
@@ -87,6 +88,22 @@ module Margay
       supervise until @stopping && @workers.empty?
       close_listeners
       @exits.report(flush: true)
+    end
+
+    # Cluster mode under its Launcher, which does what both modes share: bind,
+    # write the pidfile, preload the app (its load errors surface here, before
+    # any fork), start the control app and print the banner, then #run.
+    # Returns the exit status.
+    def launch
+      bind
+      @launcher.write_pidfile
+      app, description = @launcher.load_app if @config.preload_app?
+      @launcher.announce(self, description || "#{@config.rackup} (loaded by each worker)")
+      run(preloaded_app: app)
+      @launcher.stopped
+    ensure
+      @launcher.stop_operations
+      @launcher.remove_pidfile
     end
 
     # Puma-shaped stats (docs/CONTROL.md), from any thread: to_a copies the roster in one C call.

@@ -47,8 +47,12 @@ module Margay
       ENV["RACK_ENV"] = @config.environment
       Dir.chdir(@config.directory) if @config.directory # first: relative redirect paths are the directory's,
       Log.redirect(@config, append: @config.redirect_append || ENV.delete(Reexec::REDIRECTED_ENV)) # on HUP and restart too
-      return run_cluster if @config.workers.positive?
-
+      if @config.workers.positive? # the master traps its signals itself (docs/SIGNALS.md)
+        require_relative "cluster"
+        @cluster = Cluster.new(@config, log: @log, app_loader: -> { load_app.first },
+                               restart_argv: @restart_argv, launcher: self)
+        return @cluster.launch
+      end
       @single = Single.new(self, @config, log: @log, restart_argv: @restart_argv)
       @single.run(&block)
     end
@@ -82,7 +86,7 @@ module Margay
       nil
     end
 
-    # What both modes share, called by Single and #run_cluster (internal).
+    # What both modes share, called by Single and Cluster#launch (internal).
 
     # Returns [app, description for the banner].
     def load_app
@@ -148,27 +152,6 @@ module Margay
     end
 
     private
-
-    # Cluster mode: the master binds, (pre)loads and supervises; it traps the
-    # signals itself (docs/SIGNALS.md).
-    def run_cluster
-      require_relative "cluster"
-      description = nil
-      loader = lambda do
-        app, description = load_app
-        app
-      end
-      cluster = @cluster = Cluster.new(@config, log: @log, app_loader: loader, restart_argv: @restart_argv, launcher: self)
-      cluster.bind
-      write_pidfile
-      app = loader.call if @config.preload_app? # load errors surface here, before any fork
-      announce(cluster, description || "#{@config.rackup} (loaded by each worker)")
-      cluster.run(preloaded_app: app)
-      stopped
-    ensure
-      stop_operations
-      remove_pidfile
-    end
 
     def parse_rackup(path)
       require "rack/builder"
