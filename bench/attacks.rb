@@ -195,7 +195,7 @@ module MargayBench
       row = { server: server_name, attack: attack, **result.summary, server_cpu_s: cpu.round(2),
               alive: server.alive?, fds_during: server.fds, rss_mb: (server.rss_kb / 1024.0).round(1) }
       row[:slowhttptest] = finish_attack(attacker, dir)
-      row[:attacker] = attacker[:report] && File.exist?(attacker[:report]) ? JSON.parse(File.read(attacker[:report])) : nil
+      row[:attacker] = attacker&.dig(:report) && File.exist?(attacker[:report]) ? JSON.parse(File.read(attacker[:report])) : nil
       warn format_row(row)
       row
     ensure
