@@ -27,6 +27,7 @@ require "json"
 require "socket"
 require "tmpdir"
 require_relative "lib/procs"
+require_relative "lib/servers"
 require_relative "lib/stats"
 
 ROOT = MargayBench::ROOT
@@ -40,14 +41,14 @@ SERVERS = ENV.fetch("BALANCE_SERVERS", "margay,margay-off,puma").split(",")
 APP = "bench/apps/balance.ru"
 
 def command(server, port, threads, tmp)
-  common = %W[-b tcp://127.0.0.1:#{port} -e production -s -w 2 -t #{threads}:#{threads}]
+  common = { quiet: "-s", workers: 2, threads: "#{threads}:#{threads}" }
   case server
-  when "margay" then %w[bundle exec exe/margay] + common + [APP]
+  when "margay" then MargayBench::Servers.margay(port, APP, **common)
   when "margay-off"
     conf = File.join(tmp, "off.rb")
     File.write(conf, "balance_keepalive false\n")
-    %w[bundle exec exe/margay] + common + ["-C", conf, APP]
-  when "puma" then %w[bundle exec puma] + common + ["-C", "-", APP]
+    MargayBench::Servers.margay(port, APP, **common, extra: ["-C", conf])
+  when "puma" then MargayBench::Servers.puma(port, APP, **common)
   else abort "unknown server #{server} (margay, margay-off, puma)"
   end
 end

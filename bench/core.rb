@@ -47,7 +47,6 @@ module MargayBench
 
     def initialize(opts)
       super(opts, script: "bench/core.rb", tag: "core", width: 5)
-      @broken = []
     end
 
     def run
@@ -70,21 +69,13 @@ module MargayBench
     # Start a fresh server, yield it, stop it. A server that fails to start once is
     # skipped for the rest of the run (its failure and log tail are in the results).
     def with_server(name, app:, threads: nil, scenario: nil)
-      if @broken.include?(name)
+      if @broken[name]
         progress "  #{name} skipped: it failed to start earlier in this run"
         return nil
       end
       server = CoreServer.new(name, @o, @tmp, app: app, threads: threads)
-      @live << server
-      begin
-        server.start
-      rescue StandardError => e
-        @broken << name
-        @failures << { "server" => name, "scenario" => scenario, "error" => "start: #{e.message}",
-                       "command" => server.command, "log_tail" => server.log_tail }
-        progress "#{name} FAILED to start: #{e.message}\n#{server.log_tail.gsub(/^/, '    | ')}"
-        return nil
-      end
+      return nil unless start_server(server, name, { "server" => name, "scenario" => scenario }, name, detail: :message)
+
       yield server
     ensure
       stop_server(server, name) if server

@@ -41,7 +41,6 @@ module MargayBench
 
     def initialize(opts)
       super(opts, script: "bench/run.rb", tag: "suite", width: 6)
-      @broken = {}
     end
 
     def run
@@ -66,7 +65,6 @@ module MargayBench
       result["capacity"] = summarize_capacity(probes)
       finish(result, "suite")
     ensure
-      @backends&.stop
       clean_up
     end
 
@@ -136,16 +134,9 @@ module MargayBench
       env = spec[:postgres] ? @env.merge(@backends.env(fibers: SuiteServers::FIBER.include?(server))) : @env
       inst = SuiteServers::Instance.new(server, app: spec[:app], path: spec[:path], tmp: @tmp, budget: @budget,
                                                 env: env, start_timeout: @o.start_timeout)
-      @live << inst
-      begin
-        inst.start
-      rescue StandardError => e
-        @broken[[server, wl]] = true
-        @failures << { "server" => server, "workload" => wl, "repeat" => rep, "error" => "start: #{brief(e)}",
-                       "command" => inst.command, "log_tail" => inst.log_tail }
-        progress "  #{server} FAILED to start: #{brief(e)}\n#{inst.log_tail.gsub(/^/, '    | ')}"
-        return [[], []]
-      end
+      return [[], []] unless start_server(inst, [server, wl], { "server" => server, "workload" => wl, "repeat" => rep },
+                                          "  #{server}")
+
       runs = []
       @o.concurrency.each do |c|
         run = measure(inst, wl, spec, c, rep)

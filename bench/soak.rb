@@ -22,9 +22,13 @@
 # plus, all the time, 20 slow clients trickling a head over ~3 s, and 5 slow
 # readers taking a 16 MiB body at about 1 MiB/s for 2 s and then leaving.
 
-require_relative "attacks"
+require "fileutils"
 require "json"
 require "optparse"
+require "socket"
+require "tmpdir"
+require_relative "lib/attacks"
+require_relative "lib/target_server"
 
 # The malformed inputs: every corpus case that needs no special settings or app route.
 require_relative "../test/corpus/cases"

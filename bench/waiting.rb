@@ -48,7 +48,6 @@ module MargayBench
   class Waiting < Harness
     def initialize(opts)
       super(opts, script: "bench/waiting.rb", tag: "waiting", width: 6)
-      @broken = {}
     end
 
     def run
@@ -76,7 +75,6 @@ module MargayBench
       result["verdicts"] = WaitingReport.verdicts(result["summary"])
       finish(result, "waiting")
     ensure
-      @backends&.stop
       clean_up
     end
 
@@ -129,16 +127,8 @@ module MargayBench
       inst = WaitingServers::Instance.new(server, app: spec[:app], path: spec[:path], tmp: @tmp, env: env,
                                                   workers: spec[:workers], margay_dir: @o.margay_dir_for(server),
                                                   start_timeout: @o.start_timeout)
-      @live << inst
-      begin
-        inst.start
-      rescue StandardError => e
-        @broken[[bar, server]] = true
-        @failures << { "bar" => bar, "server" => server, "round" => round, "error" => "start: #{brief(e)}",
-                       "command" => inst.command, "log_tail" => inst.log_tail }
-        progress "  #{server} FAILED to start: #{brief(e)}\n#{inst.log_tail.gsub(/^/, '    | ')}"
-        return []
-      end
+      return [] unless start_server(inst, [bar, server], { "bar" => bar, "server" => server, "round" => round }, "  #{server}")
+
       runs = []
       @o.concurrency_for(bar).each do |c|
         run = measure(inst, bar, spec, c, round)

@@ -15,7 +15,8 @@ module MargayBench
   # check, a tmp dir for logs, progress lines, stopping every server and load generator on
   # INT/TERM, the head of a result, and writing <prefix>-<time>.json, <prefix>-latest.json
   # and <prefix>-latest.md. A subclass measures; it keeps the servers it started in @live
-  # and the pids of running load generators in @load_pid (and @slow_pid).
+  # and the pids of running load generators in @load_pid (and @slow_pid); a server that
+  # failed to start is in @broken (by the subclass's key) and is not started again.
   class Harness
     # A runner script's main: parse ARGV with +options_class+ (a bad command line: one line
     # naming +script+, exit 64), then exit with what the runner's #run returns.
@@ -37,6 +38,7 @@ module MargayBench
       @t0 = Procs.now
       @failures = []
       @live = []
+      @broken = {}
     end
 
     private
@@ -55,12 +57,29 @@ module MargayBench
       true
     end
 
-    # In an ensure: stop what is left; keep the logs when something failed.
+    # In an ensure: stop what is left (the backends first: @backends); keep the logs when
+    # something failed.
     def clean_up
+      @backends&.stop
       @live.each(&:stop)
       return unless @tmp
 
       @failures.empty? ? FileUtils.rm_rf(@tmp) : warn("#{@script}: server logs kept in #{@tmp}")
+    end
+
+    # Starts +server+ (kept in @live); true if it answers. If not: +failure+ (what was being
+    # measured) is recorded with the error (+detail+ of it), the command and the log tail,
+    # +key+ is marked broken, and false.
+    def start_server(server, key, failure, label, detail: :brief)
+      @live << server
+      server.start
+      true
+    rescue StandardError => e
+      @broken[key] = true
+      error = detail == :brief ? brief(e) : e.message
+      @failures << failure.merge("error" => "start: #{error}", "command" => server.command, "log_tail" => server.log_tail)
+      progress "#{label} FAILED to start: #{error}\n#{server.log_tail.gsub(/^/, '    | ')}"
+      false
     end
 
     # Stops +server+ (one of @live); says so when it needed SIGKILL.

@@ -5,6 +5,7 @@ require "fileutils"
 require "optparse"
 require "net/http"
 require_relative "procs"
+require_relative "servers"
 require_relative "wrk"
 
 module MargayBench
@@ -50,14 +51,14 @@ module MargayBench
         key, value = kv.split("=", 2)
         key == "C" ? args.push("-C", File.expand_path(value, ROOT)) : env[key] = value
       end
-      common = %W[-b tcp://127.0.0.1:#{port} -e production -w #{WORKERS} -t #{THREADS}:#{THREADS}]
+      common = { workers: WORKERS, threads: "#{THREADS}:#{THREADS}" }
       argv = case base
-             when "margay" then %w[bundle exec exe/margay -q --preload] + common + args
-             when "puma-preload" then %w[bundle exec puma -C - -q --preload] + common
-             when "puma-fork" then %w[bundle exec puma -C - -q --fork-worker=0] + common
+             when "margay" then Servers.margay(port, APP, **common, extra: ["--preload", *args])
+             when "puma-preload" then Servers.puma(port, APP, **common, extra: %w[--preload])
+             when "puma-fork" then Servers.puma(port, APP, **common, extra: %w[--fork-worker=0])
              else raise ArgumentError, "unknown server #{name}"
              end
-      [argv + [APP], env]
+      [argv, env]
     end
 
     def reforks?(name)

@@ -2,6 +2,7 @@
 
 require "etc"
 require_relative "server_instance"
+require_relative "servers"
 
 module MargayBench
   # The app every attack runs against (written to a tmp dir as config.ru).
@@ -55,14 +56,12 @@ module MargayBench
     end
 
     def start
-      bind = "tcp://127.0.0.1:#{@port}"
       argv, env = case @name
                   when "margay"
-                    [["bundle", "exec", File.join(ROOT, "exe", "margay"), "-b", bind, *(@threads ? ["-t", @threads] : []),
-                      "-e", "production", "config.ru"],
+                    [Servers.margay(@port, "config.ru", exe: File.join(ROOT, "exe", "margay"), quiet: nil, threads: @threads),
                      { "BUNDLE_GEMFILE" => File.join(ROOT, "Gemfile") }]
                   when "puma"
-                    [["bundle", "exec", "puma", "-b", bind, "-t", @threads || "0:5", "-e", "production", "config.ru"],
+                    [Servers.puma(@port, "config.ru", config: nil, quiet: nil, threads: @threads || "0:5"),
                      { "BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile") }]
                   else raise ArgumentError, "unknown server #{@name}"
                   end

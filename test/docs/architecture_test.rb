@@ -14,6 +14,9 @@ class ArchitectureDocTest < Minitest::Test
   UNLISTED = %r{\A(ext/margay/fuzz/seeds/|bench/results/|bench/apps/rails/|test/fixtures/rails_app/|test/fixtures/puma_configs/)}
   # The folders and files the table covers.
   COVERED = %r{\A(lib/|ext/|exe/|test/|bench/|\.ci/|rakelib/|Rakefile\z)}
+  # The only files at the repository's root: anything else there is a stray a run left
+  # behind (a pid file, a log) and belongs in a folder or in .gitignore.
+  ROOT_FILES = %w[.gitignore CHANGELOG.md Gemfile Gemfile.lock README.md Rakefile margay.gemspec].freeze
 
   def test_every_file_has_a_row_and_every_row_a_file
     files = tracked_files.grep(COVERED).grep_v(UNLISTED)
@@ -21,6 +24,10 @@ class ArchitectureDocTest < Minitest::Test
     assert_empty files - listed, "files without a row in docs/ARCHITECTURE.md's file table"
     assert_empty listed.grep(COVERED).grep_v(UNLISTED).reject { |p| File.exist?(File.join(ROOT, p)) },
                  "rows naming files that do not exist"
+  end
+
+  def test_no_stray_file_at_the_root
+    assert_empty tracked_files.grep_v(%r{/}) - ROOT_FILES, "files at the repository's root that are not in ROOT_FILES"
   end
 
   private

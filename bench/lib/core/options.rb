@@ -1,11 +1,10 @@
 # frozen_string_literal: true
 
-require "optparse"
-require_relative "../procs"
+require_relative "../runner_options"
 
 module MargayBench
   # bench/core.rb's command-line options with the defaults of the full and the quick mode.
-  class CoreOptions
+  class CoreOptions < RunnerOptions
     # The default servers (single process each; Iodine with its best single-process setting).
     ALL_SERVERS = %w[margay iodine puma nginx].freeze
     # Asked for by name: 2-worker cluster Margay and nginx with 2 workers.
@@ -16,13 +15,13 @@ module MargayBench
     FULL = { rounds: 3, duration: 10, warmup: 2, slow_duration: 20, slow_settle: 2, slow_rounds: 1 }.freeze
     QUICK = { rounds: 1, duration: 3, warmup: 1, slow_duration: 5, slow_settle: 1, slow_rounds: 1 }.freeze
 
-    attr_accessor :mode, :servers, :scenarios, :connections, :rounds, :duration, :warmup,
+    attr_accessor :servers, :scenarios, :connections, :rounds, :duration, :warmup,
                   :wrk_threads, :wrk_timeout, :margay_threads, :slow_duration, :slow_settle,
                   :slow_rounds, :slow_trickle, :slow_non_readers, :slow_request_timeout,
-                  :results_dir, :start_timeout, :margay_exe, :baseline
+                  :start_timeout, :margay_exe, :baseline
 
     def initialize(argv)
-      @mode = "full"
+      super()
       @servers = nil
       @scenarios = ALL_SCENARIOS.dup
       @connections = [16, 64, 256]
@@ -32,15 +31,10 @@ module MargayBench
       @slow_trickle = 200
       @slow_non_readers = 20
       @slow_request_timeout = 5.0
-      @results_dir = File.join(BENCH, "results")
       @start_timeout = 30
       @margay_exe = "exe/margay"
       @baseline = nil
-      overrides = {}
-      parser(overrides).parse!(argv)
-      raise OptionParser::InvalidArgument, "unexpected argument(s): #{argv.join(' ')}" unless argv.empty?
-
-      (@mode == "quick" ? QUICK : FULL).merge(overrides).each { |k, v| public_send(:"#{k}=", v) }
+      parse(argv)
       @servers ||= @baseline ? ORDER.dup : ALL_SERVERS.dup
       bad = @servers - (@baseline ? ORDER : ORDER - ["margay-base"])
       unless bad.empty?
@@ -60,8 +54,7 @@ module MargayBench
 
     def parser(overrides)
       OptionParser.new do |o|
-        o.banner = "usage: bench/core.rb [--quick] [options]"
-        o.on("--quick", "one short round of everything (smoke test, < 2 min)") { @mode = "quick" }
+        usage(o, "bench/core.rb", "one short round of everything (smoke test, < 2 min)")
         o.on("--servers LIST", Array, "any of #{ORDER.join(',')} (default: #{ALL_SERVERS.join(',')}, and margay-base " \
                                       "with --baseline)") do |v|
           @servers = v
@@ -86,13 +79,9 @@ module MargayBench
         o.on("--margay-exe PATH", "Margay executable, run with `bundle exec` (default exe/margay)") do |v|
           @margay_exe = v
         end
-        o.on("--baseline DIR", "another Margay checkout (e.g. a git worktree) with its extension compiled, run as " \
-                               "server margay-base in the same rotation; the report gives margay / margay-base") do |v|
-          @baseline = File.expand_path(v)
-        end
-        o.on("--results-dir DIR", "where the JSON and Markdown go (default bench/results)") do |v|
-          @results_dir = File.expand_path(v)
-        end
+        baseline_option(o, "another Margay checkout (e.g. a git worktree) with its extension compiled, run as " \
+                           "server margay-base in the same rotation; the report gives margay / margay-base")
+        results_dir_option(o)
       end
     end
   end

@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
-require "fileutils"
 require_relative "../harness"
 require_relative "../server_instance"
+require_relative "../servers"
 
 module MargayBench
   # One server of bench/core.rb: Margay from this checkout, Margay from the --baseline
@@ -11,7 +11,7 @@ module MargayBench
   class CoreServer < ServerInstance
     # Iodine's single-process setting: one worker process, one thread (the setting issue 14
     # measured; more threads hand the GVL back and forth on a hello-world app).
-    IODINE_SETTING = "-t 1 -w 1"
+    IODINE_SETTING = { workers: 1, threads: 1 }.freeze
 
     def initialize(name, opts, tmp, app:, threads: nil)
       super(name, tmp: tmp, start_timeout: opts.start_timeout, read_timeout: 2)
@@ -27,17 +27,31 @@ module MargayBench
 
     # The command line of +name+ as the results record it (PORT, APP, TMP for the values).
     def self.command_template(name, opts)
-      threads = opts.margay_threads ? "-t #{opts.margay_threads} " : ""
+      threads = name.start_with?("margay") ? opts.margay_threads : nil
       case name
-      when "margay" then "bundle exec #{opts.margay_exe} -b tcp://127.0.0.1:PORT -e production -q #{threads}APP"
-      when "margay-base"
-        "BUNDLE_GEMFILE=#{opts.baseline}/Gemfile bundle exec #{opts.baseline}/exe/margay -b tcp://127.0.0.1:PORT " \
-          "-e production -q #{threads}APP"
-      when "margay-w2" then "bundle exec #{opts.margay_exe} -b tcp://127.0.0.1:PORT -e production -q #{threads}-w 2 APP"
-      when "puma" then "BUNDLE_GEMFILE=bench/Gemfile bundle exec puma -b tcp://127.0.0.1:PORT -e production -C - -q APP"
-      when "iodine" then "BUNDLE_GEMFILE=bench/Gemfile bundle exec iodine -b 127.0.0.1 -p PORT #{IODINE_SETTING} APP"
       when "nginx" then "nginx -p TMP/ -c TMP/nginx.conf -e stderr (bench/nginx/hello.conf, __PORT__ replaced)"
       when "nginx-w2" then "nginx -p TMP/ -c TMP/nginx.conf -e stderr (bench/nginx/hello.conf, __PORT__ replaced, 2 workers)"
+      else
+        gemfile = gemfile(name, opts)
+        [*("BUNDLE_GEMFILE=#{gemfile}" unless gemfile == "Gemfile"), *argv(name, opts, "PORT", "APP", threads)].join(" ")
+      end
+    end
+
+    # The Gemfile a Ruby server runs with, relative to ROOT (the baseline's is absolute).
+    def self.gemfile(name, opts)
+      { "margay-base" => "#{opts.baseline}/Gemfile", "puma" => "bench/Gemfile", "iodine" => "bench/Gemfile" }
+        .fetch(name, "Gemfile")
+    end
+
+    # The argv of a Ruby server of core.rb.
+    def self.argv(name, opts, port, app, threads)
+      case name
+      when "margay" then Servers.margay(port, app, exe: opts.margay_exe, threads: threads)
+      when "margay-w2" then Servers.margay(port, app, exe: opts.margay_exe, workers: 2, threads: threads)
+      when "margay-base" then Servers.margay(port, app, exe: File.join(opts.baseline, "exe", "margay"), threads: threads)
+      when "puma" then Servers.puma(port, app, threads: threads)
+      when "iodine" then Servers.iodine(port, app, **IODINE_SETTING)
+      else raise ArgumentError, name
       end
     end
 
@@ -48,39 +62,13 @@ module MargayBench
     def spawn_args
       env = Env.clean
       case @name
-      when "margay" then [env.merge("BUNDLE_GEMFILE" => File.join(ROOT, "Gemfile")), margay_argv(@opts.margay_exe), ROOT]
-      when "margay-w2"
-        argv = margay_argv(@opts.margay_exe)
-        [env.merge("BUNDLE_GEMFILE" => File.join(ROOT, "Gemfile")), argv.insert(-2, "-w", "2"), ROOT]
-      when "iodine"
-        argv = %W[bundle exec iodine -b 127.0.0.1 -p #{@port}] + IODINE_SETTING.split << @app
-        [env.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile")), argv, ROOT]
-      when "margay-base"
-        base = @opts.baseline
-        [env.merge("BUNDLE_GEMFILE" => File.join(base, "Gemfile")), margay_argv(File.join(base, "exe", "margay")), ROOT]
-      when "puma"
-        argv = %W[bundle exec puma -b tcp://127.0.0.1:#{@port} -e production -C - -q]
-        argv += ["-t", @threads] if @threads
-        [env.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile")), argv << @app, ROOT]
-      when "nginx" then nginx_args(env, 1)
-      when "nginx-w2" then nginx_args(env, 2)
-      else raise ArgumentError, @name
+      when "nginx", "nginx-w2"
+        argv, prefix = Servers.nginx(@port, workers: @name == "nginx" ? 1 : 2, tmp: @tmp, nginx: Env.which("nginx"))
+        [env, argv, prefix]
+      else
+        gemfile = File.expand_path(self.class.gemfile(@name, @opts), ROOT)
+        [env.merge("BUNDLE_GEMFILE" => gemfile), self.class.argv(@name, @opts, @port, @app, @threads), ROOT]
       end
-    end
-
-    def margay_argv(exe)
-      argv = %W[bundle exec #{exe} -b tcp://127.0.0.1:#{@port} -e production -q]
-      argv += ["-t", @threads] if @threads
-      argv << @app
-    end
-
-    def nginx_args(env, workers)
-      prefix = File.join(@tmp, "nginx-#{@port}")
-      FileUtils.mkdir_p(prefix)
-      conf = File.read(File.join(BENCH, "nginx", "hello.conf")).gsub("__PORT__", @port.to_s)
-                 .sub(/^worker_processes \d+;/, "worker_processes #{workers};")
-      File.write(File.join(prefix, "nginx.conf"), conf)
-      [env, [Env.which("nginx"), "-p", "#{prefix}/", "-c", File.join(prefix, "nginx.conf"), "-e", "stderr"], prefix]
     end
   end
 

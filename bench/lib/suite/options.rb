@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require "optparse"
+require_relative "../runner_options"
 require_relative "servers"
 
 module MargayBench
@@ -26,34 +26,29 @@ module MargayBench
   }.freeze
 
   # bench/run.rb's command-line options with the defaults of the full and the quick mode.
-  class SuiteOptions
+  class SuiteOptions < RunnerOptions
     FULL = { repeats: 3, duration: 5, warmup: 1, concurrency: [1, 4, 16, 64, 256],
              workloads: WORKLOADS.keys, slo_duration: 5, charts: true }.freeze
     QUICK = { repeats: 1, duration: 1, warmup: 1, concurrency: [4, 64], workloads: %w[hello realistic],
               slo_duration: 1.5, slo_probes: 1, charts: false }.freeze
 
-    attr_accessor :mode, :servers, :workloads, :concurrency, :repeats, :duration, :warmup, :wrk_timeout,
+    attr_accessor :servers, :workloads, :concurrency, :repeats, :duration, :warmup, :wrk_timeout,
                   :slo_workloads, :slo_p99_ms, :slo_duration, :slo_probes, :slo_max_rate, :charts,
-                  :results_dir, :charts_dir, :report_only, :noise_pct, :start_timeout, :update_docs
+                  :charts_dir, :report_only, :noise_pct, :start_timeout, :update_docs
 
     def initialize(argv)
-      @mode = "full"
+      super()
       @servers = nil
       @wrk_timeout = 5
       @slo_workloads = %w[realistic io cpu]
       @slo_p99_ms = 100.0
       @slo_probes = nil
       @slo_max_rate = 2500
-      @results_dir = File.join(BENCH, "results")
       @charts_dir = File.join(ROOT, "docs", "charts")
       @noise_pct = 5.0
       @start_timeout = 60
       @update_docs = false
-      overrides = {}
-      parser(overrides).parse!(argv)
-      raise OptionParser::InvalidArgument, "unexpected argument(s): #{argv.join(' ')}" unless argv.empty?
-
-      (@mode == "quick" ? QUICK : FULL).merge(overrides).each { |k, v| public_send(:"#{k}=", v) }
+      parse(argv)
       @slo_probes ||= 5
       raise OptionParser::InvalidArgument, "--slo-probes must be at least 1" if @slo_probes < 1
       @servers ||= SuiteServers::ALL.dup
@@ -68,10 +63,8 @@ module MargayBench
 
     def parser(ov)
       OptionParser.new do |o|
-        o.banner = "usage: bench/run.rb [--quick] [options]"
-        o.on("--quick", "smoke mode: 1 repeat, 1 s runs, concurrency 4,64, hello + realistic, one SLO probe, no charts (< 3 min)") do
-          @mode = "quick"
-        end
+        usage(o, "bench/run.rb", "smoke mode: 1 repeat, 1 s runs, concurrency 4,64, hello + realistic, one SLO probe, " \
+                                 "no charts (< 3 min)")
         o.on("--servers LIST", Array, "subset of #{SuiteServers::ALL.join(',')} (default: all)") { |v| @servers = v }
         o.on("--workloads LIST", Array, "subset of #{WORKLOADS.keys.join(',')} (full: all)") { |v| ov[:workloads] = v }
         o.on("--concurrency LIST", Array, "connection counts (full 1,4,16,64,256)") do |v|
@@ -97,12 +90,8 @@ module MargayBench
         o.on("--update-docs", "replace the suite section of docs/BENCHMARKS.md with this run's report") do
           @update_docs = true
         end
-        o.on("--results-dir DIR", "where the JSON and Markdown go (default bench/results)") do |v|
-          @results_dir = File.expand_path(v)
-        end
-        o.on("--report-only JSON", "no measuring: rebuild Markdown (and charts) from a results file") do |v|
-          @report_only = File.expand_path(v)
-        end
+        results_dir_option(o)
+        report_only_option(o, "no measuring: rebuild Markdown (and charts) from a results file")
       end
     end
   end

@@ -2,6 +2,7 @@
 
 require_relative "../machine"
 require_relative "../server_instance"
+require_relative "../servers"
 
 module MargayBench
   # The servers of bench/run.rb and the one resource budget they all get.
@@ -57,37 +58,20 @@ module MargayBench
 
     # [argv, extra env] to start +name+ on +port+ with rackup file +app+ (relative to ROOT).
     def command(name, port:, app:, tmp:, w:, t:)
-      case name
-      when "margay"
-        [%W[bundle exec exe/margay -b tcp://127.0.0.1:#{port} -e production -q -w #{w} -t #{t}:#{t} #{app}], {}]
-      when "margay-fibers"
-        [%W[bundle exec exe/margay -b tcp://127.0.0.1:#{port} -e production -q -w #{w} --fibers #{app}], {}]
-      when "itsi"
-        conf = File.join(tmp, "itsi-#{port}.rb")
-        File.write(conf, "ruby_thread_request_backlog_size 4096\n")
-        [%W[bundle exec itsi -C #{conf} -b http://127.0.0.1:#{port} -w #{w} -f -r #{File.expand_path(app, ROOT)}], {}]
-      when "puma"
-        [%W[bundle exec puma -b tcp://127.0.0.1:#{port} -e production -C - -q -w #{w} -t #{t}:#{t} --preload #{app}], {}]
-      when "unicorn"
-        conf = File.join(tmp, "unicorn-#{port}.rb")
-        File.write(conf, "worker_processes #{2 * w}\npreload_app true\nlisten \"127.0.0.1:#{port}\", backlog: 1024\n" \
-                         "timeout 60\n")
-        [%W[bundle exec unicorn -E production -c #{conf} #{app}], {}]
-      when "pitchfork"
-        conf = File.join(tmp, "pitchfork-#{port}.rb")
-        File.write(conf, "worker_processes #{2 * w}\nlisten \"127.0.0.1:#{port}\", backlog: 1024\ntimeout 60\n")
-        [%W[bundle exec pitchfork -E production -c #{conf} #{app}], {}]
-      when "falcon"
-        [%W[bundle exec falcon serve -b http://127.0.0.1:#{port} --forked -n #{w} -c #{app}], {}]
-      when "iodine"
-        [%W[bundle exec iodine -b 127.0.0.1 -p #{port} -w #{w} -t #{t} #{app}], {}]
-      when "agoo"
-        [%W[bundle exec agoo -p #{port} -b http://127.0.0.1:#{port} -w #{w} -t #{t} -s #{app}], {}]
-      when "thin"
-        [%W[bundle exec thin start -a 127.0.0.1 -p #{port} -e production -R #{app} --threaded --threadpool-size #{t} -q], {}]
-      else
-        raise ArgumentError, "no command for #{name}"
-      end
+      argv = case name
+             when "margay" then Servers.margay(port, app, workers: w, threads: "#{t}:#{t}")
+             when "margay-fibers" then Servers.margay(port, app, workers: w, extra: %w[--fibers])
+             when "itsi" then Servers.itsi(port, app, workers: w, conf: File.join(tmp, "itsi-#{port}.rb"))
+             when "puma" then Servers.puma(port, app, workers: w, threads: "#{t}:#{t}", extra: %w[--preload])
+             when "unicorn" then Servers.unicorn(port, app, workers: 2 * w, tmp: tmp)
+             when "pitchfork" then Servers.pitchfork(port, app, workers: 2 * w, tmp: tmp)
+             when "falcon" then Servers.falcon(port, app, processes: w)
+             when "iodine" then Servers.iodine(port, app, workers: w, threads: t)
+             when "agoo" then Servers.agoo(port, app, workers: w, threads: t)
+             when "thin" then Servers.thin(port, app, threads: t)
+             else raise ArgumentError, "no command for #{name}"
+             end
+      [argv, {}]
     end
 
     # Resolved versions from bench/Gemfile.lock.

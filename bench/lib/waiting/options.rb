@@ -1,7 +1,6 @@
 # frozen_string_literal: true
 
-require "optparse"
-require_relative "../procs"
+require_relative "../runner_options"
 require_relative "servers"
 
 module MargayBench
@@ -46,28 +45,23 @@ module MargayBench
   end
 
   # bench/waiting.rb's options with the defaults of the full and the quick mode.
-  class WaitingOptions
+  class WaitingOptions < RunnerOptions
     FULL = { rounds: 3, duration: 5, warmup: 2 }.freeze
     QUICK = { rounds: 1, duration: 2, warmup: 1 }.freeze
 
-    attr_accessor :mode, :bars, :servers, :rounds, :duration, :warmup, :wrk_timeout, :margay_dir,
-                  :results_dir, :start_timeout, :concurrency, :report_only, :rails_pool, :baseline
+    attr_accessor :bars, :servers, :rounds, :duration, :warmup, :wrk_timeout, :margay_dir,
+                  :start_timeout, :concurrency, :report_only, :rails_pool, :baseline
 
     def initialize(argv)
-      @mode = "full"
+      super()
       @bars = WaitingBars::ISSUE13.keys
       @servers = nil
       @concurrency = nil
       @wrk_timeout = 10
       @margay_dir = ROOT
-      @results_dir = File.join(BENCH, "results")
       @start_timeout = 60
       @rails_pool = 64
-      overrides = {}
-      parser(overrides).parse!(argv)
-      raise OptionParser::InvalidArgument, "unexpected argument(s): #{argv.join(' ')}" unless argv.empty?
-
-      (@mode == "quick" ? QUICK : FULL).merge(overrides).each { |k, v| public_send(:"#{k}=", v) }
+      parse(argv)
       @bars = WaitingBars.expand(@bars)
       bad = @bars - WaitingBars::ALL.keys
       raise OptionParser::InvalidArgument, "unknown bar(s) #{bad.join(', ')}" unless bad.empty?
@@ -97,8 +91,7 @@ module MargayBench
 
     def parser(ov)
       OptionParser.new do |o|
-        o.banner = "usage: bench/waiting.rb [--quick] [options]"
-        o.on("--quick", "smoke mode: 1 round x 2 s (+1 s warm-up) per point") { @mode = "quick" }
+        usage(o, "bench/waiting.rb", "smoke mode: 1 round x 2 s (+1 s warm-up) per point")
         o.on("--bars LIST", Array, "subset of #{WaitingBars::ISSUE13.keys.join(',')} (default: these three), " \
                                    "#{WaitingBars::TAIL.keys.join(',')} or the groups #{WaitingBars::GROUPS.keys.join(',')}") do |v|
           @bars = v
@@ -116,19 +109,13 @@ module MargayBench
         o.on("--margay-dir DIR", "the Margay checkout to run (built: lib/margay/margay_native.so; default: this one)") do |v|
           @margay_dir = File.expand_path(v)
         end
-        o.on("--baseline DIR", "also run this Margay checkout (built) as margay-base, beside margay in every bar " \
-                               "(a before/after comparison in the same run, alternated)") do |v|
-          @baseline = File.expand_path(v)
-        end
-        o.on("--results-dir DIR", "where the JSON and Markdown go (default bench/results)") do |v|
-          @results_dir = File.expand_path(v)
-        end
+        baseline_option(o, "also run this Margay checkout (built) as margay-base, beside margay in every bar " \
+                           "(a before/after comparison in the same run, alternated)")
+        results_dir_option(o)
         o.on("--rails-pool N", Integer, "ActiveRecord connections per process for the rails bar (default 64)") do |v|
           @rails_pool = v
         end
-        o.on("--report-only JSON", "no measuring: print the Markdown of a results file (and write it beside it as .md)") do |v|
-          @report_only = File.expand_path(v)
-        end
+        report_only_option(o, "no measuring: print the Markdown of a results file (and write it beside it as .md)")
         o.on("--start-timeout S", Integer, "seconds a server gets to answer its first request (default 60)") do |v|
           @start_timeout = v
         end

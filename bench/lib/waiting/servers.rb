@@ -3,6 +3,7 @@
 require "tmpdir"
 require_relative "../machine"
 require_relative "../server_instance"
+require_relative "../servers"
 
 module MargayBench
   # The servers of bench/waiting.rb (issue 13) and how each is started with W workers
@@ -27,31 +28,19 @@ module MargayBench
     module_function
 
     # [argv, extra env] to start +name+ on +port+ with rackup file +app+ and +workers+ W.
-    # Itsi's config (+tmp+/itsi.rb) raises ruby_thread_request_backlog_size from its default
-    # (30 x threads) to 4096: at the default, Itsi answers 503 to whatever does not fit (measured:
-    # 119 of 1500 requests from 300 concurrent clients), which would count its refusals as served
-    # requests in wrk's req/s.
-    ITSI_CONFIG = "ruby_thread_request_backlog_size 4096\n"
-
     def command(name, port:, app:, workers:, margay_dir:, tmp: Dir.tmpdir)
-      case name
-      when "margay", "margay-base", "margay-t128", "margay-fibers"
-        extra = { "margay" => [], "margay-base" => [], "margay-t128" => %w[-t 128:128], "margay-fibers" => %w[--fibers] }.fetch(name)
-        # -w 0: single mode (one process); W > 1: cluster mode, app preloaded (Margay's default).
-        [%W[bundle exec #{File.join(margay_dir, 'exe', 'margay')} -b tcp://127.0.0.1:#{port} -e production -q
-            --no-config -w #{workers == 1 ? 0 : workers}] + extra + [app], {}]
-      when "puma"
-        cluster = workers == 1 ? [] : %W[-w #{workers} --preload]
-        [%W[bundle exec puma -b tcp://127.0.0.1:#{port} -e production -C - -q] + cluster + [app], {}]
-      when "falcon"
-        [%W[bundle exec falcon serve -b http://127.0.0.1:#{port} --forked -n #{workers} -c #{app}], {}]
-      when "itsi"
-        conf = File.join(tmp, "itsi.rb")
-        File.write(conf, ITSI_CONFIG)
-        [%W[bundle exec itsi -C #{conf} -b http://127.0.0.1:#{port} -w #{workers} -f -r #{File.expand_path(app, ROOT)}], {}]
-      else
-        raise ArgumentError, "no command for #{name}"
-      end
+      argv = case name
+             when "margay", "margay-base", "margay-t128", "margay-fibers"
+               extra = { "margay-t128" => %w[-t 128:128], "margay-fibers" => %w[--fibers] }.fetch(name, [])
+               # -w 0: single mode (one process); W > 1: cluster mode, app preloaded (Margay's default).
+               Servers.margay(port, app, exe: File.join(margay_dir, "exe", "margay"), workers: workers == 1 ? 0 : workers,
+                                         extra: ["--no-config", *extra])
+             when "puma" then Servers.puma(port, app, **(workers == 1 ? {} : { workers: workers, extra: %w[--preload] }))
+             when "falcon" then Servers.falcon(port, app, processes: workers)
+             when "itsi" then Servers.itsi(port, app, workers: workers, conf: File.join(tmp, "itsi.rb"))
+             else raise ArgumentError, "no command for #{name}"
+             end
+      [argv, {}]
     end
 
     # Why +name+ cannot run here (nil: it can): a peer missing from bench/Gemfile.lock, a

@@ -1,0 +1,87 @@
+# frozen_string_literal: true
+
+require "fileutils"
+require_relative "procs"
+
+module MargayBench
+  # The catalogue of servers the bench runners start: each server's command line is spelled
+  # here once, as the argv of `bundle exec` (the runner picks the Gemfile, the working
+  # directory and the environment). +port+ and +app+ may be placeholders ("PORT", "APP")
+  # when a runner records the command it would run. Files a server needs (Itsi's, Unicorn's,
+  # Pitchfork's config, nginx's prefix) are written under +tmp+.
+  module Servers
+    # Itsi's default request backlog (30 x threads) answers 503 to what does not fit
+    # (measured: 119 of 1500 requests from 300 concurrent clients), which wrk would count
+    # as served: raised so that every peer queues.
+    ITSI_CONFIG = "ruby_thread_request_backlog_size 4096\n"
+
+    module_function
+
+    # Margay from +exe+ (this checkout's exe/margay, or a baseline's). +quiet+: "-q", "-s"
+    # or nil; +extra+: further flags (--fibers, --preload, --no-config, -C FILE).
+    def margay(port, app, exe: "exe/margay", quiet: "-q", workers: nil, threads: nil, extra: [])
+      %W[bundle exec #{exe} -b tcp://127.0.0.1:#{port} -e production] + [*quiet] + flag("-w", workers) +
+        flag("-t", threads) + extra + [app]
+    end
+
+    # Puma; +config+ "-" reads no config/puma.rb (nil: Puma's own lookup); +extra+: --preload,
+    # --fork-worker=0.
+    def puma(port, app, config: "-", quiet: "-q", workers: nil, threads: nil, extra: [])
+      %W[bundle exec puma -b tcp://127.0.0.1:#{port} -e production] + flag("-C", config) + [*quiet] +
+        flag("-w", workers) + flag("-t", threads) + extra + [app]
+    end
+
+    # Falcon's forked model: +processes+ processes, a fiber per request.
+    def falcon(port, app, processes:)
+      %W[bundle exec falcon serve -b http://127.0.0.1:#{port} --forked -n #{processes} -c #{app}]
+    end
+
+    # Itsi in fiber-scheduler mode (-f), +workers+ workers, backlog raised (ITSI_CONFIG
+    # written to +conf+).
+    def itsi(port, app, workers:, conf:)
+      File.write(conf, ITSI_CONFIG)
+      %W[bundle exec itsi -C #{conf} -b http://127.0.0.1:#{port} -w #{workers} -f -r #{File.expand_path(app, ROOT)}]
+    end
+
+    def iodine(port, app, workers:, threads:)
+      %W[bundle exec iodine -b 127.0.0.1 -p #{port} -w #{workers} -t #{threads} #{app}]
+    end
+
+    def unicorn(port, app, workers:, tmp:)
+      conf = File.join(tmp, "unicorn-#{port}.rb")
+      File.write(conf, "worker_processes #{workers}\npreload_app true\nlisten \"127.0.0.1:#{port}\", backlog: 1024\n" \
+                       "timeout 60\n")
+      %W[bundle exec unicorn -E production -c #{conf} #{app}]
+    end
+
+    def pitchfork(port, app, workers:, tmp:)
+      conf = File.join(tmp, "pitchfork-#{port}.rb")
+      File.write(conf, "worker_processes #{workers}\nlisten \"127.0.0.1:#{port}\", backlog: 1024\ntimeout 60\n")
+      %W[bundle exec pitchfork -E production -c #{conf} #{app}]
+    end
+
+    def agoo(port, app, workers:, threads:)
+      %W[bundle exec agoo -p #{port} -b http://127.0.0.1:#{port} -w #{workers} -t #{threads} -s #{app}]
+    end
+
+    # Thin: one EventMachine process, --threaded with a pool of +threads+.
+    def thin(port, app, threads:)
+      %W[bundle exec thin start -a 127.0.0.1 -p #{port} -e production -R #{app} --threaded --threadpool-size #{threads} -q]
+    end
+
+    # nginx serving bench/nginx/hello.conf on +port+ with +workers+ workers, its prefix a new
+    # folder under +tmp+: [argv, prefix].
+    def nginx(port, workers:, tmp:, nginx:)
+      prefix = File.join(tmp, "nginx-#{port}")
+      FileUtils.mkdir_p(prefix)
+      conf = File.read(File.join(BENCH, "nginx", "hello.conf")).gsub("__PORT__", port.to_s)
+                 .sub(/^worker_processes \d+;/, "worker_processes #{workers};")
+      File.write(File.join(prefix, "nginx.conf"), conf)
+      [[nginx, "-p", "#{prefix}/", "-c", File.join(prefix, "nginx.conf"), "-e", "stderr"], prefix]
+    end
+
+    def flag(name, value)
+      value ? [name, value.to_s] : []
+    end
+  end
+end
