@@ -3,7 +3,7 @@
 
 module Margay
   # The HTTP/1.1 conformance corpus: one Hash per case, run over a real socket
-  # by test/margay/conformance_test.rb. Expectations follow the rules Margay
+  # by test/wire/conformance_test.rb. Expectations follow the rules Margay
   # implements (docs/SECURITY.md), which follow RFC 9112/9110.
   #
   # Keys of a case:

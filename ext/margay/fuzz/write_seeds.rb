@@ -3,7 +3,7 @@
 # Writes the fuzz seed corpus (run by `rake fuzz:seeds`, with -Ilib -Itest): the request heads of
 # test/ext/http/parser_test.rb and the bodies of test/ext/http/chunked_test.rb, plus the requests of
 # the conformance corpus test/corpus/cases.rb when it exists; the PROXY v1 inputs (proxy/) are the
-# corpus requests of a proxy_protocol server and the lines of test/margay/wire_rules_test.rb. Files are named by content digest,
+# corpus requests of a proxy_protocol server and the lines of test/wire/wire_rules_test.rb. Files are named by content digest,
 # so rewriting is idempotent and duplicates collapse. Inputs above MAX_SEED bytes are left out
 # (the fuzzers run with -max_len=4096, and big seeds would bloat the repository).
 require "digest"
@@ -19,7 +19,7 @@ root = File.expand_path("../../..", __dir__)
 require File.join(root, "test/ext/http/parser_test")
 require File.join(root, "test/ext/http/chunked_test")
 
-require File.join(root, "test/margay/wire_rules_test")
+require File.join(root, "test/wire/wire_rules_test")
 
 heads = Margay::ParserTest::CASES.map(&:first)
 bodies = Margay::ChunkedTest::CASES.map(&:first)

@@ -5,7 +5,7 @@ require_relative "../support/cluster_process"
 # The pipelining rule (core/loop.h, MG_TURN_MS) in a cluster worker: one worker with one thread,
 # a client pipelining slow requests, and another keep-alive client whose request arrives while
 # the hog's first is in the app. The app appends every path it serves to a file: the order
-# is the worker's queue order (test/margay/fairness_test.rb does the same in single mode).
+# is the worker's queue order (test/wire/fairness_test.rb does the same in single mode).
 class ClusterFairnessTest < Minitest::Test
   include ClusterProcess
 
