@@ -14,6 +14,7 @@ require_relative "cluster/exits"
 require_relative "cluster/health"
 require_relative "cluster/heap"
 require_relative "cluster/roster"
+require_relative "cluster/queue_report"
 require_relative "cluster/signals"
 require_relative "cluster/spawner"
 require_relative "control/operations"
@@ -109,6 +110,11 @@ module Margay
     # Puma-shaped stats (docs/CONTROL.md), from any thread: to_a copies the roster in one C call.
     def stats
       Stats.cluster(@workers.to_a.reject(&:mold?).map { |w| w.to_stats(@phase) }, @phase)
+    end
+
+    # How the waiting work is spread over the workers, live (QueueReport: GET /queue).
+    def queue
+      QueueReport.report(workers: @workers.to_a.reject(&:mold?), board: @board, listeners: @listeners || [])
     end
 
     # Memory of every process of the cluster (Stats.memory_report), from any

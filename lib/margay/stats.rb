@@ -173,6 +173,13 @@ module Margay
     source ? source.memory : Stats.memory_report
   end
 
+  # How a cluster's waiting work is spread (Cluster#queue): the control app's GET /queue; nil
+  # in a single process or a worker.
+  def self.queue_hash
+    source = Stats.memory_source
+    source.respond_to?(:queue) ? source.queue : nil
+  end
+
   # This process's stats as JSON (Puma.stats's shape).
   def self.stats
     JSON.generate(stats_hash)

@@ -15,35 +15,58 @@
 
 #define ACCEPT_BATCH 64   /* at most per event while another worker has a thread waiting */
 #define ACCEPT_DRAIN 1024 /* at most per event otherwise: the backlog as it stands */
+#define ACCEPT_QUEUE_UNKNOWN ACCEPT_BATCH /* a backlog the system does not measure (unix sockets) */
+#define EARLY_EVERY_US 1000 /* mg_accept_early: at most this often per worker */
+
+/* How many connections wait in a TCP listener's backlog (Linux reports its accept queue's
+ * length as tcpi_unacked); -1 where the system does not say. */
+static int queued(const mg_listener *l) {
+#if defined(__linux__) && defined(TCP_INFO)
+  struct tcp_info ti;
+  socklen_t len = sizeof ti;
+  if (!l->is_unix && getsockopt(l->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0) return (int)ti.tcpi_unacked;
+#else
+  (void)l;
+#endif
+  return -1;
+}
 
 static void no_delay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-/* A cluster worker (it counts its waiting threads on the shared board) takes
- * no more new clients at once than it has threads waiting, this one included
- * (at most ACCEPT_BATCH), while another worker has a thread waiting: that
- * worker gets the rest, instead of one worker taking a whole burst of
- * connections (a load generator's, or a proxy's pool) and keeping them.
- * Otherwise (a single process, or every worker busy) it takes the backlog as
- * it stands, up to ACCEPT_DRAIN: the listener's event has one place in the
- * ready list, and after a partial batch it goes to the back again, so the
- * clients still in the backlog waited one more pass over the ready
- * connections per batch while the connections accepted before them were served
- * again and again (a load generator opening 256 connections at once: the first
- * requests of the last 64 waited up to four passes). Taken now, each waits one pass at
- * most: its request joins the ready list behind what became ready before it
- * was accepted. Returns the first connection accepted (its fd), or -1. */
-static int accept_some(mg_engine *e, int li) {
-  int first = -1;
-  mg_listener *l = &e->listeners[li];
-  int batch = ACCEPT_DRAIN;
+/* How many clients to take at once. A single process takes the backlog as it stands, up to
+ * ACCEPT_DRAIN: the listener's event has one place in the ready list, and after a partial batch
+ * it goes to the back again, so clients left in the backlog would wait one more pass over the
+ * ready connections per batch. Taken now, each waits one pass at most: its request joins the
+ * ready list behind what became ready before it was accepted.
+ * A cluster worker (it counts its waiting threads and its connections on the shared board)
+ * keeps the backlog one queue for the whole cluster. While another worker has a thread waiting
+ * it takes no more than its own waiting threads, this one included (at most ACCEPT_BATCH), and
+ * that worker gets the rest. While every other worker is busy it takes its even share of the
+ * connections (those the serving workers hold plus the backlog): the others take theirs at
+ * their next pass, and each worker's queue stays as long as the others'. Taking the whole
+ * backlog would leave one worker with a queue the others cannot serve. This thread is free, so
+ * it always takes at least the one it serves at once. */
+static int batch_size(mg_engine *e, const mg_listener *l) {
+  if (!e->board_slots) return ACCEPT_DRAIN;
+  int batch;
   if (mg_board_others_idle(e)) {
     batch = atomic_load(&e->idle_waiters);
-    if (batch < 1) batch = 1;
     if (batch > ACCEPT_BATCH) batch = ACCEPT_BATCH;
+  } else {
+    int q = queued(l);
+    batch = mg_board_accept_share(e, q < 0 ? ACCEPT_QUEUE_UNKNOWN : q);
   }
+  return batch < 1 ? 1 : batch;
+}
+
+/* Accepts up to +batch+ clients from listener +li+ and registers each for reading (they join
+ * the ready list in the order they arrived). Returns the first one's fd, or -1. */
+static int take(mg_engine *e, int li, int batch) {
+  int first = -1;
+  mg_listener *l = &e->listeners[li];
   for (int i = 0; i < batch; i++) {
     if (atomic_load(&e->stopping)) return first; /* what is still queued is left to the backlog */
     if (atomic_load(&e->nconns) >= e->cfg.max_connections) {
@@ -78,6 +101,12 @@ static int accept_some(mg_engine *e, int li) {
     if (!l->is_unix) no_delay(fd);
     if (mg_conn_start(e, fd, li, (struct sockaddr *)&peer, plen, 0) == 0 && first < 0) first = fd;
   }
+  return first;
+}
+
+/* A listener's event: a batch (batch_size), then the listener is armed again. */
+static int accept_some(mg_engine *e, int li) {
+  int first = take(e, li, batch_size(e, &e->listeners[li]));
   if (!atomic_load(&e->accept_paused)) mg_listeners_arm(e, li);
   return first;
 }
@@ -123,4 +152,23 @@ int mg_accept_adopted(mg_engine *e, int fd, int kept_alive) {
   for (int i = 0; i < e->nlisteners; i++) if (e->listeners[i].is_unix == is_unix) { li = i; break; }
   if (!is_unix) no_delay(fd);
   return mg_conn_start(e, fd, li, (struct sockaddr *)&peer, plen, kept_alive);
+}
+
+/* A cluster worker whose threads are all busy reaches a listener's event once per pass over its
+ * ready connections, and clients arriving meanwhile wait in the backlog for that pass, then
+ * for their place in the batch taken with them, or for another worker's pass. So a thread back
+ * from a request first takes this worker's share of each TCP backlog (at most every
+ * EARLY_EVERY_US per worker) and registers them behind what is already ready: the backlog stays
+ * short, and the requests wait in the workers' ready lists, each as long as the others'.
+ * (Unix sockets do not say how many wait: their clients are taken at the listener's event.) */
+void mg_accept_early(mg_engine *e) {
+  if (!e->board_slots || atomic_load(&e->stopping) || atomic_load(&e->accept_paused)) return;
+  int64_t now = mg_now_us(), last = atomic_load(&e->early_accept_us);
+  if (now - last < EARLY_EVERY_US || !atomic_compare_exchange_strong(&e->early_accept_us, &last, now)) return;
+  mg_listeners_enter(e);
+  for (int li = 0; li < e->nlisteners; li++) {
+    int q = queued(&e->listeners[li]);
+    if (q > 0) take(e, li, mg_board_accept_share(e, q));
+  }
+  mg_listeners_leave(e);
 }

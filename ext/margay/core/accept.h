@@ -12,6 +12,10 @@ struct mg_conn;
  * connection accepted, owned by the caller (who handles it as if its event had come), or NULL
  * (none, or another thread took it). */
 struct mg_conn *mg_accept_batch(mg_engine *e, int li);
+/* A cluster worker's share of its TCP listeners' backlogs, taken by a thread back from a
+ * request before it looks for work (at most every millisecond per worker; nothing in a single
+ * process). */
+void mg_accept_early(mg_engine *e);
 /* Serve connected socket +fd+ handed over by another worker (the engine owns it from now on):
  * one that served a request (+kept_alive+) or a new one. 0, or -1 (the fd is closed). */
 int mg_accept_adopted(mg_engine *e, int fd, int kept_alive);

@@ -14,6 +14,29 @@ int mg_board_others_waiting(const mg_engine *e) {
   return sum;
 }
 
+/* Serving workers (a thread waiting or a connection; a mold or a gone worker has neither) and
+ * the connections they hold; this worker always counts. */
+static void serving(const mg_engine *e, int *workers, int *conns) {
+  int n = e->board_n;
+  *workers = *conns = 0;
+  for (int i = 0; i < n; i++) {
+    int c = atomic_load(mg_board_cell(e->board_slots, n, MG_BOARD_CONNS, i));
+    if (c < 0) c = 0;
+    if (i != e->board_index && c == 0 && atomic_load(mg_board_cell(e->board_slots, n, MG_BOARD_WAITING, i)) <= 0) continue;
+    (*workers)++;
+    *conns += c;
+  }
+}
+
+int mg_board_accept_share(const mg_engine *e, int queued) {
+  if (!e->board_slots || queued <= 0) return 0;
+  int workers, conns;
+  serving(e, &workers, &conns);
+  int mine = atomic_load(mg_board_cell(e->board_slots, e->board_n, MG_BOARD_CONNS, e->board_index));
+  int share = (conns + queued + workers - 1) / workers - (mine > 0 ? mine : 0);
+  return share < 0 ? 0 : share > queued ? queued : share;
+}
+
 /* Half the gap to the least loaded other worker that is serving (it has a
  * thread waiting or a connection; a mold or a gone worker has neither), when
  * the gap is at least a quarter of this worker's connections and at least 4.

@@ -71,6 +71,7 @@ typedef struct mg_engine {
   _Atomic uint64_t abandoned; /* requests not run: the client closed its side first (core/loop.c) */
   _Atomic int accept_paused; /* listeners not armed (limit or EMFILE) */
   _Atomic int64_t resume_accept_ms;
+  _Atomic int64_t early_accept_us; /* when mg_accept_early last looked at the backlogs */
   _Atomic int64_t next_sweep_ms;
   pthread_mutex_t sweep_lock;
   mg_pins pins;              /* owners of the response bytes queued without a copy */

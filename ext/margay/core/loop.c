@@ -159,6 +159,7 @@ static void leave(mg_engine *e) {
 int mg_loop_try(mg_engine *e, mg_conn **out) {
   if (atomic_load(&e->pollers) || atomic_load(&e->gvl_waiters) || atomic_load(&e->stopping)) return 0;
   enter(e);
+  mg_accept_early(e);
   int got = 0;
   int64_t now = mg_now_ms();
   if (now >= atomic_load(&e->next_sweep_ms)) mg_sweep(e, now);
@@ -234,6 +235,7 @@ void *mg_wait_nogvl(void *p) {
   int64_t start = mg_now_ms();
   int stood_by = 0;
   enter(e);
+  mg_accept_early(e);
   a->conn = NULL;
   for (;;) {
     if (atomic_load(&a->interrupted)) { a->result = MG_WAIT_INTR; break; }

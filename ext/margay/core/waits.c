@@ -4,6 +4,7 @@
  * fd is ready", "another thread unblocked a fiber" and "a request may be taken".
  */
 #include "core/waits.h"
+#include "core/accept.h"
 #include "core/board.h"
 #include "core/loop.h"
 #include "core/sweep.h"
@@ -144,6 +145,7 @@ void *mg_waits_wait_nogvl(void *p) {
     /* counted like a thread in next_request: it would take a request now */
     atomic_fetch_add(&e->idle_waiters, 1);
     mg_board_count(e, MG_BOARD_WAITING, 1);
+    mg_accept_early(e);
   }
   if (shared_listen(w, a->take > 0) != 0) {
     a->result = MG_WAITS_FAIL;

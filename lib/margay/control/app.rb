@@ -33,6 +33,7 @@ module Margay
         when "stats" then respond(200, JSON.generate(@launcher.stats))
         when "gc-stats" then respond(200, JSON.generate(GC.stat))
         when "memory" then respond(200, JSON.generate(Margay.memory_hash)) # Margay's: RSS/PSS per process (Stats::Memory)
+        when "queue" then queue
         when "gc"
           GC.start
           respond(200, OK)
@@ -47,6 +48,13 @@ module Margay
       end
 
       private
+
+      # Margay's GET /queue: a cluster's connections and waiting threads per worker and its
+      # listeners' backlogs (Cluster::QueueReport).
+      def queue
+        report = Margay.queue_hash
+        report ? respond(200, JSON.generate(report)) : respond(404, "queue: cluster mode only", "text/plain")
+      end
 
       # A "token=T" parameter among & or ; separated ones, as Puma reads it,
       # compared in constant time.

@@ -88,30 +88,31 @@ module Margay
         @busy -= 1
       end
 
-      # One look of the growth policy (the supervisor's, every few ms): grows
-      # by one thread after GROW_AFTER_LOOKS consecutive looks at which the
-      # pool was saturated (no thread waiting for work) while the process used
-      # less than BLOCKED_CPU_SHARE of a core. Never per request: on a fast
-      # app one thread that never waits for the GVL beats several that hand
-      # it to each other. Returns true when it grew.
-      # @param saturated [Boolean] no thread has been waiting for work
-      # @param cpu_share [Float] process CPU time / wall time since the last look
+      # One look of the growth policy (the supervisor's, every few ms): after
+      # GROW_AFTER_LOOKS consecutive looks at which the pool was saturated (no
+      # thread waiting for work) while the process used less than
+      # BLOCKED_CPU_SHARE of a core, the pool doubles (up to its bound): every
+      # thread it has is blocked, so as many again add throughput, and a burst
+      # after a quiet spell reaches max threads in a few looks instead of one
+      # look series per thread. Never per request: on a fast app one thread that
+      # never waits for the GVL beats several that hand it to each other.
+      # Returns true when it grew.
       def consider_growth(saturated:, cpu_share:)
         @looks = saturated && cpu_share < BLOCKED_CPU_SHARE ? @looks + 1 : 0
         return false if @looks < GROW_AFTER_LOOKS
 
         @looks = 0
-        grow
+        grow(size)
       end
 
-      # One thread more, up to max (plus the threads marked I/O-bound, up to max_io). Returns
-      # true when one started. The system may refuse a thread (a container's pids limit, the
-      # address space): the pool then serves on with the threads it has, says so once, and
-      # asks again only after +retry_after+ seconds. (On Ruby 3.3.8 the process hangs at its
-      # next thread operation after a refused Thread.new, whatever happens here:
+      # Up to +count+ threads more, up to max (plus the threads marked I/O-bound, up to
+      # max_io). Returns true when one started. The system may refuse a thread (a container's
+      # pids limit, the address space): the pool then serves on with the threads it has, says so
+      # once, and asks again only after +retry_after+ seconds. (On Ruby 3.3.8 the process hangs
+      # at its next thread operation after a refused Thread.new, whatever happens here:
       # docs/CONFIGURATION.md, threads.)
-      def grow
-        @lock.synchronize { room_locked? && start_locked }
+      def grow(count = 1)
+        @lock.synchronize { count.times.count { room_locked? && start_locked }.positive? }
       end
 
       # From the supervisor's tick: when a thread ended by an exception left fewer than min,

@@ -154,8 +154,8 @@ class ThreadPoolTest < Minitest::Test
     refute_includes pool.native_ids, Process.pid, "never the main thread"
   end
 
-  def test_growth_needs_three_blocked_looks_in_a_row
-    pool = pool(min: 1, max: 4).start
+  def test_growth_needs_three_blocked_looks_in_a_row_and_doubles_up_to_max
+    pool = pool(min: 1, max: 5).start
     2.times { refute pool.consider_growth(saturated: true, cpu_share: 0.1) }
     refute pool.consider_growth(saturated: true, cpu_share: 0.9), "a computing process breaks the run"
     2.times { refute pool.consider_growth(saturated: true, cpu_share: 0.1) }
@@ -166,7 +166,11 @@ class ThreadPoolTest < Minitest::Test
     assert_equal 2, pool.size
     2.times { refute pool.consider_growth(saturated: true, cpu_share: 0.1) }
     assert pool.consider_growth(saturated: true, cpu_share: 0.1), "each growth starts a new run"
-    assert_equal 3, pool.size
+    assert_equal 4, pool.size, "every thread was blocked: as many again"
+    2.times { refute pool.consider_growth(saturated: true, cpu_share: 0.1) }
+    assert pool.consider_growth(saturated: true, cpu_share: 0.1)
+    assert_equal 5, pool.size, "up to max"
+    3.times { refute pool.consider_growth(saturated: true, cpu_share: 0.1) }
   end
 
   def test_a_busy_process_never_grows

@@ -1,0 +1,92 @@
+# frozen_string_literal: true
+
+require "json"
+require "net/http"
+require_relative "../support/cluster_process"
+
+# One queue across the workers (core/accept.c): under a steady stream of new connections, more
+# than the cluster's threads, each worker holds about as many clients as the other, read live
+# from the control app's GET /queue (Cluster::QueueReport). A worker that took whatever its
+# listener had queued (the whole backlog, once every other worker was busy) reached its
+# listener once per pass over its queue: clients waited in the backlog for that pass (a median
+# of 15 of these 48), then behind the whole batch taken with them.
+class ClusterQueueTest < Minitest::Test
+  include ClusterProcess
+
+  APP = <<~'RUBY'
+    # frozen_string_literal: true
+    run lambda { |_env|
+      sleep 0.02
+      [200, { "content-type" => "text/plain", "content-length" => "2" }, ["ok"]]
+    }
+  RUBY
+
+  CLIENTS = 48 # against 2 workers x 2 threads: 44 requests wait at any time
+  SECONDS = 3
+
+  def test_new_connections_spread_evenly_over_busy_workers
+    control = start(threads: 2)
+    stop_at = Process.clock_gettime(Process::CLOCK_MONOTONIC) + SECONDS
+    statuses = Queue.new
+    clients = Array.new(CLIENTS) do
+      Thread.new do
+        statuses << one_request while Process.clock_gettime(Process::CLOCK_MONOTONIC) < stop_at
+      end
+    end
+    samples = []
+    sleep 0.5 # the pools grow and the first burst settles
+    while Process.clock_gettime(Process::CLOCK_MONOTONIC) < stop_at - 0.2
+      samples << JSON.parse(Net::HTTP.get(URI("http://127.0.0.1:#{control}/queue")))
+      sleep 0.05
+    end
+    clients.each(&:join)
+
+    codes = Array.new(statuses.size) { statuses.pop }
+    assert_operator codes.size, :>=, 100, "the load ran"
+    assert_equal ["200"], codes.uniq, "every request answered"
+    counts = samples.map { |s| s["workers"].map { |w| w["connections"] } }
+    assert(counts.all? { |c| c.size == 2 }, "two serving workers in every sample: #{counts.inspect}")
+    uneven = counts.count { |a, b| [a, b].max > 2 * [a, b].min + 2 }
+    assert_operator uneven, :<=, counts.size / 5, "one worker held more than twice the other's clients in " \
+                                                   "#{uneven} of #{counts.size} samples: #{counts.inspect}"
+    queued = samples.map { |s| s["listen_queue"].first["queued"] }
+    assert(queued.all?(Integer), "the backlog is measured: #{queued.inspect}")
+    assert_operator queued.sort[queued.size / 2], :<=, CLIENTS / 8,
+                    "clients waited in the backlog, accepted by no worker: #{queued.inspect}"
+  end
+
+  def test_queue_is_answered_in_a_cluster_only
+    control = start(threads: 1, workers: 1)
+    report = JSON.parse(Net::HTTP.get(URI("http://127.0.0.1:#{control}/queue")))
+    assert_equal [0], report["workers"].map { |w| w["index"] }
+    assert_equal 0, report["listen_queue"].first["queued"], "nothing waits"
+    assert_equal 1, report["workers"].first["waiting_threads"]
+  end
+
+  private
+
+  def start(threads:, workers: 2)
+    @dir = Dir.mktmpdir("margay-cluster-")
+    control = free_port
+    File.write(File.join(@dir, "config.ru"), APP)
+    File.write(File.join(@dir, "margay.rb"),
+               "threads #{threads}, #{threads}\nactivate_control_app 'tcp://127.0.0.1:#{control}', no_token: true\n")
+    spawn_master("-w", workers.to_s, "-b", "tcp://127.0.0.1:0", "-C", "margay.rb", "config.ru")
+    wait_for_listening
+    wait_for_log(/booted/, count: workers)
+    control
+  end
+
+  # One request on a new connection (closed after the answer); its status code.
+  def one_request
+    socket = TCPSocket.new("127.0.0.1", @port)
+    socket.write("GET / HTTP/1.0\r\n\r\n")
+    socket.read.to_s[/\AHTTP\/1\.\d (\d{3})/, 1]
+  ensure
+    socket&.close
+  end
+
+  def free_port
+    TCPServer.open("127.0.0.1", 0) { |s| s.addr[1] }
+  end
+end
