@@ -119,7 +119,7 @@ static int accept_some(mg_engine *e, int li) {
  * thread got its event first, or it changed hands meanwhile, the swap fails. Once taken, its
  * registration is dropped: an event already queued for it would otherwise stay in the ready
  * list where it stands, and the connection's next arming would inherit that old place (ahead
- * of connections that became ready after it: test/margay/fairness_test.rb saw a requeued
+ * of connections that became ready after it: test/wire/fairness_test.rb saw a requeued
  * pipelining client go first again) besides waking a thread for nothing. The next arming registers it anew (an epoll_ctl each
  * way: the epoll_wait this saves made up for it). */
 static mg_conn *claim(mg_engine *e, int fd) {

@@ -1,10 +1,9 @@
 # frozen_string_literal: true
 
 require "socket"
-require_relative "../runner"
 
 module Margay
-  class Cluster < Runner
+  class Cluster
     # What the control app's GET /queue answers in a cluster: how the waiting work is spread,
     # read live by the master. Per serving worker its connections and its threads waiting for
     # work (the board's counters, which each worker's engine keeps as it accepts, adopts, hands
