@@ -99,8 +99,9 @@ module Margay
       # core each) and grew to max threads, which only added GVL hand-offs
       # and lowered throughput. The run queue (a file read per pool thread) is
       # read only when the look would otherwise count as blocked and the
-      # pool could grow; a look without a reading on the tick before counts
-      # as not blocked.
+      # pool could grow; a look without a reading on the tick before goes by
+      # CPU time alone (growth needs consecutive blocked looks, and the next
+      # one has a reading to compare with).
       def cpu_share(cpu, elapsed, saturated)
         return 1.0 unless elapsed.positive?
 
@@ -117,7 +118,7 @@ module Margay
 
         last = @delay
         @delay = delay
-        return 1.0 unless last
+        return share unless last
 
         share + [delay - last, 0].max / elapsed # a thread that ended takes its wait with it
       end

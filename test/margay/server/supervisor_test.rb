@@ -146,14 +146,14 @@ class SupervisorTest < Minitest::Test
   def test_time_waiting_for_a_cpu_counts_as_computing
     supervise(5, engine: Engine.new(3), clock: QueueClock.new(waiting: true))
     shares = @pool.looks.map(&:last)
-    assert_equal 1.0, shares.first, "the first saturated look has no earlier reading: not blocked"
+    assert_equal 0.0, shares.first, "the first saturated look has no earlier reading: CPU time alone"
     assert(shares.drop(1).all? { |share| share > 0.9 }, "waited for a CPU the whole time: #{shares.inspect}")
   end
 
   def test_a_saturated_process_neither_computing_nor_waiting_for_a_cpu_looks_blocked
     supervise(5, engine: Engine.new(3), clock: QueueClock.new(waiting: false))
     shares = @pool.looks.map(&:last)
-    assert_equal [1.0, 0.0, 0.0, 0.0, 0.0], shares, "the first look has no earlier reading, then blocked"
+    assert_equal [0.0, 0.0, 0.0, 0.0, 0.0], shares, "the first look has no earlier reading (CPU time alone), then blocked"
   end
 
   # Seen in the slow suite under CPU load: with every descriptor taken (a

@@ -1,0 +1,201 @@
+#!/usr/bin/env ruby
+# frozen_string_literal: true
+
+# One queue across cluster workers: Margay and Puma 8 with the same workers and threads on the
+# same app, alternated round by round, each round one load per server:
+#
+#   ab     a new connection per request (`ab -n N -c C`, no keep-alive: the seeds' method)
+#   wrk    closed loop over keep-alive connections (`wrk -t2 -cC -dSs --latency`)
+#
+# While the load runs, every 100 ms `ss` reads how the clients are spread, the same way for
+# every server: per worker process its accepted connections, and the listener's backlog (the
+# clients no worker accepted yet). Reports per round req/s, p50, p99, p99/p50, the workers'
+# connections (median of each sample's fewest and most) and the backlog's median, and
+# Margay/Puma ratios. --baseline DIR adds another Margay checkout (margay-base).
+#
+#   bundle exec ruby bench/queue.rb [--load ab|wrk] [--rounds 5] [--workers 2] [--threads 5]
+#                                   [--connections 50] [--requests 3000] [--seconds 6]
+#                                   [--app bench/apps/io.ru] [--baseline DIR] [--results-dir DIR]
+#
+# Writes DIR/queue-<load>-<time>.json and .md (DIR: bench/results/queue-<UTC date>).
+require "json"
+require "optparse"
+require "socket"
+require "time"
+require "tmpdir"
+require_relative "lib/procs"
+require_relative "lib/servers"
+require_relative "lib/stats"
+require_relative "lib/machine"
+
+module MargayBench
+  class QueueBench
+    SAMPLE_EVERY = 0.1
+
+    def initialize(argv)
+      @o = { load: "ab", rounds: 5, workers: 2, threads: 5, connections: 50, requests: 3000, seconds: 6,
+             app: "bench/apps/io.ru", baseline: nil,
+             results_dir: File.join(ROOT, "bench/results", "queue-#{Time.now.utc.strftime('%Y%m%d')}") }
+      OptionParser.new do |p|
+        p.on("--load NAME", %w[ab wrk]) { |v| @o[:load] = v }
+        %i[rounds workers threads connections requests seconds].each do |k|
+          p.on("--#{k} N", Integer) { |v| @o[k] = v }
+        end
+        p.on("--app PATH") { |v| @o[:app] = v }
+        p.on("--baseline DIR") { |v| @o[:baseline] = File.expand_path(v) }
+        p.on("--results-dir DIR") { |v| @o[:results_dir] = File.expand_path(v) }
+      end.parse!(argv)
+      @servers = ["margay", ("margay-base" if @o[:baseline]), "puma"].compact
+    end
+
+    def run
+      missing = [@o[:load], "ss"].reject { |cmd| Env.which(cmd) }
+      abort "bench/queue.rb: missing #{missing.join(', ')}" unless missing.empty?
+      @rows = []
+      Dir.mktmpdir("margay-queue-") do |tmp|
+        @o[:rounds].times do |round|
+          @servers.each do |name|
+            row = measure(name, tmp).merge("round" => round + 1, "server" => name)
+            @rows << row
+            warn format("[queue] round %d %-12s %7.1f req/s p50 %6.1f p99 %6.1f ms backlog %s conns %s",
+                        round + 1, name, row["rps"], row["p50_ms"], row["p99_ms"], row["backlog_median"],
+                        row["conns_median"].inspect)
+          end
+        end
+      end
+      write
+      0
+    end
+
+    private
+
+    def measure(name, tmp)
+      port = Env.free_port
+      argv, chdir, env = command(name, port)
+      log = File.join(tmp, "#{name}-#{port}.log")
+      pid = Process.spawn(env, *argv, chdir: chdir, unsetenv_others: true, pgroup: true, in: File::NULL,
+                                      %i[out err] => [log, "w"])
+      begin
+        wait_ready(port, log)
+        sampler = Thread.new { sample(port) }
+        result = @o[:load] == "ab" ? ab(port) : wrk(port)
+        sampler.kill.join
+        result.merge(spread(@samples))
+      ensure
+        Procs.stop(pid)
+        begin
+          Process.kill(:KILL, -pid)
+        rescue Errno::ESRCH, Errno::EPERM
+          nil
+        end
+      end
+    end
+
+    def command(name, port)
+      threads = "0:#{@o[:threads]}" # as both servers default: the pool grows from one thread
+      app = File.expand_path(@o[:app], ROOT)
+      case name
+      when "margay" then [Servers.margay(port, app, workers: @o[:workers], threads: threads), ROOT, Env.clean]
+      when "margay-base" then [Servers.margay(port, app, workers: @o[:workers], threads: threads), @o[:baseline], Env.clean]
+      else
+        [Servers.puma(port, app, workers: @o[:workers], threads: threads), ROOT,
+         Env.clean.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile"))]
+      end
+    end
+
+    def wait_ready(port, log)
+      deadline = Procs.now + 60
+      until Procs.now > deadline
+        return if ok?(port)
+
+        sleep 0.1
+      end
+      abort "bench/queue.rb: server on #{port} never answered; its log:\n#{File.read(log).lines.last(15).join}"
+    end
+
+    def ok?(port)
+      Socket.tcp("127.0.0.1", port, connect_timeout: 1) do |s|
+        s.write("GET / HTTP/1.0\r\n\r\n")
+        s.read.to_s.start_with?("HTTP/1.1 200", "HTTP/1.0 200")
+      end
+    rescue SystemCallError, IOError
+      false
+    end
+
+    # [[per-process connection counts], backlog] every SAMPLE_EVERY until killed.
+    def sample(port)
+      @samples = []
+      loop do
+        conns = Hash.new(0)
+        `ss -tnpH state established '( sport = :#{port} )' 2>/dev/null`.scan(/pid=(\d+)/) { |(pid)| conns[pid] += 1 }
+        backlog = `ss -tlnH '( sport = :#{port} )' 2>/dev/null`.split[1].to_i # Recv-Q of a listener: its backlog
+        @samples << [conns.values, backlog]
+        sleep SAMPLE_EVERY
+      end
+    end
+
+    def spread(samples)
+      busy = samples.select { |counts, _| counts.size == @o[:workers] }
+      fewest = busy.map { |counts, _| counts.min }
+      most = busy.map { |counts, _| counts.max }
+      { "samples" => samples.size, "conns_median" => [Stats.median(fewest), Stats.median(most)],
+        "backlog_median" => Stats.median(samples.map(&:last)), "backlog_max" => samples.map(&:last).max }
+    end
+
+    def ab(port)
+      out = `ab -q -n #{@o[:requests]} -c #{@o[:connections]} -s 30 http://127.0.0.1:#{port}/ 2>&1`
+      { "rps" => out[/Requests per second:\s+([\d.]+)/, 1].to_f, "p50_ms" => out[/^\s+50%\s+(\d+)/, 1].to_f,
+        "p99_ms" => out[/^\s+99%\s+(\d+)/, 1].to_f, "failed" => out[/Failed requests:\s+(\d+)/, 1].to_i,
+        "non_2xx" => out[/Non-2xx responses:\s+(\d+)/, 1].to_i }
+    end
+
+    def wrk(port)
+      out = `wrk -t2 -c#{@o[:connections]} -d#{@o[:seconds]}s --timeout 10s --latency http://127.0.0.1:#{port}/ 2>&1`
+      { "rps" => out[/Requests\/sec:\s+([\d.]+)/, 1].to_f, "p50_ms" => wrk_ms(out, "50%"),
+        "p99_ms" => wrk_ms(out, "99%"), "mean_ms" => wrk_ms(out, "Latency"),
+        "failed" => out[/Socket errors:.*/].to_s.scan(/\d+/).sum(&:to_i), "non_2xx" => out[/Non-2xx.*?(\d+)/, 1].to_i }
+    end
+
+    def wrk_ms(out, label)
+      value, unit = out.match(/^\s+#{Regexp.escape(label)}\s+([\d.]+)(us|ms|s)\b/)&.captures
+      return nil unless value
+
+      value.to_f * { "us" => 0.001, "ms" => 1.0, "s" => 1000.0 }.fetch(unit)
+    end
+
+    def write
+      FileUtils.mkdir_p(@o[:results_dir])
+      stamp = Time.now.utc.strftime("%Y%m%dT%H%M%SZ")
+      base = File.join(@o[:results_dir], "queue-#{@o[:load]}-#{stamp}")
+      head = { "options" => @o.except(:results_dir), "machine" => Machine.describe, "commit" => Machine.commit,
+               "baseline_commit" => (@o[:baseline] && Machine.commit(@o[:baseline])) }
+      File.write("#{base}.json", JSON.pretty_generate(head.merge("rows" => @rows)))
+      File.write("#{base}.md", markdown)
+      puts markdown
+      warn "[queue] wrote #{base}.json and .md"
+    end
+
+    def markdown
+      load = @o[:load] == "ab" ? "ab -n #{@o[:requests]} -c #{@o[:connections]}" : "wrk -c#{@o[:connections]} -d#{@o[:seconds]}s"
+      lines = ["#{load}, #{@o[:workers]} workers x 0:#{@o[:threads]} threads, #{@o[:app]}", "",
+               "| round | server | req/s | p50 ms | p99 ms | p99/p50 | conns per worker (fewest, most) | backlog median (max) | failed |",
+               "|---:|---|---:|---:|---:|---:|---|---|---:|"]
+      @rows.each do |r|
+        lines << format("| %d | %s | %.1f | %.1f | %.1f | %.2f | %s | %s (%s) | %d |", r["round"], r["server"], r["rps"],
+                        r["p50_ms"], r["p99_ms"], r["p99_ms"] / r["p50_ms"], r["conns_median"].join(", "),
+                        r["backlog_median"], r["backlog_max"], r["failed"] + r["non_2xx"])
+      end
+      lines + ["", "Margay / Puma per round (p99 ratio at req/s ratio): " + ratios.join("; ")]
+    end
+
+    def ratios
+      @rows.group_by { |r| r["round"] }.map do |round, rows|
+        m = rows.find { |r| r["server"] == "margay" }
+        p = rows.find { |r| r["server"] == "puma" }
+        format("%d: %.2fx at %.2fx", round, m["p99_ms"] / p["p99_ms"], m["rps"] / p["rps"])
+      end
+    end
+  end
+end
+
+exit MargayBench::QueueBench.new(ARGV).run if $PROGRAM_NAME == __FILE__
