@@ -82,12 +82,7 @@ module MargayBench
         sampler.kill.join
         result.merge(spread(@samples))
       ensure
-        Procs.stop(pid)
-        begin
-          Process.kill(:KILL, -pid)
-        rescue Errno::ESRCH, Errno::EPERM
-          nil
-        end
+        Procs.stop_group(pid)
       end
     end
 

@@ -120,6 +120,18 @@ module MargayBench
       :kill
     end
 
+    # #stop, then KILL for whatever is left in +pid+'s process group (workers that outlived
+    # their master).
+    def stop_group(pid, grace: 10)
+      how = stop(pid, grace: grace)
+      begin
+        Process.kill(:KILL, -pid)
+      rescue Errno::ESRCH, Errno::EPERM
+        nil
+      end
+      how
+    end
+
     def now
       Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end

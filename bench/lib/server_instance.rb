@@ -27,14 +27,7 @@ module MargayBench
 
       pid = @pid
       @pid = nil
-      how = Procs.stop(pid)
-      # Whatever is left in the process group (workers that outlived their master).
-      begin
-        Process.kill(:KILL, -pid)
-      rescue Errno::ESRCH, Errno::EPERM
-        nil
-      end
-      how
+      Procs.stop_group(pid)
     end
 
     # [VmRSS KiB of the process tree, per-process detail]
