@@ -199,6 +199,7 @@ module MargayBench
           "bar" => bar, "server" => server, "concurrency" => conns, "rounds" => rs.size,
           "requests" => rs.sum { |r| r["requests"] }, "rps_median" => Stats.median(rs.map { |r| r["rps"] })&.round(1),
           "rps_all" => rs.map { |r| r["rps"] }, "p50_ms" => lat.call("p50"), "p99_ms" => lat.call("p99"),
+          "mean_ms" => lat.call("mean"),
           "p99_all_ms" => rs.map { |r| (r["latency_us"]["p99"] / 1000.0).round(2) },
           "max_ms" => (rs.map { |r| r["latency_us"]["max"] }.max / 1000.0).round(2),
           "errors" => rs.sum { |r| r["non2xx"] + r["timeouts"] + r["socket_errors"] },

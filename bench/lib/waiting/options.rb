@@ -21,7 +21,8 @@ module MargayBench
     # Issue 12 part 4, the tail at saturation: more connections than threads, Margay against Puma
     # with both servers' default threads (0:5), in a single process and with 2 and 4 workers
     # (preloaded), on the sleep app and on the Rails app with SQLite (CPU-bound: ~4-7 ms of Ruby
-    # per request). The bar: Margay's p99 <= 0.8x Puma's at equal (>= 0.95x) or higher req/s.
+    # per request). The bars: Margay's p99 <= 1.0x Puma's at equal (>= 0.95x) or higher req/s, and
+    # <= 1.25x its own mean latency.
     TAIL = [1, 2, 4].flat_map do |w|
       where = w == 1 ? "single process" : "#{w} workers, preloaded"
       [["tail-sleep-w#{w}", { app: "bench/apps/io.ru", path: "/", workers: w, concurrency: [64, 256], tail: true,
