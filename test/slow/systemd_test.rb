@@ -115,13 +115,6 @@ class SystemdTest < Minitest::Test
           "#{Margay::TestWatchdog.process_report(@pid)}"
   end
 
-  def free_port
-    server = TCPServer.new("127.0.0.1", 0)
-    server.local_address.ip_port
-  ensure
-    server&.close
-  end
-
   def with_retries(tries = 50)
     yield
   rescue Errno::ECONNREFUSED

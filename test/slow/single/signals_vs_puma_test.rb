@@ -35,14 +35,6 @@ class SignalsVsPumaTest < Minitest::Test
     FileUtils.rm_rf(@dir)
   end
 
-  # A port free a moment ago (Puma matches inherited sockets by address, so port 0 will not do).
-  def free_port
-    server = TCPServer.new("127.0.0.1", 0)
-    server.local_address.ip_port
-  ensure
-    server&.close
-  end
-
   def get(port, path)
     raw_exchange(port, "GET #{path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", timeout: 10)
   end
