@@ -64,24 +64,16 @@ module Margay
     end
 
     # The child's exit status once it exited (its output then read to the end), nil while it runs.
-    def exited?
-      return @status if @status
-
-      @status = self.class.reap(@pid, timeout: 0)
-      @reader.join(5) if @status
-      @status
-    end
+    def exited? = wait_exit(timeout: 0)
 
     def alive? = !exited?
 
     # Wait up to +timeout+ seconds for the exit; the status, or nil if still running.
     def wait_exit(timeout: 30)
-      deadline = Margay::Clock.now + timeout
-      until exited?
-        return nil if Margay::Clock.now > deadline
+      return @status if @status
 
-        sleep 0.05
-      end
+      @status = self.class.reap(@pid, timeout: timeout)
+      @reader.join(5) if @status
       @status
     end
 

@@ -55,12 +55,10 @@ module ControlProcess
 
   # Wait until +pattern+ appears +count+ times in the output.
   def wait_for_log(pattern, count: 1, timeout: 30)
-    deadline = Margay::Clock.now + timeout
-    until log_text.scan(pattern).size >= count
-      flunk "no #{count}x #{pattern.inspect} within #{timeout}s; output:\n#{log_text}" if Margay::Clock.now > deadline
-      flunk "margay exited; output:\n#{log_text}" if @margay.exited?
-      sleep 0.05
-    end
+    return if @margay.wait_for(pattern, count: count, timeout: timeout)
+
+    flunk "margay exited; output:\n#{log_text}" if @margay.exited?
+    flunk "no #{count}x #{pattern.inspect} within #{timeout}s; output:\n#{log_text}"
   end
 
   # Run the puma gem's pumactl with +args+: [output, exit status].
