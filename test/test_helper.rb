@@ -10,6 +10,8 @@ require "timeout"
 require "tmpdir"
 require "English"
 require "margay"
+require_relative "support/env"
+require_relative "support/ports"
 require_relative "support/watchdog"
 require_relative "support/wire"
 
@@ -17,6 +19,9 @@ module Margay
   # Shared helpers for the wire tests: a real server on 127.0.0.1:0 with the app
   # under Rack::Lint, raw sockets to talk to it, and the server's log kept for failures.
   module TestHelper
+    include TestEnv
+    include TestPorts
+
     # MARGAY_TEST_BACKEND=poll runs the wire tests on the portable poll(2) backend.
     BACKEND = (ENV["MARGAY_TEST_BACKEND"] || "auto").to_sym
 

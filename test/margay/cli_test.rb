@@ -255,12 +255,4 @@ class CLITest < Minitest::Test
   end
 
   private
-
-  def with_env(vars)
-    saved = vars.keys.to_h { |k| [k, ENV[k]] }
-    vars.each { |k, v| ENV[k] = v }
-    yield
-  ensure
-    saved.each { |k, v| ENV[k] = v }
-  end
 end

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require_relative "../support/processes"
 require "etc"
 require "fileutils"
 require "rbconfig"
@@ -512,52 +513,32 @@ class AbuseTest < Minitest::Test
   def with_child_server
     dir = Dir.mktmpdir("margay-flood-")
     File.write(File.join(dir, "app.ru"), FLOOD_APP)
-    out_r, out_w = IO.pipe
     env = { "BUNDLE_GEMFILE" => File.join(ROOT, "Gemfile"), "RACK_ENV" => "production" }
-    pid = Process.spawn(env, "bundle", "exec", File.join(ROOT, "exe", "margay"), "-b", "tcp://127.0.0.1:0", "app.ru",
-                        chdir: dir, out: out_w, err: out_w, rlimit_nofile: NOFILE)
-    out_w.close
-    @child_output = +""
-    port = child_port(out_r)
-    yield port, pid
-    assert_nil Process.waitpid(pid, Process::WNOHANG), "the server died"
+    server = Margay::TestProcess.new(env, "bundle", "exec", File.join(ROOT, "exe", "margay"), "-b", "tcp://127.0.0.1:0",
+                                     "app.ru", chdir: dir, rlimit_nofile: NOFILE).start
+    port = child_port(server)
+    yield port, server.pid
+    assert_nil server.exited?, "the server died"
   rescue Minitest::Assertion
-    warn "--- child server output ---\n#{@child_output}#{drain(out_r)}"
+    warn "--- child server output ---\n#{server&.output}"
     raise
   ensure
     @sockets.each { |s| s.close unless s.closed? }
-    stop_child(pid) if pid
-    out_r&.close
+    stop_child(server) if server
     FileUtils.remove_entry(dir) if dir
   end
 
-  def child_port(out_r)
-    deadline = now + 30
-    until (m = @child_output.match(%r{Listening on tcp://127\.0\.0\.1:(\d+)}))
-      flunk "no banner within 30 s:\n#{@child_output}" if now > deadline
-      next unless out_r.wait_readable(1)
-
-      chunk = out_r.read_nonblock(4096, exception: false)
-      flunk "the server exited:\n#{@child_output}" if chunk.nil?
-      @child_output << chunk if chunk.is_a?(String)
-    end
-    m[1].to_i
+  def child_port(server)
+    banner = %r{Listening on tcp://127\.0\.0\.1:(\d+)}
+    found = server.wait_for(banner, timeout: 30)
+    flunk "the server exited:\n#{server.output}" if !found && server.exited?
+    flunk "no banner within 30 s:\n#{server.output}" unless found
+    server.output[banner, 1].to_i
   end
 
-  def drain(out_r)
-    out_r.read_nonblock(1 << 20, exception: false).to_s
-  rescue IOError
-    ""
-  end
-
-  def stop_child(pid)
-    Process.kill("TERM", pid)
-    Timeout.timeout(15) { Process.wait(pid) }
-  rescue Timeout::Error
-    Process.kill("KILL", pid)
-    Process.wait(pid)
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
+  # TERM, then KILL when it has not exited within 15 s.
+  def stop_child(server)
+    server.kill(:TERM, timeout: 15) || server.kill
   end
 
   def child_fds(pid)

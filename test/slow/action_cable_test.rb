@@ -35,14 +35,8 @@ class ActionCableTest < Minitest::Test
 
   def teardown
     @clients&.each(&:close)
-    if @pid
-      Process.kill("KILL", @pid)
-      Process.wait(@pid)
-    end
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
+    kill_child
   ensure
-    @out_r&.close
     FileUtils.remove_entry(@tmp) if @tmp
   end
 

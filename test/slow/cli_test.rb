@@ -44,14 +44,8 @@ class SlowCLITest < Minitest::Test
   end
 
   def teardown
-    if @pid
-      Process.kill("KILL", @pid)
-      Process.wait(@pid)
-    end
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
+    kill_child
   ensure
-    @out_r&.close
     FileUtils.remove_entry(@dir)
   end
 
@@ -209,12 +203,8 @@ class SlowCLITest < Minitest::Test
 
   # -s: nothing on stdout, Puma's --silent.
   def test_silent_prints_nothing_on_stdout
-    out_r, out_w = IO.pipe
-    @out_r = out_r
     sock = File.join(@dir, "s.sock")
-    @pid = Process.spawn(ENV_FOR_CHILD, "bundle", "exec", EXE, "-s", "-b", "unix://#{sock}", "app.ru",
-                         chdir: @dir, out: out_w, err: File::NULL)
-    out_w.close
+    spawn_child(ENV_FOR_CHILD, "bundle", "exec", EXE, "-s", "-b", "unix://#{sock}", "app.ru", chdir: @dir, err: File::NULL)
     deadline = Margay::Clock.now + 20
     until serving_on?(sock) # the signal handlers are in place once it serves
       flunk "margay -s did not serve within 20 s" if Margay::Clock.now > deadline

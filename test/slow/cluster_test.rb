@@ -73,7 +73,7 @@ class ClusterTest < Minitest::Test
     spawn_master("-w", "1", "-b", "tcp://127.0.0.1:0", "-C", "margay.rb", "config.ru", env: { "MARGAY_TEST_WORKER" => "1" })
     wait_for_log(/boot failed 1 time\(s\); next attempt in 1s/, timeout: 15)
     wait_for_log(/boot failed 2 time\(s\); next attempt in 2s/, timeout: 15)
-    assert @thread.alive?, "the master must not die because a worker did"
+    assert @process.alive?, "the master must not die because a worker did"
     assert_operator log_text.scan(/cannot boot/).size, :>=, 2, "each attempt reports the app's error"
   end
 end

@@ -42,7 +42,6 @@ class FibersClusterTest < Minitest::Test
     wait_for_log(/slow request in/, count: 3, timeout: 4) # on one thread: only fibers overlap them
     Process.kill(:TERM, @master)
     slow.each { |t| assert_match(/\A HTTP\/1.1 200.*\r\n\r\n0\z/m, " #{t.value}") }
-    assert @thread.join(20), "master did not exit after TERM"
-    assert_predicate @thread.value, :success?
+    assert_predicate master_exit(20, "master did not exit after TERM"), :success?
   end
 end

@@ -10,6 +10,7 @@ require_relative "support/side_by_side"
 # Every warning line Margay printed is shown in the suite's log.
 class PumaConfigsTest < Minitest::Test
   parallelize_me!
+  include Margay::TestPorts
 
   FIXTURES = File.expand_path("../fixtures/puma_configs", __dir__)
   # PUMA_CONFIGS_SERVER=puma runs the same checks against Puma 8 (to vet a new fixture).
@@ -124,14 +125,6 @@ class PumaConfigsTest < Minitest::Test
   def teardown
     @run&.kill
     FileUtils.rm_rf(@dir) if @dir
-  end
-
-  # A port nobody listens on now (bound and released).
-  def free_port
-    server = TCPServer.new("127.0.0.1", 0)
-    server.addr[1]
-  ensure
-    server&.close
   end
 
   # The app directory a Rails app would have: config/puma.rb, tmp/pids, tmp/sockets, log.

@@ -22,14 +22,7 @@ class RailsHandlerTest < Minitest::Test
   CLEAN = { "RUBYOPT" => nil, "BUNDLER_SETUP" => nil, "RACK_ENV" => nil, "RAILS_ENV" => nil }.freeze
 
   def teardown
-    if @pid
-      Process.kill("KILL", @pid)
-      Process.wait(@pid)
-    end
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
-  ensure
-    @out_r&.close
+    kill_child
   end
 
   def test_rails_server_with_margay

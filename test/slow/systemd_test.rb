@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require_relative "../support/processes"
 require "tmpdir"
 require "rbconfig"
 
@@ -108,18 +109,11 @@ class SystemdTest < Minitest::Test
 
   # Wait for the server under test to exit after TERM (20 s at most).
   def wait_exit(timeout: 20)
-    Timeout.timeout(timeout) { Process.wait(@pid) }
+    unless Margay::TestProcess.reap(@pid, timeout: timeout)
+      flunk "margay (pid #{@pid}) did not exit within #{timeout} s of TERM; processes:\n" \
+            "#{Margay::TestWatchdog.process_report(@pid)}"
+    end
     @pid = nil
-  rescue Timeout::Error
-    flunk "margay (pid #{@pid}) did not exit within #{timeout} s of TERM; processes:\n" \
-          "#{Margay::TestWatchdog.process_report(@pid)}"
-  end
-
-  def free_port
-    server = TCPServer.new("127.0.0.1", 0)
-    server.local_address.ip_port
-  ensure
-    server&.close
   end
 
   def with_retries(tries = 50)

@@ -36,7 +36,7 @@ class WebSocketTest < Minitest::Test
 
     # the others are still open when the cluster stops; the stop ends them
     stop_cluster
-    refute @thread.alive?, "the cluster exited"
+    refute @process.alive?, "the cluster exited"
     clients.drop(1).each { |c| assert c.ended?, "the connection ended" }
   ensure
     clients&.each(&:close)

@@ -98,12 +98,4 @@ class RackupHandlerTest < Minitest::Test
   end
 
   private
-
-  def with_env(vars)
-    saved = vars.keys.to_h { |k| [k, ENV[k]] }
-    vars.each { |k, v| ENV[k] = v }
-    yield
-  ensure
-    saved.each { |k, v| ENV[k] = v }
-  end
 end

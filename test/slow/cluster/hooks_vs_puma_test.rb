@@ -2,7 +2,7 @@
 
 require "test_helper"
 require_relative "../support/child_env"
-require "open3"
+require_relative "../../support/processes"
 require "tmpdir"
 require "fileutils"
 
@@ -43,28 +43,22 @@ class HooksVsPumaTest < Minitest::Test
 
   # Boot, TTOU, TERM; returns [[hook, "master"/"worker", arg with pids as PID], ...].
   def run_server(env, *command)
-    out = +""
-    lock = Mutex.new
-    stdin, io, thread = Open3.popen2e(env, *command, chdir: @dir, unsetenv_others: !env.empty?)
-    reader = Thread.new { io.each_line { |l| lock.synchronize { out << l } } }
-    master = thread.pid
+    server = Margay::TestProcess.new(env, *command, chdir: @dir, in: File::NULL, unsetenv_others: !env.empty?).start
+    master = server.pid
     wait = lambda do |pattern|
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
-      sleep 0.05 until lock.synchronize { out.match?(pattern) } || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-      assert_match pattern, lock.synchronize { out.dup }
+      server.wait_for(pattern, timeout: 30)
+      assert_match pattern, server.output
     end
     wait.call(/HOOK after_booted/)
     Process.kill(:TTOU, master)
     wait.call(/HOOK after_worker_shutdown/)
     Process.kill(:TERM, master)
-    assert thread.join(30), "#{command.last(3)} did not stop"
-    reader.join(5)
-    out.scan(/^HOOK (\w+) (\d+) (.*)$/).map do |name, pid, arg|
+    assert server.wait_exit(timeout: 30), "#{command.last(3)} did not stop"
+    server.output.scan(/^HOOK (\w+) (\d+) (.*)$/).map do |name, pid, arg|
       [name, pid.to_i == master ? "master" : "worker", arg.gsub(/\b\d{3,}\b/, "PID")]
     end
   ensure
-    stdin&.close
-    Process.kill(:KILL, master) if thread&.alive?
+    server&.kill
   end
 
   # The master's hooks in order; the workers' as a sorted list (two workers boot in either order).

@@ -52,8 +52,7 @@ class ClusterRestartsTest < Minitest::Test
     wait_for_log(/hot restart/)
     Process.kill(:TERM, @master)
     assert_match(/\r\n\r\n0\z/, slow.value, "the request in flight completes")
-    assert @thread.join(20), "master did not exit after TERM"
-    assert_predicate @thread.value, :success?
+    assert_predicate master_exit(20, "master did not exit after TERM"), :success?
     assert_match(/stop requested during the hot restart/, log_text)
     assert_equal 1, log_text.scan(/^Margay \d/).size, "no re-executed master: #{log_text}"
   end

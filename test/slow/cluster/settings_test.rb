@@ -49,8 +49,7 @@ class ClusterSettingsTest < Minitest::Test
     sleep 0.05 while alive?(pids[0]) && Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
     refute alive?(pids[0]), "the oldest worker stopped"
     assert alive?(pids[1]), "the youngest serves on"
-    stop_cluster
-    assert_predicate @thread.value, :success?
+    assert_predicate stop_cluster, :success?
   end
 
   # HUP when the redirected file cannot be opened (here its directory is
@@ -79,8 +78,7 @@ class ClusterSettingsTest < Minitest::Test
     rescue Minitest::Assertion
       raise Minitest::Assertion, "#{$!.message}\nmaster #{@master}, workers #{pids}\n--- old\n#{File.read("#{logs}.1/out.log")}\n--- new\n#{File.read(out) if File.exist?(out)}"
     end
-    stop_cluster
-    assert_predicate @thread.value, :success?
+    assert_predicate stop_cluster, :success?
   end
 
   # Puma's idle_timeout in a cluster: the master stops once the workers'
@@ -92,8 +90,7 @@ class ClusterSettingsTest < Minitest::Test
     text = wait_for_file(out, /booted/, count: 2)
     @port = text[%r{Listening on tcp://127\.0\.0\.1:(\d+)}, 1].to_i
     assert_match(/\r\n\r\n\d+/, raw_exchange(@port, "GET /say HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"))
-    assert @thread.join(30), "the cluster still runs long after idle_timeout\n#{log_text}"
-    assert_predicate @thread.value, :success?
+    assert_predicate master_exit(30, "the cluster still runs long after idle_timeout\n#{log_text}"), :success?
     assert_match(/no request for 2s \(idle_timeout\): stopping/, File.read(out))
   end
 end

@@ -17,8 +17,7 @@ class ClusterSignalsTest < Minitest::Test
       wait_for_log(/slow request in/)
       Process.kill(sig, @master)
       assert_match(/\r\n\r\n0\z/, slow.value, "the request in flight completes")
-      assert @thread.join(20), "master did not exit after #{sig}"
-      assert_predicate @thread.value, :success?
+      assert_predicate master_exit(20, "master did not exit after #{sig}"), :success?
     end
   end
 
@@ -39,8 +38,7 @@ class ClusterSignalsTest < Minitest::Test
     end
     assert refused
     assert_match(/\r\n\r\n0\z/, slow.value, "the request in flight completes")
-    assert @thread.join(20), "master did not exit after TERM"
-    assert_predicate @thread.value, :success?
+    assert_predicate master_exit(20, "master did not exit after TERM"), :success?
   end
 
   def test_ttin_and_ttou
@@ -114,8 +112,7 @@ class ClusterSignalsTest < Minitest::Test
     assert_equal 2, log_text.scan(said).size, "once for each of the two places"
     refute_match(/ArgumentError/, log_text, "the injection passes its arguments on")
     Process.kill(:TERM, @master)
-    assert @thread.join(20), "master did not exit after TERM"
-    assert_predicate @thread.value, :success?
+    assert_predicate master_exit(20, "master did not exit after TERM"), :success?
   end
 
   def test_signals_during_preload_are_not_fatal
@@ -126,7 +123,7 @@ class ClusterSignalsTest < Minitest::Test
     %i[HUP TTIN TTOU URG].each { |sig| Process.kill(sig, @master) }
     wait_for_listening
     wait_for_log(/booted/)
-    assert_predicate @thread, :alive?
+    assert_predicate @process, :alive?
     assert_match(/up\z/, raw_exchange(@port, "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"))
   end
 end

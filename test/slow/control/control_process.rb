@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require_relative "../../support/processes"
 require "json"
 require "net/http"
 require "open3"
@@ -31,14 +32,8 @@ module ControlProcess
   end
 
   def teardown
-    if @thread&.alive?
-      Process.kill(:KILL, @pid)
-      @thread.join(5)
-    end
-  rescue Errno::ESRCH
-    nil
+    @margay&.kill(timeout: 5)
   ensure
-    @reader&.join(5)
     FileUtils.remove_entry(@dir)
   end
 
@@ -48,30 +43,22 @@ module ControlProcess
     settings = { control_url: "tcp://127.0.0.1:0", state_path: @state }.merge(settings)
     env = { "BUNDLE_GEMFILE" => gemfile, "MARGAY_CTL_SETTINGS" => JSON.generate(settings), "RUBYOPT" => nil,
             "RUBYLIB" => File.join(ROOT, "lib") }.merge(env)
-    _stdin, @out, @thread = Open3.popen2e(env, "bundle", "exec", RbConfig.ruby, SERVE, chdir: @dir)
-    _stdin.close
-    @pid = @thread.pid
-    @log = +""
-    @lock = Mutex.new
-    @reader = Thread.new { @out.each_line { |line| @lock.synchronize { @log << line } } }
+    @margay = Margay::TestProcess.new(env, "bundle", "exec", RbConfig.ruby, SERVE, chdir: @dir, in: File::NULL).start
+    @pid = @margay.pid
     wait_for_log(/Listening on/)
     wait_for_log(/Starting control server/) if settings[:control_url]
     wait_for_log(/booted/, count: settings[:workers]) if settings[:workers].to_i.positive?
     @port = log_text[%r{Listening on tcp://127\.0\.0\.1:(\d+)}, 1].to_i
   end
 
-  def log_text
-    @lock.synchronize { @log.dup }
-  end
+  def log_text = @margay.output
 
   # Wait until +pattern+ appears +count+ times in the output.
   def wait_for_log(pattern, count: 1, timeout: 30)
-    deadline = Margay::Clock.now + timeout
-    until log_text.scan(pattern).size >= count
-      flunk "no #{count}x #{pattern.inspect} within #{timeout}s; output:\n#{log_text}" if Margay::Clock.now > deadline
-      flunk "margay exited; output:\n#{log_text}" unless @thread.alive?
-      sleep 0.05
-    end
+    return if @margay.wait_for(pattern, count: count, timeout: timeout)
+
+    flunk "margay exited; output:\n#{log_text}" if @margay.exited?
+    flunk "no #{count}x #{pattern.inspect} within #{timeout}s; output:\n#{log_text}"
   end
 
   # Run the puma gem's pumactl with +args+: [output, exit status].
@@ -109,7 +96,8 @@ module ControlProcess
 
   # Wait for the process to exit: its exit status.
   def wait_exit(timeout: 30)
-    assert @thread.join(timeout), "margay did not exit; output:\n#{log_text}"
-    @thread.value.exitstatus
+    status = @margay.wait_exit(timeout: timeout)
+    assert status, "margay did not exit; output:\n#{log_text}"
+    status.exitstatus
   end
 end

@@ -49,12 +49,11 @@ class SingleSettingsTest < Minitest::Test
     get("/say?two")
     wait_for_file(out, /app stdout two/)
     wait_for_file(err, /app stderr two/)
-    assert @thread.alive?, "HUP with redirects does not stop"
+    assert @process.alive?, "HUP with redirects does not stop"
     Process.kill(:USR2, @master) # the restarted process appends to the files
     wait_for_file(out, /Listening on/)
     assert_match(/app stdout two/, File.read(out))
-    stop_cluster
-    assert_predicate @thread.value, :success?
+    assert_predicate stop_cluster, :success?
   end
 
   # HUP when the redirected file cannot be opened (its directory gone): said
@@ -76,8 +75,7 @@ class SingleSettingsTest < Minitest::Test
     wait_for_reopen(@master, out => 1)
     get("/say?new")
     wait_for_file(out, /app stdout new/)
-    stop_cluster
-    assert_predicate @thread.value, :success?
+    assert_predicate stop_cluster, :success?
   end
 
   def test_title_directory_and_tag
@@ -93,8 +91,7 @@ class SingleSettingsTest < Minitest::Test
   def test_idle_timeout_stops_gracefully
     start("{ idle_timeout: 1 }")
     get("/")
-    assert @thread.join(10), "still running after idle_timeout"
-    assert_predicate @thread.value, :success?
+    assert_predicate master_exit(10, "still running after idle_timeout"), :success?
     assert_match(/no request for 1s \(idle_timeout\): stopping/, log_text)
   end
 
@@ -138,8 +135,7 @@ class SingleSettingsTest < Minitest::Test
           "after_stopped: [-> { puts 'STOPPED' }] } }")
     wait_for_log(/BOOTED #{@master}/)
     assert_match(/WARN: the before_fork hook only runs in cluster mode/, log_text)
-    stop_cluster
-    assert_predicate @thread.value, :success?
+    assert_predicate stop_cluster, :success?
     assert_match(/STOPPED\n\z/, log_text)
     refute_match(/RAN before_fork/, log_text)
   end

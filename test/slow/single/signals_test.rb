@@ -36,9 +36,8 @@ class SingleSignalsTest < Minitest::Test
     wait_for_log(/Listening on/, count: 2)
     assert_match(/HOOK before_restart #{@master}/, log_text)
     assert_equal @master.to_s, body(get("/pid")).split.first, "the same process (exec) serves on the same port"
-    assert @thread.alive?
-    stop_cluster
-    assert_predicate @thread.value, :success?
+    assert @process.alive?
+    assert_predicate stop_cluster, :success?
   end
 
   def test_usr2_restarts_in_place
@@ -60,8 +59,7 @@ class SingleSignalsTest < Minitest::Test
     wait_for_log(/restarting in place/)
     Process.kill(:TERM, @master)
     assert_match(%r{\AHTTP/1.1 200}, slow.value, "the request in flight completes")
-    assert @thread.join(15), "still running after TERM:\n#{log_text}"
-    assert_predicate @thread.value, :success?
+    assert_predicate master_exit(15, "still running after TERM:\n#{log_text}"), :success?
     refute_match(/Margay restarting in place/, log_text, "no re-exec after the stop")
   end
 
@@ -72,8 +70,7 @@ class SingleSignalsTest < Minitest::Test
     Process.kill(Margay::Runner::BACKTRACE_SIGNAL, @master)
     wait_for_log(/Thread: TID-\w+.*\n  \S+:\d+/)
     assert_match(%r{\AHTTP/1.1 200}, get("/pid"))
-    stop_cluster
-    assert_predicate @thread.value, :success?
+    assert_predicate stop_cluster, :success?
   end
 
   def test_hup_stops_gracefully_when_nothing_is_redirected
@@ -82,7 +79,6 @@ class SingleSignalsTest < Minitest::Test
     wait_for_log(/slow request in/)
     Process.kill(:HUP, @master)
     assert_match(%r{\AHTTP/1.1 200}, slow.value)
-    assert @thread.join(10)
-    assert_predicate @thread.value, :success?
+    assert_predicate master_exit(10), :success?
   end
 end

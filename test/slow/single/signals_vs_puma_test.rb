@@ -2,7 +2,7 @@
 
 require "test_helper"
 require_relative "../support/child_env"
-require "open3"
+require_relative "../../support/processes"
 require "socket"
 require "tmpdir"
 require "fileutils"
@@ -35,14 +35,6 @@ class SignalsVsPumaTest < Minitest::Test
     FileUtils.rm_rf(@dir)
   end
 
-  # A port free a moment ago (Puma matches inherited sockets by address, so port 0 will not do).
-  def free_port
-    server = TCPServer.new("127.0.0.1", 0)
-    server.local_address.ip_port
-  ensure
-    server&.close
-  end
-
   def get(port, path)
     raw_exchange(port, "GET #{path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", timeout: 10)
   end
@@ -51,31 +43,27 @@ class SignalsVsPumaTest < Minitest::Test
   def outcomes(env, *command)
     port = free_port
     File.write(File.join(@dir, "server.rb"), "bind 'tcp://127.0.0.1:#{port}'\nworkers 0\n")
-    out = +""
-    lock = Mutex.new
-    stdin, io, thread = Open3.popen2e(env, *command, "-C", "server.rb", "app.ru", chdir: @dir, unsetenv_others: !env.empty?)
-    reader = Thread.new { io.each_line { |l| lock.synchronize { out << l } } }
+    server = Margay::TestProcess.new(env, *command, "-C", "server.rb", "app.ru",
+                                     chdir: @dir, in: File::NULL, unsetenv_others: !env.empty?).start
     wait = lambda do |pattern, count = 1|
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
-      sleep 0.05 until lock.synchronize { out.scan(pattern).size >= count } || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-      assert_operator lock.synchronize { out.scan(pattern).size }, :>=, count, -> { out }
+      server.wait_for(pattern, count: count, timeout: 30)
+      assert_operator server.output.scan(pattern).size, :>=, count, -> { server.output }
     end
     wait.call(/Listening on|Inherited tcp/)
     results = %i[USR2 USR1].each_with_index.map do |signal, i|
       slow = Thread.new { get(port, "/slow") }
       wait.call(/slow request/, i + 1)
-      Process.kill(signal, thread.pid)
+      Process.kill(signal, server.pid)
       in_flight = slow.value[/\AHTTP\/1.1 (\d+)/, 1]
       wait.call(/Listening on|Inherited tcp/, i + 2) # Puma names an inherited socket so
-      [signal, in_flight, get(port, "/").end_with?(thread.pid.to_s)]
+      [signal, in_flight, get(port, "/").end_with?(server.pid.to_s)]
     end
-    Process.kill(:HUP, thread.pid)
-    assert thread.join(30), -> { "#{command.first(3)} did not stop on HUP:\n#{out}" }
-    reader.join(5)
-    results << [:HUP, thread.value.exitstatus]
+    Process.kill(:HUP, server.pid)
+    status = server.wait_exit(timeout: 30)
+    assert status, -> { "#{command.first(3)} did not stop on HUP:\n#{server.output}" }
+    results << [:HUP, status.exitstatus]
   ensure
-    stdin&.close
-    Process.kill(:KILL, thread.pid) if thread&.alive?
+    server&.kill
   end
 
   def test_single_mode_signals_as_puma

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "open3"
+require_relative "../../support/processes"
 require "tmpdir"
 require "fileutils"
 
@@ -30,17 +30,10 @@ module ClusterProcess
     spawn_process(env, RbConfig.ruby, File.join(ROOT, "exe/margay"), *args)
   end
 
-  # Run +command+ in @dir as the master, its output collected into the log.
+  # Run +command+ in @dir as the master (@process), its output collected into the log.
   def spawn_process(env, *command)
-    @stdin, @out, @thread = Open3.popen2e(env, *command, chdir: @dir)
-    @master = @thread.pid
-    @log = +""
-    @log_lock = Mutex.new
-    @reader = Thread.new do
-      @out.each_line { |line| @log_lock.synchronize { @log << line } }
-    rescue IOError
-      nil
-    end
+    @process = Margay::TestProcess.new(env, *command, chdir: @dir, in: File::NULL).start
+    @master = @process.pid
   end
 
   # Wait for the banner; @port is the port it names.
@@ -80,20 +73,25 @@ module ClusterProcess
     flunk "pid #{pid} is gone before it reopened #{fds.keys.join(", ")}\n#{log_text}"
   end
 
+  # TERM to the master; its exit status.
   def stop_cluster
-    return unless @thread
+    return unless @process
 
-    Process.kill(:TERM, @master) if @thread.alive?
-    assert @thread.join(20), -> { "master did not exit after TERM; processes:\n#{Margay::TestWatchdog.process_report(@master)}" }
-    @reader.join(5)
-  ensure
-    @stdin&.close
+    Process.kill(:TERM, @master) if @process.alive?
+    master_exit(20, -> { "master did not exit after TERM; processes:\n#{Margay::TestWatchdog.process_report(@master)}" })
+  end
+
+  # Wait up to +timeout+ seconds for the master's exit (+message+ when it still runs): its status.
+  def master_exit(timeout, message = "master did not exit")
+    status = @process.wait_exit(timeout: timeout)
+    assert status, message
+    status
   end
 
   # A master that would not stop is killed with its workers, also when the
   # graceful stop's assertion failed (no process outlives its test).
   def teardown
-    stop_cluster if @thread&.alive?
+    stop_cluster if @process&.alive?
   ensure
     kill_cluster
     FileUtils.rm_rf(@dir) if @dir
@@ -101,27 +99,25 @@ module ClusterProcess
   end
 
   def kill_cluster
-    return unless @thread&.alive?
+    return unless @process&.alive?
 
-    pids = [@thread.pid, *Margay::TestWatchdog.descendants(@thread.pid)]
+    pids = [@master, *Margay::TestWatchdog.descendants(@master)]
     pids.each do |pid|
       Process.kill(:KILL, pid)
     rescue Errno::ESRCH
       nil
     end
-    @thread.join(5)
+    @process.wait_exit(timeout: 5)
   end
 
-  def log_text
-    @log_lock.synchronize { @log.dup }
-  end
+  def log_text = @process.output
 
   def wait_for_log(pattern, count: 1, timeout: 20)
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
     until log_text.scan(pattern).size >= count
       if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
         flunk "timed out waiting for #{pattern.inspect} x#{count}; log:\n#{log_text}\n" \
-              "processes:\n#{Margay::TestWatchdog.process_report(@master || @thread.pid)}"
+              "processes:\n#{Margay::TestWatchdog.process_report(@master)}"
       end
       sleep 0.02
     end

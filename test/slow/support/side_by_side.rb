@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require_relative "../../support/processes"
 require "ipaddr"
 require "json"
 require "net/http"
@@ -78,75 +79,15 @@ module SideBySide
   end
 
   # One server process tree started for a test.
-  class Run
-    attr_reader :server, :pid, :dir, :status
+  class Run < Margay::TestProcess
+    attr_reader :server, :dir
 
     # +command+: what to run instead of `bundle exec SERVER` (e.g. ["bin/rails", "server", "-u", "puma"]).
     def initialize(server, args, dir:, env: {}, command: nil)
       @server = server
-      @command = command || ["bundle", "exec", server.to_s]
-      @args = args
       @dir = dir
-      @env = SideBySide.child_env(env)
-      @output = +""
-      @lock = Mutex.new
-      @status = nil
-    end
-
-    def start
-      out_r, out_w = IO.pipe
-      @pid = Process.spawn(@env, *@command, *@args,
-                           chdir: @dir, out: out_w, err: out_w, in: File::NULL, pgroup: true,
-                           unsetenv_others: true)
-      out_w.close
-      @reader = Thread.new do
-        out_r.each_line { |line| @lock.synchronize { @output << line } }
-      rescue IOError
-        nil
-      ensure
-        out_r.close
-      end
-      self
-    end
-
-    def output = @lock.synchronize { @output.dup }
-
-    def label = [*@command, *@args].join(" ")
-
-    # Wait until the output matches +pattern+ (count times); false on timeout or exit.
-    def wait_for(pattern, count: 1, timeout: 30)
-      deadline = Margay::Clock.now + timeout
-      loop do
-        return true if output.scan(pattern).size >= count
-        return false if Margay::Clock.now > deadline || exited?
-
-        sleep 0.05
-      end
-    end
-
-    # The process's exit status once it exited, nil while it runs.
-    def exited?
-      return @status if @status
-
-      pid, status = Process.wait2(@pid, Process::WNOHANG)
-      return nil unless pid
-
-      @status = status
-      @reader.join(5)
-      status
-    end
-
-    def alive? = !exited?
-
-    # Wait up to +timeout+ seconds for the exit; the status, or nil if still running.
-    def wait_exit(timeout: 30)
-      deadline = Margay::Clock.now + timeout
-      until exited?
-        return nil if Margay::Clock.now > deadline
-
-        sleep 0.05
-      end
-      @status
+      super(SideBySide.child_env(env), *(command || ["bundle", "exec", server.to_s]), *args,
+            chdir: dir, in: File::NULL, pgroup: true, unsetenv_others: true)
     end
 
     # This process and its descendants (workers, a mold...).
@@ -230,10 +171,7 @@ module SideBySide
 
     # Kill the process group it was started in (also workers that lost their master).
     def kill
-      Process.kill("KILL", -@pid)
-      wait_exit(timeout: 10)
-      nil
-    rescue Errno::ESRCH, Errno::EPERM
+      super(:KILL, group: true)
       nil
     end
   end
