@@ -85,8 +85,4 @@ class ClusterQueueTest < Minitest::Test
   ensure
     socket&.close
   end
-
-  def free_port
-    TCPServer.open("127.0.0.1", 0) { |s| s.addr[1] }
-  end
 end
