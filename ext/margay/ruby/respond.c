@@ -7,7 +7,7 @@
  */
 #include "ruby/respond.h"
 #include "core/conn.h"
-#include "ruby/engine.h"
+#include "ruby/request.h"
 #include "ruby/head.h"
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -33,7 +33,7 @@ int mg_respond_send(mg_conn *c) {
  * request (returns the token) or hand the connection to the event loop. */
 VALUE mg_respond_complete(mg_engine *e, mg_conn *c) {
   if (c->stream_left > 0) c->keep_alive = 0; /* fewer bytes than announced: only closing frames it */
-  return mg_conn_complete(e, c) ? mg_conn_token(c) : Qnil;
+  return mg_conn_complete(e, c) ? mg_request_token(c) : Qnil;
 }
 
 /* Header values are converted with to_s and inspected, which runs app code
@@ -53,7 +53,7 @@ static int body_unchanged(VALUE body, long nparts, int64_t blen) {
 /* Engine#respond(token, status, headers, body_array) -> token to continue with, or nil */
 static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers, VALUE body) {
   mg_engine *e = mg_engine_get(self);
-  mg_conn *c = mg_engine_conn_for_token(e, token);
+  mg_conn *c = mg_rb_request_conn(e, token);
   int st = mg_status_of(status);
   Check_Type(body, T_ARRAY);
   int64_t blen = 0, copied = 0;
@@ -101,7 +101,7 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
 /* Engine#respond_file(token, status, headers, path) -> like #respond; false if the file cannot be opened */
 static VALUE engine_respond_file(VALUE self, VALUE token, VALUE status, VALUE headers, VALUE path) {
   mg_engine *e = mg_engine_get(self);
-  mg_conn *c = mg_engine_conn_for_token(e, token);
+  mg_conn *c = mg_rb_request_conn(e, token);
   int st = mg_status_of(status);
   FilePathValue(path);
   /* O_NONBLOCK: a FIFO (or a device) named by to_path must not block every
@@ -127,7 +127,7 @@ static VALUE engine_respond_file(VALUE self, VALUE token, VALUE status, VALUE he
 /* Engine#early_hints(token, headers): a 103 response before the final one (HTTP/1.1 only). */
 static VALUE engine_early_hints(VALUE self, VALUE token, VALUE headers) {
   mg_engine *e = mg_engine_get(self);
-  mg_conn *c = mg_engine_conn_for_token(e, token);
+  mg_conn *c = mg_rb_request_conn(e, token);
   if (c->minor < 1 || c->resp_started) return Qfalse;
   mg_head h;
   mg_head_begin(&h, 103, headers, 0);
@@ -140,7 +140,7 @@ static VALUE engine_early_hints(VALUE self, VALUE token, VALUE headers) {
 /* Engine#response_started?(token) */
 static VALUE engine_response_started(VALUE self, VALUE token) {
   mg_engine *e = mg_engine_get(self);
-  return mg_engine_conn_for_token(e, token)->resp_started ? Qtrue : Qfalse;
+  return mg_rb_request_conn(e, token)->resp_started ? Qtrue : Qfalse;
 }
 
 void mg_respond_init(VALUE cEngine) {
