@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include "core/output.h"
 #include "ev/ev.h"
+#include "ev/wake.h"
 
 /* The engine's settings, in the order Ruby passes their values to
  * Engine.new (Margay::Native::Engine::SETTINGS lists the names). Their
@@ -76,7 +77,7 @@ typedef struct mg_engine {
   mg_pins pins;              /* owners of the response bytes queued without a copy */
   mg_listener listeners[MG_MAX_LISTENERS];
   int nlisteners;
-  int wake_fd[2];            /* eventfd (both the same) or a pipe */
+  mg_wake wake;              /* wakes the thread blocked in the event set */
   _Atomic int *board_slots;  /* the cluster's shared counters (core/board.h), or NULL */
   int board_n, board_index;
   int detach_cursor;         /* where mg_detach_idle(pending_only) looks next (the caller holds the GVL) */
@@ -137,11 +138,7 @@ static inline int64_t mg_now_us(void) {
 
 /* Wake the thread blocked in the event set (the wake fd is level-triggered: the next poller
  * sees it when none is blocked now). */
-static inline void mg_engine_wake_poller(mg_engine *e) {
-  uint64_t one = 1;
-  ssize_t w = write(e->wake_fd[1], &one, e->wake_fd[0] == e->wake_fd[1] ? sizeof one : 1);
-  (void)w;
-}
+static inline void mg_engine_wake_poller(mg_engine *e) { mg_wake_signal(&e->wake); }
 
 /* Wake every thread waiting in the event loop: the poller and the standbys (a stop). */
 static inline void mg_engine_wake(mg_engine *e) {

@@ -79,9 +79,7 @@ static int abandoned(const mg_conn *c, uint32_t events, int fresh) {
 
 int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out) {
   if (ev->data & MG_DATA_WAKE) {
-    uint64_t v;
-    ssize_t r = read(e->wake_fd[0], &v, sizeof v);
-    (void)r;
+    mg_wake_drain(&e->wake);
     return 0;
   }
   mg_conn *c;

@@ -56,7 +56,7 @@ static const rb_data_type_t engine_type = {
 static VALUE engine_alloc(VALUE klass) {
   mg_rb_engine *rb;
   VALUE obj = TypedData_Make_Struct(klass, mg_rb_engine, &engine_type, rb);
-  rb->core.wake_fd[0] = rb->core.wake_fd[1] = -1;
+  rb->core.wake = MG_WAKE_NONE;
   rb->env_template = Qnil;
   rb->board = Qnil;
   rb->core.closed = 1; /* until initialize succeeds */
