@@ -57,6 +57,12 @@ typedef struct {
 
 struct mg_conn;
 
+/* Engine#stop's level (it only rises). */
+enum mg_stopping { MG_RUNNING = 0, MG_STOP_GRACEFUL = 1, MG_STOP_FORCED = 2 };
+/* Why accepting is paused: the connection limit (resumed when a connection leaves) or out of
+ * descriptors (resumed by the sweep after resume_accept_ms). */
+enum mg_accept_paused { MG_ACCEPTING = 0, MG_PAUSED_AT_LIMIT = 1, MG_PAUSED_NO_FDS = 2 };
+
 typedef struct mg_engine {
   mg_ev *ev;
   mg_settings cfg;
@@ -66,11 +72,11 @@ typedef struct mg_engine {
   _Atomic int nconns;
   _Atomic int idle_waiters;  /* threads inside next_request */
   _Atomic int64_t all_busy_since_ms; /* when idle_waiters last dropped to 0 */
-  _Atomic int stopping;      /* 1 graceful, 2 forced */
+  _Atomic int stopping;      /* enum mg_stopping */
   _Atomic int listener_users; /* loop threads accepting or arming a listener */
   _Atomic uint64_t requests; /* completed request heads, less the abandoned ones (core/loop.c) */
   _Atomic uint64_t abandoned; /* requests not run: the client closed its side first (core/loop.c) */
-  _Atomic int accept_paused; /* listeners not armed (limit or EMFILE) */
+  _Atomic int accept_paused; /* enum mg_accept_paused: why the listeners are not armed */
   _Atomic int64_t resume_accept_ms;
   _Atomic int64_t next_sweep_ms;
   pthread_mutex_t sweep_lock;

@@ -127,7 +127,7 @@ static void take_requests(mg_waits_args *a) {
   if (claimed) mg_waits_cap_release(a->w->cap);
 }
 
-void *mg_waits_wait_nogvl(void *p) {
+void *mg_waits_wait(void *p) {
   mg_waits_args *a = p;
   mg_waits *w = a->w;
   mg_engine *e = w->e;
@@ -201,5 +201,5 @@ void mg_waits_free(mg_waits *w) { (void)w; }
 int mg_waits_arm(mg_waits *w, int fd, uint32_t events) { (void)w; (void)fd; (void)events; errno = ENOSYS; return -1; }
 int mg_waits_disarm(mg_waits *w, int fd) { (void)w; (void)fd; return 0; }
 void mg_waits_poke(mg_waits *w) { (void)w; }
-void *mg_waits_wait_nogvl(void *p) { mg_waits_args *a = p; a->result = MG_WAITS_FAIL; a->err = ENOSYS; return NULL; }
+void *mg_waits_wait(void *p) { mg_waits_args *a = p; a->result = MG_WAITS_FAIL; a->err = ENOSYS; return NULL; }
 #endif

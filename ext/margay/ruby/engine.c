@@ -121,10 +121,10 @@ static VALUE engine_stop(int argc, VALUE *argv, VALUE self) {
   VALUE force;
   rb_scan_args(argc, argv, "01", &force);
   mg_engine *e = mg_engine_get(self);
-  int level = RTEST(force) ? 2 : 1;
+  int level = RTEST(force) ? MG_STOP_FORCED : MG_STOP_GRACEFUL;
   int was = atomic_load(&e->stopping);
   if (was < level) atomic_store(&e->stopping, level);
-  if (was == 0) mg_listeners_stop(e); /* later calls: the listeners may be closed (and their numbers reused) */
+  if (was == MG_RUNNING) mg_listeners_stop(e); /* later calls: the listeners may be closed (and their numbers reused) */
   atomic_store(&e->next_sweep_ms, 0);
   mg_engine_wake(e);
   return Qnil;

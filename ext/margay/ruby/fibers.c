@@ -157,8 +157,8 @@ static VALUE waits_wait(VALUE self, VALUE timeout_ms, VALUE take, VALUE out, VAL
   a.nready = 0;
   a.mailbox = 0;
   a.nconns = 0;
-  if (a.timeout_ms == 0) mg_waits_wait_nogvl(&a); /* never blocks: keep the GVL */
-  else rb_thread_call_without_gvl2(mg_waits_wait_nogvl, &a, waits_ubf, rw->w);
+  if (a.timeout_ms == 0) mg_waits_wait(&a); /* never blocks: keep the GVL */
+  else rb_thread_call_without_gvl2(mg_waits_wait, &a, waits_ubf, rw->w);
   for (int i = 0; i < a.nready; i++) {
     rb_ary_push(out, INT2FIX(a.ready[i].fd));
     rb_ary_push(out, INT2FIX(a.ready[i].events));

@@ -23,7 +23,7 @@ static int queue_string(mg_engine *e, mg_conn *c, VALUE str) {
   return mg_out_queue_pinned(&c->out, &e->pins, RSTRING_PTR(str), (size_t)RSTRING_LEN(str), (mg_ref)str);
 }
 
-int mg_respond_send(mg_conn *c) {
+int mg_rb_respond_send(mg_conn *c) {
   int r = mg_out_flush(&c->out, c->fd);
   if (r < 0) rb_raise(mg_eClientGone, "client went away");
   return r;
@@ -54,7 +54,7 @@ static int body_unchanged(VALUE body, long nparts, int64_t blen) {
 static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers, VALUE body) {
   mg_engine *e = mg_engine_get(self);
   mg_conn *c = mg_rb_request_conn(e, token);
-  int st = mg_status_of(status);
+  int st = mg_rb_status_of(status);
   Check_Type(body, T_ARRAY);
   int64_t blen = 0, copied = 0;
   long nparts = RARRAY_LEN(body);
@@ -65,7 +65,7 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
     if (RSTRING_LEN(part) < MG_SHARE_STRING) copied += RSTRING_LEN(part);
   }
   mg_head h;
-  mg_head_begin(&h, st, headers, (size_t)copied);
+  mg_rb_head_begin(&h, st, headers, (size_t)copied);
   int send_body = !c->head_request && !mg_bodyless(st);
   if (h.content_length >= 0 && send_body && !h.has_te && h.content_length != blen) {
     mg_head_release(&h);
@@ -73,7 +73,7 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
              (long long)h.content_length, (long long)blen);
   }
   if (h.has_te) blen = -1;
-  mg_head_finish(e, &h, c, st, mg_bodyless(st) ? -1 : blen);
+  mg_rb_head_finish(e, &h, c, st, mg_bodyless(st) ? -1 : blen);
   if (send_body && !body_unchanged(body, nparts, h.has_te ? -1 : blen)) {
     mg_head_release(&h);
     rb_raise(mg_eInvalidResponse, "the body array changed while its headers were read");
@@ -82,14 +82,14 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
     for (long i = 0; i < nparts; i++) {
       VALUE part = RARRAY_AREF(body, i);
       if (RSTRING_LEN(part) < MG_SHARE_STRING) {
-        mg_head_put(&h, RSTRING_PTR(part), (size_t)RSTRING_LEN(part));
+        mg_rb_head_put(&h, RSTRING_PTR(part), (size_t)RSTRING_LEN(part));
         continue;
       }
       /* a large part is sent from the app's string itself: frozen (a later
        * change to the app's copy makes Ruby copy it, not us) and pinned */
       mg_head_queue(c, &h);
       if (queue_string(e, c, rb_str_new_frozen(part)) != 0) rb_raise(rb_eNoMemError, "response queue");
-      mg_head_grow(&h, 1024);
+      mg_rb_head_grow(&h, 1024);
     }
   }
   mg_head_queue(c, &h);
@@ -102,7 +102,7 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
 static VALUE engine_respond_file(VALUE self, VALUE token, VALUE status, VALUE headers, VALUE path) {
   mg_engine *e = mg_engine_get(self);
   mg_conn *c = mg_rb_request_conn(e, token);
-  int st = mg_status_of(status);
+  int st = mg_rb_status_of(status);
   FilePathValue(path);
   /* O_NONBLOCK: a FIFO (or a device) named by to_path must not block every
    * Ruby thread while this one holds the GVL; only regular files are sent. */
@@ -112,10 +112,10 @@ static VALUE engine_respond_file(VALUE self, VALUE token, VALUE status, VALUE he
   if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) { close(fd); return Qfalse; }
   mg_head h;
   int status_ok = 0;
-  mg_head_begin(&h, st, headers, 0);
+  mg_rb_head_begin(&h, st, headers, 0);
   status_ok = h.content_length < 0 || h.content_length == (int64_t)sb.st_size;
   if (!status_ok || h.has_te) { mg_head_release(&h); close(fd); return Qfalse; } /* let the caller iterate the body */
-  mg_head_finish(e, &h, c, st, mg_bodyless(st) ? -1 : (int64_t)sb.st_size);
+  mg_rb_head_finish(e, &h, c, st, mg_bodyless(st) ? -1 : (int64_t)sb.st_size);
   mg_head_queue(c, &h);
   if (!c->head_request && !mg_bodyless(st) && sb.st_size > 0) mg_out_queue_file(&c->out, fd, 0, (uint64_t)sb.st_size);
   else close(fd);
@@ -130,10 +130,10 @@ static VALUE engine_early_hints(VALUE self, VALUE token, VALUE headers) {
   mg_conn *c = mg_rb_request_conn(e, token);
   if (c->minor < 1 || c->resp_started) return Qfalse;
   mg_head h;
-  mg_head_begin(&h, 103, headers, 0);
-  mg_head_put(&h, "\r\n", 2);
+  mg_rb_head_begin(&h, 103, headers, 0);
+  mg_rb_head_put(&h, "\r\n", 2);
   mg_head_queue(c, &h);
-  mg_respond_send(c);
+  mg_rb_respond_send(c);
   return Qtrue;
 }
 

@@ -23,20 +23,20 @@
 static VALUE engine_stream_start(VALUE self, VALUE token, VALUE status, VALUE headers) {
   mg_engine *e = mg_engine_get(self);
   mg_conn *c = mg_rb_request_conn(e, token);
-  int st = mg_status_of(status);
+  int st = mg_rb_status_of(status);
   mg_head h;
-  mg_head_begin(&h, st, headers, 0);
+  mg_rb_head_begin(&h, st, headers, 0);
   if (h.hijack != Qnil) {
     c->keep_alive = 0; /* the app takes the socket after the head ... */
     h.has_te = 1;      /* ... and frames its bytes itself: add no content-length or chunked */
   }
-  mg_head_finish(e, &h, c, st, h.hijack != Qnil || mg_bodyless(st) ? -1 : h.content_length);
+  mg_rb_head_finish(e, &h, c, st, h.hijack != Qnil || mg_bodyless(st) ? -1 : h.content_length);
   c->resp_chunked = h.resp_chunked && !c->head_request;
   c->stream_left = (c->head_request || mg_bodyless(st)) ? 0 : h.content_length;
   VALUE hijack = h.hijack;
   mg_head_queue(c, &h);
   c->resp_started = 1;
-  mg_respond_send(c);
+  mg_rb_respond_send(c);
   return hijack;
 }
 
@@ -78,7 +78,7 @@ static void drain_to(mg_engine *e, mg_conn *c, size_t limit) {
   int64_t deadline = mg_now_ms() + e->cfg.write_timeout_ms;
   uint64_t sent = c->out.sent;
   for (;;) {
-    int r = mg_respond_send(c);
+    int r = mg_rb_respond_send(c);
     if (r > 0 || (limit > 0 && c->out.bytes <= limit)) return; /* r > 0: the queue is empty */
     if (c->out.sent != sent) {
       sent = c->out.sent;
@@ -105,7 +105,7 @@ static VALUE engine_stream_write(VALUE self, VALUE token, VALUE data) {
       rb_raise(mg_eInvalidResponse, "body is longer than its content-length (%ld more bytes)", (long)(n - (size_t)c->stream_left));
     c->stream_left -= (int64_t)n;
   }
-  mg_respond_send(c);
+  mg_rb_respond_send(c);
   if (c->out.spill_fd >= 0 || c->out.bytes + n > e->cfg.response_buffer_limit) {
     /* The client is slower than the app: spill to a tempfile rather than hold this thread, up
      * to MG_SPILL_LIMIT per response. Past it, wait until the client took everything; without
@@ -132,7 +132,7 @@ static VALUE engine_stream_write(VALUE self, VALUE token, VALUE data) {
   } else {
     mg_out_queue(&c->out, RSTRING_PTR(data), n);
   }
-  mg_respond_send(c);
+  mg_rb_respond_send(c);
   return Qnil;
 }
 
