@@ -1,5 +1,5 @@
 /*
- * core/waits.h - a fiber-mode thread's private wait set (issue 13).
+ * core/waits.h - a fiber-mode thread's private wait set.
  *
  * Ruby fibers cannot move between threads, so each fiber-mode pool thread waits in an epoll
  * set of its own. It holds three kinds of registration:

@@ -1,5 +1,5 @@
 /*
- * ruby/fibers.c - Margay::Native::FiberWaits, the Ruby face of core/waits.c (issue 13).
+ * ruby/fibers.c - Margay::Native::FiberWaits, the Ruby face of core/waits.c.
  *
  * One per fiber-mode pool thread (lib/margay/server/fiber_loop.rb), used only by that thread
  * except #poke, which any thread may call: it is how a fiber blocked on this thread is woken

@@ -1,6 +1,6 @@
 /*
  * ruby/fibers.h - Margay::Native::FiberWaits: a fiber-mode pool thread's private wait set
- * (issue 13; the work is core/waits.c).
+ * (the work is core/waits.c).
  */
 #ifndef MARGAY_RUBY_FIBERS_H
 #define MARGAY_RUBY_FIBERS_H
