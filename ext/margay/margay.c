@@ -19,7 +19,7 @@
 #include "ruby/cluster.h"
 #include "ruby/engine.h"
 #include "ruby/env.h"
-#include "ruby/fibers.h"
+#include "ruby/waits.h"
 #include "ruby/respond.h"
 #include "ruby/stream.h"
 #include "ruby/testing.h"
@@ -69,5 +69,5 @@ void Init_margay_native(void) {
   mg_stream_init(cEngine);
   mg_cluster_init(cEngine);
   mg_env_init();
-  mg_fibers_init(mNative);
+  mg_waits_init(mNative);
 }

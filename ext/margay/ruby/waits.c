@@ -1,5 +1,5 @@
 /*
- * ruby/fibers.c - Margay::Native::FiberWaits, the Ruby face of core/waits.c.
+ * ruby/waits.c - Margay::Native::FiberWaits, the Ruby face of core/waits.c.
  *
  * One per fiber-mode pool thread (lib/margay/server/fiber_loop.rb), used only by that thread
  * except #poke, which any thread may call: it is how a fiber blocked on this thread is woken
@@ -7,7 +7,7 @@
  * releases the GVL and returns what became ready, and possibly one request taken from the
  * engine's shared event set (the same dispatch a thread in Engine#next_request does).
  */
-#include "ruby/fibers.h"
+#include "ruby/waits.h"
 #include "ruby/request.h"
 #include "core/waits.h"
 #include <errno.h>
@@ -200,7 +200,7 @@ static VALUE waits_close(VALUE self) {
   return Qnil;
 }
 
-void mg_fibers_init(VALUE mNative) {
+void mg_waits_init(VALUE mNative) {
   VALUE k = rb_define_class_under(mNative, "InFlight", rb_cObject);
   rb_define_alloc_func(k, cap_alloc);
   rb_define_method(k, "initialize", cap_initialize, 1);
