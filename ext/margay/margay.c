@@ -3,8 +3,8 @@
  *
  *   http/   pure HTTP (parser, chunked decoder, status lines): no Ruby, fuzzed
  *   ev/     the event backends (epoll, poll)
- *   core/   the engine without the GVL: no Ruby at all
- *   ruby/   the Ruby classes around them (with the GVL)
+ *   core/   the engine: no Ruby at all (so it may run without the GVL)
+ *   ruby/   the Ruby classes around them (with the GVL, released at three waits)
  */
 #include <ruby.h>
 #include <stdlib.h>

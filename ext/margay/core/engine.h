@@ -1,7 +1,7 @@
 /*
  * core/engine.h - the engine: its settings, listeners, connection table and the counters its
  * threads share, and opening and closing its resources. Everything under core/ works on this
- * struct without the GVL and without Ruby; ruby/engine.c embeds it in the
+ * struct without Ruby (with or without the GVL); ruby/engine.c embeds it in the
  * Margay::Native::Engine object.
  *
  * Ownership: a connection is owned by exactly one thread at a time (see core/conn.h). Connection

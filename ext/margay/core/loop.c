@@ -1,10 +1,10 @@
 /*
- * core/loop.c - the event loop, run without the GVL by every thread that
- * waits in Engine#next_request (leader/follower: no hand-off per request). A
- * thread takes one event, does the I/O it calls for (accept, read and parse,
- * body framing, finishing a queued response, lingering close), and returns to
- * Ruby only with a complete request; the same thread then runs the
- * application.
+ * core/loop.c - the event loop, run by every thread that waits in
+ * Engine#next_request (leader/follower: no hand-off per request), without the
+ * GVL except in mg_loop_try. A thread takes one event, does the I/O it calls
+ * for (accept, read and parse, body framing, finishing a queued response,
+ * lingering close), and returns to Ruby only with a complete request; the
+ * same thread then runs the application.
  */
 #include "core/loop.h"
 #include "core/accept.h"

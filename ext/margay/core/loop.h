@@ -1,6 +1,6 @@
 /*
- * core/loop.h - the event loop, run without the GVL by every thread that waits in
- * Engine#next_request.
+ * core/loop.h - the event loop, run by every thread that waits in Engine#next_request: without
+ * the GVL, except mg_loop_try.
  */
 #ifndef MARGAY_CORE_LOOP_H
 #define MARGAY_CORE_LOOP_H

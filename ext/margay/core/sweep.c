@@ -1,5 +1,6 @@
 /*
- * core/sweep.c - timeouts (see core/sweep.h). Runs without the GVL.
+ * core/sweep.c - timeouts (see core/sweep.h). Runs from the loop: without the GVL, or in
+ * mg_loop_try with it.
  */
 #include "core/sweep.h"
 #include "core/conn.h"

@@ -3,7 +3,7 @@
  * #next_request (or FiberWaits#wait) handing it over and the response call (#respond,
  * #respond_file, #stream_finish, #abort, #hijack) that gives it back. A token names that hold:
  * fd, generation and request number, so a stale token raises instead of touching another
- * request. #next_request is the one Engine method that waits without the GVL.
+ * request. #next_request waits for work without the GVL.
  */
 #include "ruby/request.h"
 #include "core/input.h"
