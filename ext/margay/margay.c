@@ -3,8 +3,8 @@
  *
  *   http/   pure HTTP (parser, chunked decoder, status lines): no Ruby, fuzzed
  *   ev/     the event backends (epoll, poll)
- *   core/   the engine without the GVL: no Ruby at all
- *   ruby/   the Ruby classes around them (with the GVL)
+ *   core/   the engine: no Ruby at all (so it may run without the GVL)
+ *   ruby/   the Ruby classes around them (with the GVL, released at three waits)
  */
 #include <ruby.h>
 #include <stdlib.h>
@@ -19,7 +19,7 @@
 #include "ruby/cluster.h"
 #include "ruby/engine.h"
 #include "ruby/env.h"
-#include "ruby/fibers.h"
+#include "ruby/waits.h"
 #include "ruby/respond.h"
 #include "ruby/stream.h"
 #include "ruby/testing.h"
@@ -41,7 +41,7 @@ static VALUE native_child_subreaper(VALUE self) {
  * system, false when there was none to return, nil without glibc. The mold
  * (and a preloading master) call it after the full GCs before forking: freed
  * malloc memory that stays mapped would be copied into no child, but counts
- * in the template's RSS for as long as it lives (issue 15). */
+ * in the template's RSS for as long as it lives. */
 static VALUE native_malloc_trim(VALUE self) {
   (void)self;
 #if defined(__GLIBC__)
@@ -56,9 +56,8 @@ void Init_margay_native(void) {
   VALUE mNative = rb_define_module_under(mMargay, "Native");
 #if defined(__GLIBC__) && defined(M_ARENA_MAX)
   /* glibc gives each thread that allocates under contention an arena of its
-   * own and rarely returns their memory: a threaded server's RSS creeps up
-   * (measured: +13.5% over a 10-minute soak, +3.7% with 2 arenas). Two arenas,
-   * unless the user chose otherwise with MALLOC_ARENA_MAX. */
+   * own and rarely returns their memory: a threaded server's RSS creeps up.
+   * Two arenas, unless the user chose otherwise with MALLOC_ARENA_MAX. */
   if (!getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 2);
 #endif
   rb_define_module_function(mNative, "child_subreaper", native_child_subreaper, 0);
@@ -70,5 +69,5 @@ void Init_margay_native(void) {
   mg_stream_init(cEngine);
   mg_cluster_init(cEngine);
   mg_env_init();
-  mg_fibers_init(mNative); /* issue 13: fiber mode's per-thread wait sets */
+  mg_waits_init(mNative);
 }

@@ -108,7 +108,7 @@ int mg_conn_forget(mg_engine *e, mg_conn *c) {
   int left = atomic_fetch_sub(&e->nconns, 1) - 1;
   mg_board_count(e, MG_BOARD_CONNS, -1);
   if (left == 0 && atomic_load(&e->stopping)) mg_engine_wake(e);
-  if (atomic_load(&e->accept_paused) == 1) mg_listeners_resume(e); /* also after a hand-over or hijack */
+  if (atomic_load(&e->accept_paused) == MG_PAUSED_AT_LIMIT) mg_listeners_resume(e); /* also after a hand-over or hijack */
   return fd;
 }
 

@@ -5,12 +5,8 @@
  */
 #include "core/engine.h"
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/resource.h>
-#ifdef HAVE_SYS_EVENTFD_H
-#include <sys/eventfd.h>
-#endif
 
 int mg_engine_size(mg_engine *e) {
   struct rlimit rl;
@@ -23,37 +19,17 @@ int mg_engine_size(mg_engine *e) {
   return max_fds > 256 ? max_fds - 64 : max_fds / 2;
 }
 
-/* An eventfd (both ends the same), or a non-blocking pipe. */
-static int open_wake_fd(int fds[2]) {
-#ifdef HAVE_EVENTFD
-  fds[0] = fds[1] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (fds[0] >= 0) return 0;
-#endif
-  if (pipe(fds) != 0) return -1;
-  for (int i = 0; i < 2; i++) {
-    fcntl(fds[i], F_SETFL, fcntl(fds[i], F_GETFL) | O_NONBLOCK);
-    fcntl(fds[i], F_SETFD, FD_CLOEXEC);
-  }
-  return 0;
-}
-
-static void close_wake_fd(int fds[2]) {
-  if (fds[0] >= 0) close(fds[0]);
-  if (fds[1] >= 0 && fds[1] != fds[0]) close(fds[1]);
-  fds[0] = fds[1] = -1;
-}
-
 int mg_engine_open(mg_engine *e, int backend) {
   e->ev = mg_ev_new(backend, e->max_fds);
   if (!e->ev) return MG_OPEN_BACKEND;
   int failed = MG_OPEN_OK;
   e->conns = calloc((size_t)e->max_fds, sizeof *e->conns);
   if (!e->conns) failed = MG_OPEN_TABLE;
-  else if (open_wake_fd(e->wake_fd) != 0) failed = MG_OPEN_WAKE_FD;
-  else if (mg_ev_arm_persistent(e->ev, e->wake_fd[0], MG_DATA_WAKE) != 0) failed = MG_OPEN_ARM_WAKE;
+  else if (mg_wake_open(&e->wake) != 0) failed = MG_OPEN_WAKE_FD;
+  else if (mg_ev_arm_persistent(e->ev, e->wake.rd, MG_DATA_WAKE) != 0) failed = MG_OPEN_ARM_WAKE;
   if (failed) {
     int saved = errno;
-    close_wake_fd(e->wake_fd);
+    mg_wake_close(&e->wake);
     free(e->conns);
     e->conns = NULL;
     mg_ev_free(e->ev);
@@ -78,7 +54,7 @@ void mg_engine_close(mg_engine *e) {
   free(e->conns);
   e->conns = NULL;
   if (e->ev) { mg_ev_free(e->ev); e->ev = NULL; }
-  close_wake_fd(e->wake_fd);
+  mg_wake_close(&e->wake);
   pthread_mutex_destroy(&e->sweep_lock);
   pthread_mutex_destroy(&e->standby_lock);
   pthread_mutex_destroy(&e->stash_lock);

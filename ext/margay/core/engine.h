@@ -1,7 +1,7 @@
 /*
  * core/engine.h - the engine: its settings, listeners, connection table and the counters its
  * threads share, and opening and closing its resources. Everything under core/ works on this
- * struct without the GVL and without Ruby; ruby/engine.c embeds it in the
+ * struct without Ruby (with or without the GVL); ruby/engine.c embeds it in the
  * Margay::Native::Engine object.
  *
  * Ownership: a connection is owned by exactly one thread at a time (see core/conn.h). Connection
@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include "core/output.h"
 #include "ev/ev.h"
+#include "ev/wake.h"
 
 /* The engine's settings, in the order Ruby passes their values to
  * Engine.new (Margay::Native::Engine::SETTINGS lists the names). Their
@@ -56,6 +57,12 @@ typedef struct {
 
 struct mg_conn;
 
+/* Engine#stop's level (it only rises). */
+enum mg_stopping { MG_RUNNING = 0, MG_STOP_GRACEFUL = 1, MG_STOP_FORCED = 2 };
+/* Why accepting is paused: the connection limit (resumed when a connection leaves) or out of
+ * descriptors (resumed by the sweep after resume_accept_ms). */
+enum mg_accept_paused { MG_ACCEPTING = 0, MG_PAUSED_AT_LIMIT = 1, MG_PAUSED_NO_FDS = 2 };
+
 typedef struct mg_engine {
   mg_ev *ev;
   mg_settings cfg;
@@ -65,11 +72,11 @@ typedef struct mg_engine {
   _Atomic int nconns;
   _Atomic int idle_waiters;  /* threads inside next_request */
   _Atomic int64_t all_busy_since_ms; /* when idle_waiters last dropped to 0 */
-  _Atomic int stopping;      /* 1 graceful, 2 forced */
+  _Atomic int stopping;      /* enum mg_stopping */
   _Atomic int listener_users; /* loop threads accepting or arming a listener */
   _Atomic uint64_t requests; /* completed request heads, less the abandoned ones (core/loop.c) */
   _Atomic uint64_t abandoned; /* requests not run: the client closed its side first (core/loop.c) */
-  _Atomic int accept_paused; /* listeners not armed (limit or EMFILE) */
+  _Atomic int accept_paused; /* enum mg_accept_paused: why the listeners are not armed */
   _Atomic int64_t resume_accept_ms;
   _Atomic int64_t early_accept_us; /* when mg_accept_early last looked at the backlogs */
   _Atomic int64_t next_sweep_ms;
@@ -77,7 +84,7 @@ typedef struct mg_engine {
   mg_pins pins;              /* owners of the response bytes queued without a copy */
   mg_listener listeners[MG_MAX_LISTENERS];
   int nlisteners;
-  int wake_fd[2];            /* eventfd (both the same) or a pipe */
+  mg_wake wake;              /* wakes the thread blocked in the event set */
   _Atomic int *board_slots;  /* the cluster's shared counters (core/board.h), or NULL */
   int board_n, board_index;
   int detach_cursor;         /* where mg_detach_idle(pending_only) looks next (the caller holds the GVL) */
@@ -138,11 +145,7 @@ static inline int64_t mg_now_us(void) {
 
 /* Wake the thread blocked in the event set (the wake fd is level-triggered: the next poller
  * sees it when none is blocked now). */
-static inline void mg_engine_wake_poller(mg_engine *e) {
-  uint64_t one = 1;
-  ssize_t w = write(e->wake_fd[1], &one, e->wake_fd[0] == e->wake_fd[1] ? sizeof one : 1);
-  (void)w;
-}
+static inline void mg_engine_wake_poller(mg_engine *e) { mg_wake_signal(&e->wake); }
 
 /* Wake every thread waiting in the event loop: the poller and the standbys (a stop). */
 static inline void mg_engine_wake(mg_engine *e) {

@@ -1,7 +1,7 @@
 /*
  * core/input.h - reading a connection's requests: the socket into its buffer, the head through
  * the parser, the body (Content-Length or chunked) into memory or a tempfile, and the errors
- * the engine answers itself. Runs without the GVL (ruby/engine.c calls it for a pipelined
+ * the engine answers itself. Runs without the GVL (ruby/request.c calls it for a pipelined
  * request with the GVL).
  */
 #ifndef MARGAY_CORE_INPUT_H

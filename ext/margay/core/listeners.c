@@ -26,7 +26,7 @@ void mg_listeners_arm(mg_engine *e, int li) {
 }
 
 void mg_listeners_resume(mg_engine *e) {
-  int paused = atomic_exchange(&e->accept_paused, 0);
+  int paused = atomic_exchange(&e->accept_paused, MG_ACCEPTING);
   if (paused)
     for (int i = 0; i < e->nlisteners; i++) mg_listeners_arm(e, i);
 }

@@ -1,10 +1,10 @@
 /*
- * core/loop.c - the event loop, run without the GVL by every thread that
- * waits in Engine#next_request (leader/follower: no hand-off per request). A
- * thread takes one event, does the I/O it calls for (accept, read and parse,
- * body framing, finishing a queued response, lingering close), and returns to
- * Ruby only with a complete request; the same thread then runs the
- * application.
+ * core/loop.c - the event loop, run by every thread that waits in
+ * Engine#next_request (leader/follower: no hand-off per request), without the
+ * GVL except in mg_loop_try. A thread takes one event, does the I/O it calls
+ * for (accept, read and parse, body framing, finishing a queued response,
+ * lingering close), and returns to Ruby only with a complete request; the
+ * same thread then runs the application.
  */
 #include "core/loop.h"
 #include "core/accept.h"
@@ -79,9 +79,7 @@ static int abandoned(const mg_conn *c, uint32_t events, int fresh) {
 
 int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out) {
   if (ev->data & MG_DATA_WAKE) {
-    uint64_t v;
-    ssize_t r = read(e->wake_fd[0], &v, sizeof v);
-    (void)r;
+    mg_wake_drain(&e->wake);
     return 0;
   }
   mg_conn *c;

@@ -1,6 +1,6 @@
 /*
- * core/loop.h - the event loop, run without the GVL by every thread that waits in
- * Engine#next_request.
+ * core/loop.h - the event loop, run by every thread that waits in Engine#next_request: without
+ * the GVL, except mg_loop_try.
  */
 #ifndef MARGAY_CORE_LOOP_H
 #define MARGAY_CORE_LOOP_H
@@ -55,7 +55,7 @@ int mg_loop_take(mg_engine *e, mg_ev_event *ev, int timeout_ms);
  * the GVL. */
 int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out);
 
-/* With the GVL, never blocking (issue 14): when no other thread is blocked in the event set
+/* With the GVL, never blocking: when no other thread is blocked in the event set
  * (it would take what is ready anyway) and none is back with a request waiting for the GVL,
  * take the events that are ready now, up to a bound, until one completes a request. Returns
  * 1 with *out set (owned, its turn begun), else 0: nothing ready, or the blocking wait must

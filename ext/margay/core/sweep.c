@@ -1,5 +1,6 @@
 /*
- * core/sweep.c - timeouts (see core/sweep.h). Runs without the GVL.
+ * core/sweep.c - timeouts (see core/sweep.h). Runs from the loop: without the GVL, or in
+ * mg_loop_try with it.
  */
 #include "core/sweep.h"
 #include "core/conn.h"
@@ -27,7 +28,7 @@ void mg_sweep(mg_engine *e, int64_t now) {
   int hw = atomic_load(&e->hiwater);
   /* At the connection limit, make room for new clients by closing idle
    * connections (see below). */
-  int reclaim = atomic_load(&e->accept_paused) == 1 ? RECLAIM_PER_SWEEP : 0;
+  int reclaim = atomic_load(&e->accept_paused) == MG_PAUSED_AT_LIMIT ? RECLAIM_PER_SWEEP : 0;
   for (int fd = 0; fd < hw; fd++) {
     mg_conn *c = e->conns[fd];
     if (!c) continue;
@@ -44,7 +45,7 @@ void mg_sweep(mg_engine *e, int64_t now) {
      * accepted but has not sent its first request yet is still answered if it
      * sends one within 2 s (it need not hold up the stop until header_timeout). */
     int idle_stop = stopping && (kept_alive || silent);
-    int forced = stopping == 2;
+    int forced = stopping == MG_STOP_FORCED;
     /* at the limit: keep-alive connections idle for 1 s, and silent ones */
     int reclaimed = reclaim > 0 && ((kept_alive && now - (c->deadline_ms - e->cfg.keepalive_timeout_ms) >= 1000) || silent);
     if (!idle_stop && !forced && !reclaimed && !(c->deadline_ms && now >= c->deadline_ms)) continue;
@@ -53,6 +54,6 @@ void mg_sweep(mg_engine *e, int64_t now) {
     if (reclaimed) reclaim--;
     if (forced || idle_stop || reclaimed) mg_conn_close(e, c); else expire(e, c);
   }
-  if (atomic_load(&e->accept_paused) == 2 && now >= atomic_load(&e->resume_accept_ms)) mg_listeners_resume(e);
+  if (atomic_load(&e->accept_paused) == MG_PAUSED_NO_FDS && now >= atomic_load(&e->resume_accept_ms)) mg_listeners_resume(e);
   pthread_mutex_unlock(&e->sweep_lock);
 }

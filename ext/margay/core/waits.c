@@ -25,7 +25,6 @@ int mg_waits_cap_release(mg_waits_cap *cap) {
 
 #if defined(HAVE_EPOLL_CREATE1) && defined(HAVE_EVENTFD)
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 
 /* Tags above any fd (fds are ints): the nested shared set and the mailbox. */
 #define TAG_SHARED (1ULL << 40)
@@ -35,7 +34,7 @@ struct mg_waits {
   mg_engine *e;
   mg_waits_cap *cap;
   int epfd;
-  int mailbox;
+  mg_wake mailbox;
   int shared_fd;
   int shared_on; /* the shared set's registration listens (the thread may take a request) */
 };
@@ -48,10 +47,10 @@ mg_waits *mg_waits_new(mg_engine *e, int shared_fd, mg_waits_cap *cap) {
   w->cap = cap;
   w->shared_fd = shared_fd;
   w->epfd = epoll_create1(EPOLL_CLOEXEC);
-  w->mailbox = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  int mailbox_failed = mg_wake_open(&w->mailbox);
   struct epoll_event mb = {.events = EPOLLIN, .data.u64 = TAG_MAILBOX};
   struct epoll_event sh = {.events = 0, .data.u64 = TAG_SHARED}; /* off until the first wait that may take */
-  if (w->epfd < 0 || w->mailbox < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->mailbox, &mb) != 0 ||
+  if (w->epfd < 0 || mailbox_failed || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->mailbox.rd, &mb) != 0 ||
       epoll_ctl(w->epfd, EPOLL_CTL_ADD, shared_fd, &sh) != 0) {
     int saved = errno;
     mg_waits_free(w);
@@ -64,7 +63,7 @@ mg_waits *mg_waits_new(mg_engine *e, int shared_fd, mg_waits_cap *cap) {
 void mg_waits_free(mg_waits *w) {
   if (!w) return;
   if (w->epfd >= 0) close(w->epfd);
-  if (w->mailbox >= 0) close(w->mailbox);
+  mg_wake_close(&w->mailbox);
   free(w);
 }
 
@@ -85,9 +84,7 @@ int mg_waits_disarm(mg_waits *w, int fd) {
 }
 
 void mg_waits_poke(mg_waits *w) {
-  uint64_t one = 1;
-  ssize_t r = write(w->mailbox, &one, sizeof one);
-  (void)r;
+  mg_wake_signal(&w->mailbox);
 }
 
 /* Listen to the shared set only while the thread may take a request: it is level-triggered,
@@ -131,7 +128,7 @@ static void take_requests(mg_waits_args *a) {
   if (claimed) mg_waits_cap_release(a->w->cap);
 }
 
-void *mg_waits_wait_nogvl(void *p) {
+void *mg_waits_wait(void *p) {
   mg_waits_args *a = p;
   mg_waits *w = a->w;
   mg_engine *e = w->e;
@@ -180,9 +177,7 @@ void *mg_waits_wait_nogvl(void *p) {
       if (tag == TAG_SHARED) {
         shared = 1;
       } else if (tag == TAG_MAILBOX) {
-        uint64_t v;
-        ssize_t r = read(w->mailbox, &v, sizeof v);
-        (void)r;
+        mg_wake_drain(&w->mailbox);
         a->mailbox = 1;
       } else {
         a->ready[a->nready].fd = (int)tag;
@@ -208,5 +203,5 @@ void mg_waits_free(mg_waits *w) { (void)w; }
 int mg_waits_arm(mg_waits *w, int fd, uint32_t events) { (void)w; (void)fd; (void)events; errno = ENOSYS; return -1; }
 int mg_waits_disarm(mg_waits *w, int fd) { (void)w; (void)fd; return 0; }
 void mg_waits_poke(mg_waits *w) { (void)w; }
-void *mg_waits_wait_nogvl(void *p) { mg_waits_args *a = p; a->result = MG_WAITS_FAIL; a->err = ENOSYS; return NULL; }
+void *mg_waits_wait(void *p) { mg_waits_args *a = p; a->result = MG_WAITS_FAIL; a->err = ENOSYS; return NULL; }
 #endif

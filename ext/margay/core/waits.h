@@ -1,5 +1,5 @@
 /*
- * core/waits.h - a fiber-mode thread's private wait set (issue 13).
+ * core/waits.h - a fiber-mode thread's private wait set.
  *
  * Ruby fibers cannot move between threads, so each fiber-mode pool thread waits in an epoll
  * set of its own. It holds three kinds of registration:
@@ -77,7 +77,8 @@ int mg_waits_arm(mg_waits *w, int fd, uint32_t events);
 int mg_waits_disarm(mg_waits *w, int fd);
 /* Poke the mailbox: from any thread, with or without the GVL (also the wait's unblock function). */
 void mg_waits_poke(mg_waits *w);
-/* Wait as +args+ (an mg_waits_args) says; without the GVL. */
-void *mg_waits_wait_nogvl(void *args);
+/* Wait as +args+ (an mg_waits_args) says: without the GVL, or with it when it cannot block
+ * (timeout_ms 0). */
+void *mg_waits_wait(void *args);
 
 #endif

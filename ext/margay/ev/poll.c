@@ -1,16 +1,15 @@
 /*
  * ev/poll.c - portable poll(2) backend. One thread at a time polls (the
  * leader); others queue on the leader mutex. Arming an fd while the leader
- * is inside poll() writes a byte to a control pipe so that it re-reads the
+ * is inside poll() signals a wake fd (ev/wake.h) so that it re-reads the
  * armed set. Slower than epoll with many connections, but needs only POSIX.
  */
 #include "ev/ev.h"
+#include "ev/wake.h"
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 /* Where the system has it (Linux), a peer's closed sending side is reported as on epoll. */
 #ifdef POLLRDHUP
@@ -34,7 +33,7 @@ typedef struct {
   int max_fds, maxfd;
   int polling;
   int rr; /* where the next scan of poll's results starts (round robin) */
-  int ctl[2];
+  mg_wake ctl; /* wakes the leader to re-read the armed set */
   struct pollfd *pfds; /* leader's scratch */
   int *fds;
   uint64_t *datas; /* each polled fd's registration when the poll began */
@@ -42,9 +41,7 @@ typedef struct {
 
 static void poke(mg_ev_poll *p) {
   if (p->polling) {
-    char c = 1;
-    ssize_t w = write(p->ctl[1], &c, 1);
-    (void)w; /* a full pipe already wakes the leader */
+    mg_wake_signal(&p->ctl);
   }
 }
 
@@ -83,7 +80,7 @@ static int pl_wait(mg_ev *ev, mg_ev_event *out, int timeout_ms) {
   }
   pthread_mutex_lock(&p->lock);
   int n = 0;
-  p->pfds[n].fd = p->ctl[0];
+  p->pfds[n].fd = p->ctl.rd;
   p->pfds[n].events = POLLIN;
   p->fds[n++] = -1;
   for (int fd = 0; fd <= p->maxfd; fd++) {
@@ -104,10 +101,7 @@ static int pl_wait(mg_ev *ev, mg_ev_event *out, int timeout_ms) {
   pthread_mutex_lock(&p->lock);
   p->polling = 0;
   if (rc > 0) {
-    if (p->pfds[0].revents) {
-      char buf[64];
-      while (read(p->ctl[0], buf, sizeof buf) > 0) {}
-    }
+    if (p->pfds[0].revents) mg_wake_drain(&p->ctl);
     /* Start where the last scan stopped: a low fd that is always ready (a
      * listener under a connection flood) must not win every time. */
     for (int k = 0; k < n - 1 && !found; k++) {
@@ -138,8 +132,7 @@ static int pl_wait(mg_ev *ev, mg_ev_event *out, int timeout_ms) {
 
 static void pl_free(mg_ev *ev) {
   mg_ev_poll *p = (mg_ev_poll *)ev;
-  close(p->ctl[0]);
-  close(p->ctl[1]);
+  mg_wake_close(&p->ctl);
   pthread_mutex_destroy(&p->lock);
   pthread_mutex_destroy(&p->leader);
   free(p->table);
@@ -166,14 +159,10 @@ mg_ev *mg_ev_poll_new(int max_fds) {
   p->pfds = calloc((size_t)max_fds + 1, sizeof(struct pollfd));
   p->fds = calloc((size_t)max_fds + 1, sizeof(int));
   p->datas = calloc((size_t)max_fds + 1, sizeof(uint64_t));
-  if (!p->table || !p->pfds || !p->fds || !p->datas || pipe(p->ctl) != 0) {
+  if (!p->table || !p->pfds || !p->fds || !p->datas || mg_wake_open(&p->ctl) != 0) {
     free(p->table); free(p->pfds); free(p->fds); free(p->datas); free(p);
     errno = ENOMEM;
     return NULL;
-  }
-  for (int i = 0; i < 2; i++) {
-    fcntl(p->ctl[i], F_SETFL, fcntl(p->ctl[i], F_GETFL) | O_NONBLOCK);
-    fcntl(p->ctl[i], F_SETFD, FD_CLOEXEC);
   }
   pthread_mutex_init(&p->lock, NULL);
   pthread_mutex_init(&p->leader, NULL);

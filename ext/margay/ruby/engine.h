@@ -1,6 +1,5 @@
 /*
- * ruby/engine.h - Margay::Native::Engine: the Ruby object around the core engine, and the
- * tokens that name a request Ruby holds.
+ * ruby/engine.h - Margay::Native::Engine: the Ruby object around the core engine.
  */
 #ifndef MARGAY_RUBY_ENGINE_H
 #define MARGAY_RUBY_ENGINE_H
@@ -25,10 +24,5 @@ VALUE mg_engine_init(VALUE mMargay, VALUE mNative);
 /* The engine of +self+; raises IOError once it is closed. */
 mg_rb_engine *mg_rb_engine_get(VALUE self);
 static inline mg_engine *mg_engine_get(VALUE self) { return &mg_rb_engine_get(self)->core; }
-
-/* The token naming the request connection +c+ (owned by the caller) serves now. */
-VALUE mg_conn_token(mg_conn *c);
-/* The connection +token+ names; raises Margay::ClientGone unless its request still holds it. */
-mg_conn *mg_engine_conn_for_token(mg_engine *e, VALUE token);
 
 #endif

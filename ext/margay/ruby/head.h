@@ -25,22 +25,22 @@ typedef struct {
 } mg_head;
 
 /* The status as an int 100..999; raises Margay::InvalidResponse otherwise. */
-int mg_status_of(VALUE status);
+int mg_rb_status_of(VALUE status);
 /* Whether a response with +status+ has no body (1xx, 204, 304). */
 static inline int mg_bodyless(int status) { return status < 200 || status == 204 || status == 304; }
 
 /* Start +h+: the status line and the app's fields from +headers+, with +reserve+ bytes of room
  * for what the caller appends. Raises Margay::InvalidResponse, or what app code inside it raised
  * (a header name's inspect, a connection value's to_s), having freed the buffer. */
-void mg_head_begin(mg_head *h, int status, VALUE headers, size_t reserve);
+void mg_rb_head_begin(mg_head *h, int status, VALUE headers, size_t reserve);
 /* Framing, connection and date fields, then the empty line; decides c->keep_alive.
  * body_len < 0: unknown (streamed). */
-void mg_head_finish(mg_engine *e, mg_head *h, mg_conn *c, int status, int64_t body_len);
+void mg_rb_head_finish(mg_engine *e, mg_head *h, mg_conn *c, int status, int64_t body_len);
 /* Hand the built head (and what was appended) to the connection's output queue. */
 void mg_head_queue(mg_conn *c, mg_head *h);
 /* Append bytes; make room for +need+ more; free the buffer (after an error). */
-void mg_head_put(mg_head *h, const char *s, size_t n);
-void mg_head_grow(mg_head *h, size_t need);
+void mg_rb_head_put(mg_head *h, const char *s, size_t n);
+void mg_rb_head_grow(mg_head *h, size_t need);
 void mg_head_release(mg_head *h);
 
 #endif

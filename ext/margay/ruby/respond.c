@@ -7,7 +7,7 @@
  */
 #include "ruby/respond.h"
 #include "core/conn.h"
-#include "ruby/engine.h"
+#include "ruby/request.h"
 #include "ruby/head.h"
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -23,7 +23,7 @@ static int queue_string(mg_engine *e, mg_conn *c, VALUE str) {
   return mg_out_queue_pinned(&c->out, &e->pins, RSTRING_PTR(str), (size_t)RSTRING_LEN(str), (mg_ref)str);
 }
 
-int mg_respond_send(mg_conn *c) {
+int mg_rb_respond_send(mg_conn *c) {
   int r = mg_out_flush(&c->out, c->fd);
   if (r < 0) rb_raise(mg_eClientGone, "client went away");
   return r;
@@ -33,7 +33,7 @@ int mg_respond_send(mg_conn *c) {
  * request (returns the token) or hand the connection to the event loop. */
 VALUE mg_respond_complete(mg_engine *e, mg_conn *c) {
   if (c->stream_left > 0) c->keep_alive = 0; /* fewer bytes than announced: only closing frames it */
-  return mg_conn_complete(e, c) ? mg_conn_token(c) : Qnil;
+  return mg_conn_complete(e, c) ? mg_request_token(c) : Qnil;
 }
 
 /* Header values are converted with to_s and inspected, which runs app code
@@ -53,8 +53,8 @@ static int body_unchanged(VALUE body, long nparts, int64_t blen) {
 /* Engine#respond(token, status, headers, body_array) -> token to continue with, or nil */
 static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers, VALUE body) {
   mg_engine *e = mg_engine_get(self);
-  mg_conn *c = mg_engine_conn_for_token(e, token);
-  int st = mg_status_of(status);
+  mg_conn *c = mg_rb_request_conn(e, token);
+  int st = mg_rb_status_of(status);
   Check_Type(body, T_ARRAY);
   int64_t blen = 0, copied = 0;
   long nparts = RARRAY_LEN(body);
@@ -65,7 +65,7 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
     if (RSTRING_LEN(part) < MG_SHARE_STRING) copied += RSTRING_LEN(part);
   }
   mg_head h;
-  mg_head_begin(&h, st, headers, (size_t)copied);
+  mg_rb_head_begin(&h, st, headers, (size_t)copied);
   int send_body = !c->head_request && !mg_bodyless(st);
   if (h.content_length >= 0 && send_body && !h.has_te && h.content_length != blen) {
     mg_head_release(&h);
@@ -73,7 +73,7 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
              (long long)h.content_length, (long long)blen);
   }
   if (h.has_te) blen = -1;
-  mg_head_finish(e, &h, c, st, mg_bodyless(st) ? -1 : blen);
+  mg_rb_head_finish(e, &h, c, st, mg_bodyless(st) ? -1 : blen);
   if (send_body && !body_unchanged(body, nparts, h.has_te ? -1 : blen)) {
     mg_head_release(&h);
     rb_raise(mg_eInvalidResponse, "the body array changed while its headers were read");
@@ -82,14 +82,14 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
     for (long i = 0; i < nparts; i++) {
       VALUE part = RARRAY_AREF(body, i);
       if (RSTRING_LEN(part) < MG_SHARE_STRING) {
-        mg_head_put(&h, RSTRING_PTR(part), (size_t)RSTRING_LEN(part));
+        mg_rb_head_put(&h, RSTRING_PTR(part), (size_t)RSTRING_LEN(part));
         continue;
       }
       /* a large part is sent from the app's string itself: frozen (a later
        * change to the app's copy makes Ruby copy it, not us) and pinned */
       mg_head_queue(c, &h);
       if (queue_string(e, c, rb_str_new_frozen(part)) != 0) rb_raise(rb_eNoMemError, "response queue");
-      mg_head_grow(&h, 1024);
+      mg_rb_head_grow(&h, 1024);
     }
   }
   mg_head_queue(c, &h);
@@ -101,8 +101,8 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
 /* Engine#respond_file(token, status, headers, path) -> like #respond; false if the file cannot be opened */
 static VALUE engine_respond_file(VALUE self, VALUE token, VALUE status, VALUE headers, VALUE path) {
   mg_engine *e = mg_engine_get(self);
-  mg_conn *c = mg_engine_conn_for_token(e, token);
-  int st = mg_status_of(status);
+  mg_conn *c = mg_rb_request_conn(e, token);
+  int st = mg_rb_status_of(status);
   FilePathValue(path);
   /* O_NONBLOCK: a FIFO (or a device) named by to_path must not block every
    * Ruby thread while this one holds the GVL; only regular files are sent. */
@@ -112,10 +112,10 @@ static VALUE engine_respond_file(VALUE self, VALUE token, VALUE status, VALUE he
   if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) { close(fd); return Qfalse; }
   mg_head h;
   int status_ok = 0;
-  mg_head_begin(&h, st, headers, 0);
+  mg_rb_head_begin(&h, st, headers, 0);
   status_ok = h.content_length < 0 || h.content_length == (int64_t)sb.st_size;
   if (!status_ok || h.has_te) { mg_head_release(&h); close(fd); return Qfalse; } /* let the caller iterate the body */
-  mg_head_finish(e, &h, c, st, mg_bodyless(st) ? -1 : (int64_t)sb.st_size);
+  mg_rb_head_finish(e, &h, c, st, mg_bodyless(st) ? -1 : (int64_t)sb.st_size);
   mg_head_queue(c, &h);
   if (!c->head_request && !mg_bodyless(st) && sb.st_size > 0) mg_out_queue_file(&c->out, fd, 0, (uint64_t)sb.st_size);
   else close(fd);
@@ -127,20 +127,20 @@ static VALUE engine_respond_file(VALUE self, VALUE token, VALUE status, VALUE he
 /* Engine#early_hints(token, headers): a 103 response before the final one (HTTP/1.1 only). */
 static VALUE engine_early_hints(VALUE self, VALUE token, VALUE headers) {
   mg_engine *e = mg_engine_get(self);
-  mg_conn *c = mg_engine_conn_for_token(e, token);
+  mg_conn *c = mg_rb_request_conn(e, token);
   if (c->minor < 1 || c->resp_started) return Qfalse;
   mg_head h;
-  mg_head_begin(&h, 103, headers, 0);
-  mg_head_put(&h, "\r\n", 2);
+  mg_rb_head_begin(&h, 103, headers, 0);
+  mg_rb_head_put(&h, "\r\n", 2);
   mg_head_queue(c, &h);
-  mg_respond_send(c);
+  mg_rb_respond_send(c);
   return Qtrue;
 }
 
 /* Engine#response_started?(token) */
 static VALUE engine_response_started(VALUE self, VALUE token) {
   mg_engine *e = mg_engine_get(self);
-  return mg_engine_conn_for_token(e, token)->resp_started ? Qtrue : Qfalse;
+  return mg_rb_request_conn(e, token)->resp_started ? Qtrue : Qfalse;
 }
 
 void mg_respond_init(VALUE cEngine) {

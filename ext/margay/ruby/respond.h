@@ -13,7 +13,7 @@ void mg_respond_init(VALUE cEngine);
 
 /* Send what the socket of +c+ takes now, without blocking: 1 when nothing is left queued, 0 when
  * some is (the loop or a wait finishes it). Raises Margay::ClientGone when the client is gone. */
-int mg_respond_send(mg_conn *c);
+int mg_rb_respond_send(mg_conn *c);
 
 /* After a whole response is queued: send, and either go on with a pipelined request (returns
  * its token) or hand the connection to the event loop (nil). */

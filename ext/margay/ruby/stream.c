@@ -8,7 +8,7 @@
  */
 #include "ruby/stream.h"
 #include "core/conn.h"
-#include "ruby/engine.h"
+#include "ruby/request.h"
 #include "ruby/head.h"
 #include "ruby/respond.h"
 #include <ruby/fiber/scheduler.h>
@@ -22,21 +22,21 @@
 /* Engine#stream_start(token, status, headers) -> partial-hijack callable or nil */
 static VALUE engine_stream_start(VALUE self, VALUE token, VALUE status, VALUE headers) {
   mg_engine *e = mg_engine_get(self);
-  mg_conn *c = mg_engine_conn_for_token(e, token);
-  int st = mg_status_of(status);
+  mg_conn *c = mg_rb_request_conn(e, token);
+  int st = mg_rb_status_of(status);
   mg_head h;
-  mg_head_begin(&h, st, headers, 0);
+  mg_rb_head_begin(&h, st, headers, 0);
   if (h.hijack != Qnil) {
     c->keep_alive = 0; /* the app takes the socket after the head ... */
     h.has_te = 1;      /* ... and frames its bytes itself: add no content-length or chunked */
   }
-  mg_head_finish(e, &h, c, st, h.hijack != Qnil || mg_bodyless(st) ? -1 : h.content_length);
+  mg_rb_head_finish(e, &h, c, st, h.hijack != Qnil || mg_bodyless(st) ? -1 : h.content_length);
   c->resp_chunked = h.resp_chunked && !c->head_request;
   c->stream_left = (c->head_request || mg_bodyless(st)) ? 0 : h.content_length;
   VALUE hijack = h.hijack;
   mg_head_queue(c, &h);
   c->resp_started = 1;
-  mg_respond_send(c);
+  mg_rb_respond_send(c);
   return hijack;
 }
 
@@ -78,7 +78,7 @@ static void drain_to(mg_engine *e, mg_conn *c, size_t limit) {
   int64_t deadline = mg_now_ms() + e->cfg.write_timeout_ms;
   uint64_t sent = c->out.sent;
   for (;;) {
-    int r = mg_respond_send(c);
+    int r = mg_rb_respond_send(c);
     if (r > 0 || (limit > 0 && c->out.bytes <= limit)) return; /* r > 0: the queue is empty */
     if (c->out.sent != sent) {
       sent = c->out.sent;
@@ -96,7 +96,7 @@ static void drain_to(mg_engine *e, mg_conn *c, size_t limit) {
 /* Engine#stream_write(token, string) */
 static VALUE engine_stream_write(VALUE self, VALUE token, VALUE data) {
   mg_engine *e = mg_engine_get(self);
-  mg_conn *c = mg_engine_conn_for_token(e, token);
+  mg_conn *c = mg_rb_request_conn(e, token);
   StringValue(data);
   size_t n = (size_t)RSTRING_LEN(data);
   if (c->head_request || n == 0) return Qnil;
@@ -105,7 +105,7 @@ static VALUE engine_stream_write(VALUE self, VALUE token, VALUE data) {
       rb_raise(mg_eInvalidResponse, "body is longer than its content-length (%ld more bytes)", (long)(n - (size_t)c->stream_left));
     c->stream_left -= (int64_t)n;
   }
-  mg_respond_send(c);
+  mg_rb_respond_send(c);
   if (c->out.spill_fd >= 0 || c->out.bytes + n > e->cfg.response_buffer_limit) {
     /* The client is slower than the app: spill to a tempfile rather than hold this thread, up
      * to MG_SPILL_LIMIT per response. Past it, wait until the client took everything; without
@@ -132,14 +132,14 @@ static VALUE engine_stream_write(VALUE self, VALUE token, VALUE data) {
   } else {
     mg_out_queue(&c->out, RSTRING_PTR(data), n);
   }
-  mg_respond_send(c);
+  mg_rb_respond_send(c);
   return Qnil;
 }
 
 /* Engine#stream_finish(token) -> token to continue with, or nil */
 static VALUE engine_stream_finish(VALUE self, VALUE token) {
   mg_engine *e = mg_engine_get(self);
-  mg_conn *c = mg_engine_conn_for_token(e, token);
+  mg_conn *c = mg_rb_request_conn(e, token);
   if (c->resp_chunked) mg_out_queue(&c->out, "0\r\n\r\n", 5);
   c->resp_chunked = 0;
   return mg_respond_complete(e, c);
@@ -148,7 +148,7 @@ static VALUE engine_stream_finish(VALUE self, VALUE token) {
 /* Engine#flush(token): block until everything queued is written (streaming bodies' flush). */
 static VALUE engine_flush(VALUE self, VALUE token) {
   mg_engine *e = mg_engine_get(self);
-  drain_to(e, mg_engine_conn_for_token(e, token), 0);
+  drain_to(e, mg_rb_request_conn(e, token), 0);
   return Qnil;
 }
 

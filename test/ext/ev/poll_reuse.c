@@ -8,6 +8,7 @@ int scripted_poll(struct pollfd *fds, nfds_t n, int timeout_ms);
 #define poll scripted_poll /* poll.c's calls reach the script below, not the C library */
 #include "ev/poll.c"
 #undef poll
+#include "ev/wake.c" /* poll.c's wake fd (a pipe here: no HAVE_EVENTFD) */
 
 #include <stdio.h>
 

@@ -3,7 +3,7 @@
 require "test_helper"
 require "margay/margay_native"
 
-# Margay::Native::Engine (ext/margay/ruby/engine.c, respond.c, stream.c, cluster.c): its
+# Margay::Native::Engine (ext/margay/ruby/engine.c, settings.c, request.c, respond.c, stream.c, cluster.c): its
 # methods, and who may touch a connection: a request's handles (early hints,
 # hijack, streams) stop working once its response is done, however many
 # connections reuse the same descriptor afterwards; and a stopping server does

@@ -1,5 +1,5 @@
 /*
- * ruby/fibers.c - Margay::Native::FiberWaits, the Ruby face of core/waits.c (issue 13).
+ * ruby/waits.c - Margay::Native::FiberWaits, the Ruby face of core/waits.c.
  *
  * One per fiber-mode pool thread (lib/margay/server/fiber_loop.rb), used only by that thread
  * except #poke, which any thread may call: it is how a fiber blocked on this thread is woken
@@ -7,9 +7,8 @@
  * releases the GVL and returns what became ready, and possibly one request taken from the
  * engine's shared event set (the same dispatch a thread in Engine#next_request does).
  */
-#include "ruby/fibers.h"
-#include "ruby/engine.h"
-#include "core/input.h"
+#include "ruby/waits.h"
+#include "ruby/request.h"
 #include "core/waits.h"
 #include <errno.h>
 #include <ruby/thread.h>
@@ -132,16 +131,6 @@ static VALUE waits_poke(VALUE self) {
 
 static void waits_ubf(void *p) { mg_waits_poke(p); }
 
-typedef struct { mg_rb_engine *rb; mg_conn *c; VALUE out; } build_args;
-
-static VALUE build_request(VALUE p) {
-  build_args *b = (build_args *)p;
-  VALUE env = mg_env_build(b->rb->env_template, &b->rb->servers[b->c->listener], &b->rb->core.cfg, b->c);
-  mg_input_consume_head(b->c);
-  b->out = rb_assoc_new(mg_conn_token(b->c), env);
-  return b->out;
-}
-
 /*
  * #wait(timeout_ms, take, events, requests) -> :stop or nil
  * Waits (without the GVL unless +timeout_ms+ is 0) until a fiber's fd is ready, the mailbox is
@@ -168,8 +157,8 @@ static VALUE waits_wait(VALUE self, VALUE timeout_ms, VALUE take, VALUE out, VAL
   a.nready = 0;
   a.mailbox = 0;
   a.nconns = 0;
-  if (a.timeout_ms == 0) mg_waits_wait_nogvl(&a); /* never blocks: keep the GVL */
-  else rb_thread_call_without_gvl2(mg_waits_wait_nogvl, &a, waits_ubf, rw->w);
+  if (a.timeout_ms == 0) mg_waits_wait(&a); /* never blocks: keep the GVL */
+  else rb_thread_call_without_gvl2(mg_waits_wait, &a, waits_ubf, rw->w);
   for (int i = 0; i < a.nready; i++) {
     rb_ary_push(out, INT2FIX(a.ready[i].fd));
     rb_ary_push(out, INT2FIX(a.ready[i].events));
@@ -179,9 +168,8 @@ static VALUE waits_wait(VALUE self, VALUE timeout_ms, VALUE take, VALUE out, VAL
     rb_ary_push(out, INT2FIX(0));
   }
   for (int i = 0; i < a.nconns; i++) {
-    int state = 0;
-    build_args b = {rb, a.conns[i], Qnil};
-    rb_protect(build_request, (VALUE)&b, &state);
+    int state;
+    VALUE request = mg_request_build(rb, a.conns[i], &state);
     if (state) {
       /* Only an interrupt gets here (ForceShutdown, Thread#kill: env building raises nothing
        * else); the thread unwinds without starting any of these requests, so every one taken
@@ -194,7 +182,7 @@ static VALUE waits_wait(VALUE self, VALUE timeout_ms, VALUE take, VALUE out, VAL
       }
       rb_jump_tag(state);
     }
-    rb_ary_push(requests, b.out);
+    rb_ary_push(requests, request);
   }
   switch (a.result) {
   case MG_WAITS_STOP: return ID2SYM(id_stop);
@@ -212,7 +200,7 @@ static VALUE waits_close(VALUE self) {
   return Qnil;
 }
 
-void mg_fibers_init(VALUE mNative) {
+void mg_waits_init(VALUE mNative) {
   VALUE k = rb_define_class_under(mNative, "InFlight", rb_cObject);
   rb_define_alloc_func(k, cap_alloc);
   rb_define_method(k, "initialize", cap_initialize, 1);
