@@ -70,7 +70,7 @@ static int take(mg_engine *e, int li, int batch) {
   for (int i = 0; i < batch; i++) {
     if (atomic_load(&e->stopping)) return first; /* what is still queued is left to the backlog */
     if (atomic_load(&e->nconns) >= e->cfg.max_connections) {
-      atomic_store(&e->accept_paused, 1);
+      atomic_store(&e->accept_paused, MG_PAUSED_AT_LIMIT);
       /* a connection may have closed meanwhile */
       if (atomic_load(&e->nconns) < e->cfg.max_connections) mg_listeners_resume(e);
       return first;
@@ -92,7 +92,7 @@ static int take(mg_engine *e, int li, int batch) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         /* out of descriptors: stop accepting briefly instead of spinning */
         atomic_store(&e->resume_accept_ms, mg_now_ms() + 100);
-        atomic_store(&e->accept_paused, 2);
+        atomic_store(&e->accept_paused, MG_PAUSED_NO_FDS);
         return first;
       }
       break; /* EAGAIN or a listener error */
