@@ -15,8 +15,8 @@
 #include <sys/prctl.h>
 #endif
 #include "margay.h"
-#include "ruby/idle_board.h"
-#include "ruby/cluster.h"
+#include "ruby/board.h"
+#include "ruby/balance.h"
 #include "ruby/engine.h"
 #include "ruby/env.h"
 #include "ruby/waits.h"
@@ -67,7 +67,7 @@ void Init_margay_native(void) {
   mg_board_init(mNative);
   mg_respond_init(cEngine);
   mg_stream_init(cEngine);
-  mg_cluster_init(cEngine);
+  mg_balance_init(cEngine);
   mg_env_init();
   mg_waits_init(mNative);
 }

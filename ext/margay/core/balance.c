@@ -1,7 +1,7 @@
 /*
  * core/balance.c - keep-alive balancing, the engine's side (see
  * core/balance.h). The Ruby side is Engine#detach_idle, #adopt,
- * #handoff_quota and #others_waiting (ruby/cluster.c) and the cluster's
+ * #handoff_quota and #others_waiting (ruby/balance.c) and the cluster's
  * balancer, which moves the detached sockets between workers.
  */
 #include "core/balance.h"
@@ -15,7 +15,7 @@ static int has_pending_input(const mg_conn *c) {
   return recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
 }
 
-/* Idle connections mg_detach_idle(pending_only) looks into per call (a
+/* Idle connections mg_balance_detach_idle(pending_only) looks into per call (a
  * MSG_PEEK and, if nothing waits, an epoll_ctl each): it runs every 5 ms while
  * the worker is saturated, so a worker holding thousands of idle connections
  * looks at them in turns (from where the previous call stopped) instead of
@@ -26,7 +26,7 @@ static int has_pending_input(const mg_conn *c) {
  * that have not sent their first (nothing buffered either way). Each leaves
  * the engine with its fd still open; its new worker runs the keep-alive
  * timeout, or the header timeout for a new one. */
-int mg_detach_idle(mg_engine *e, int *out, int *kept_alive, int max, int pending_only) {
+int mg_balance_detach_idle(mg_engine *e, int *out, int *kept_alive, int max, int pending_only) {
   int n = 0, peeked = 0;
   int hw = atomic_load(&e->hiwater);
   int start = pending_only && hw > 0 ? e->detach_cursor % hw : 0;

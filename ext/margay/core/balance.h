@@ -11,6 +11,6 @@
 /* Detach up to +max+ idle connections (all idle ones, or with +pending_only+ those whose client
  * has sent a request the engine has not read yet): their fds, still open, go to +out+, and to
  * +kept_alive+ whether each had served a request. Returns how many. */
-int mg_detach_idle(mg_engine *e, int *out, int *kept_alive, int max, int pending_only);
+int mg_balance_detach_idle(mg_engine *e, int *out, int *kept_alive, int max, int pending_only);
 
 #endif

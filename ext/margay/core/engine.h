@@ -87,7 +87,7 @@ typedef struct mg_engine {
   mg_wake wake;              /* wakes the thread blocked in the event set */
   _Atomic int *board_slots;  /* the cluster's shared counters (core/board.h), or NULL */
   int board_n, board_index;
-  int detach_cursor;         /* where mg_detach_idle(pending_only) looks next (the caller holds the GVL) */
+  int detach_cursor;         /* where mg_balance_detach_idle(pending_only) looks next (the caller holds the GVL) */
   int closed;                /* until opened, and once closed (ruby/engine.c raises IOError then) */
   /* Issue 14, the fast path (core/loop.c): at most one thread blocks in the event set at a
    * time (the poller); the other waiting threads stand by on standby_cond, and one of them

@@ -6,7 +6,7 @@
  *
  * This file: the Engine's lifecycle (new, listeners, start, stop, stats, close). Its settings
  * are ruby/settings.c, the requests Ruby holds ruby/request.c, the response methods
- * ruby/respond.c and ruby/stream.c, the cluster API ruby/cluster.c; the work itself is core/.
+ * ruby/respond.c and ruby/stream.c, the cluster API ruby/balance.c; the work itself is core/.
  */
 #include "ruby/engine.h"
 #include "ruby/request.h"
@@ -110,7 +110,7 @@ static VALUE engine_add_listener(VALUE self, VALUE fd, VALUE is_unix, VALUE name
 
 /* Engine#start: begin accepting on every listener. */
 static VALUE engine_start(VALUE self) {
-  if (mg_listeners_start(mg_engine_get(self)) != 0) rb_sys_fail("Margay::Native::Engine#start: arm listener");
+  if (mg_listeners_start(mg_rb_engine_core(self)) != 0) rb_sys_fail("Margay::Native::Engine#start: arm listener");
   return self;
 }
 
@@ -120,7 +120,7 @@ static VALUE engine_start(VALUE self) {
 static VALUE engine_stop(int argc, VALUE *argv, VALUE self) {
   VALUE force;
   rb_scan_args(argc, argv, "01", &force);
-  mg_engine *e = mg_engine_get(self);
+  mg_engine *e = mg_rb_engine_core(self);
   int level = RTEST(force) ? MG_STOP_FORCED : MG_STOP_GRACEFUL;
   int was = atomic_load(&e->stopping);
   if (was < level) atomic_store(&e->stopping, level);
@@ -131,14 +131,14 @@ static VALUE engine_stop(int argc, VALUE *argv, VALUE self) {
 }
 
 /* Engine#stopping?: whether #stop was called (graceful or forced). */
-static VALUE engine_stopping_p(VALUE self) { return atomic_load(&mg_engine_get(self)->stopping) ? Qtrue : Qfalse; }
+static VALUE engine_stopping_p(VALUE self) { return atomic_load(&mg_rb_engine_core(self)->stopping) ? Qtrue : Qfalse; }
 
 /* Engine#stats -> {connections:, waiting_threads:, requests:, abandoned:, max_connections:,
  * event_backend:, polling:, standing_by:} (requests: heads read, less the abandoned; abandoned:
  * requests not run because their client had closed its side first; polling and standing_by: of
  * the waiting threads, the one blocked in the event set and those standing by, core/loop.c) */
 static VALUE engine_stats(VALUE self) {
-  mg_engine *e = mg_engine_get(self);
+  mg_engine *e = mg_rb_engine_core(self);
   VALUE h = rb_hash_new();
   rb_hash_aset(h, ID2SYM(rb_intern("connections")), INT2NUM(atomic_load(&e->nconns)));
   rb_hash_aset(h, ID2SYM(rb_intern("waiting_threads")), INT2NUM(atomic_load(&e->idle_waiters)));

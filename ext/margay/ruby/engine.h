@@ -23,6 +23,6 @@ extern VALUE mg_eClientGone, mg_eInvalidResponse;
 VALUE mg_engine_init(VALUE mMargay, VALUE mNative);
 /* The engine of +self+; raises IOError once it is closed. */
 mg_rb_engine *mg_rb_engine_get(VALUE self);
-static inline mg_engine *mg_engine_get(VALUE self) { return &mg_rb_engine_get(self)->core; }
+static inline mg_engine *mg_rb_engine_core(VALUE self) { return &mg_rb_engine_get(self)->core; }
 
 #endif

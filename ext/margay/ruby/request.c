@@ -121,7 +121,7 @@ static VALUE engine_next_request(int argc, VALUE *argv, VALUE self) {
  * then: the connection may be another thread's by now). A continue token
  * (a pipelined request buffered, nobody else owns it) is dropped as well. */
 static VALUE engine_abort(VALUE self, VALUE token) {
-  mg_engine *e = mg_engine_get(self);
+  mg_engine *e = mg_rb_engine_core(self);
   mg_conn *c = mg_rb_token_lookup(e, token, MG_PH_APP);
   if (!c) c = mg_rb_token_lookup(e, token, MG_PH_IDLE);
   if (c) mg_conn_close(e, c);
@@ -130,7 +130,7 @@ static VALUE engine_abort(VALUE self, VALUE token) {
 
 /* Engine#hijack(token) -> [fd, buffered_input]: the socket leaves the engine. */
 static VALUE engine_hijack(VALUE self, VALUE token) {
-  mg_engine *e = mg_engine_get(self);
+  mg_engine *e = mg_rb_engine_core(self);
   mg_conn *c = mg_rb_request_conn(e, token);
   VALUE rest = rb_str_new(c->rbuf, (long)c->rlen);
   int fd = mg_conn_forget(e, c);
@@ -139,7 +139,7 @@ static VALUE engine_hijack(VALUE self, VALUE token) {
 
 /* Engine#error_response(token, status): a plain-text error, then close. */
 static VALUE engine_error_response(VALUE self, VALUE token, VALUE status) {
-  mg_engine *e = mg_engine_get(self);
+  mg_engine *e = mg_rb_engine_core(self);
   mg_conn *c = mg_rb_request_conn(e, token);
   mg_conn_simple_response(c, NUM2INT(status));
   c->resp_started = 1;

@@ -52,7 +52,7 @@ static int body_unchanged(VALUE body, long nparts, int64_t blen) {
 
 /* Engine#respond(token, status, headers, body_array) -> token to continue with, or nil */
 static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers, VALUE body) {
-  mg_engine *e = mg_engine_get(self);
+  mg_engine *e = mg_rb_engine_core(self);
   mg_conn *c = mg_rb_request_conn(e, token);
   int st = mg_rb_status_of(status);
   Check_Type(body, T_ARRAY);
@@ -100,7 +100,7 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
 
 /* Engine#respond_file(token, status, headers, path) -> like #respond; false if the file cannot be opened */
 static VALUE engine_respond_file(VALUE self, VALUE token, VALUE status, VALUE headers, VALUE path) {
-  mg_engine *e = mg_engine_get(self);
+  mg_engine *e = mg_rb_engine_core(self);
   mg_conn *c = mg_rb_request_conn(e, token);
   int st = mg_rb_status_of(status);
   FilePathValue(path);
@@ -126,7 +126,7 @@ static VALUE engine_respond_file(VALUE self, VALUE token, VALUE status, VALUE he
 
 /* Engine#early_hints(token, headers): a 103 response before the final one (HTTP/1.1 only). */
 static VALUE engine_early_hints(VALUE self, VALUE token, VALUE headers) {
-  mg_engine *e = mg_engine_get(self);
+  mg_engine *e = mg_rb_engine_core(self);
   mg_conn *c = mg_rb_request_conn(e, token);
   if (c->minor < 1 || c->resp_started) return Qfalse;
   mg_head h;
@@ -139,7 +139,7 @@ static VALUE engine_early_hints(VALUE self, VALUE token, VALUE headers) {
 
 /* Engine#response_started?(token) */
 static VALUE engine_response_started(VALUE self, VALUE token) {
-  mg_engine *e = mg_engine_get(self);
+  mg_engine *e = mg_rb_engine_core(self);
   return mg_rb_request_conn(e, token)->resp_started ? Qtrue : Qfalse;
 }
 

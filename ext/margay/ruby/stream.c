@@ -21,7 +21,7 @@
 
 /* Engine#stream_start(token, status, headers) -> partial-hijack callable or nil */
 static VALUE engine_stream_start(VALUE self, VALUE token, VALUE status, VALUE headers) {
-  mg_engine *e = mg_engine_get(self);
+  mg_engine *e = mg_rb_engine_core(self);
   mg_conn *c = mg_rb_request_conn(e, token);
   int st = mg_rb_status_of(status);
   mg_head h;
@@ -95,7 +95,7 @@ static void drain_to(mg_engine *e, mg_conn *c, size_t limit) {
 
 /* Engine#stream_write(token, string) */
 static VALUE engine_stream_write(VALUE self, VALUE token, VALUE data) {
-  mg_engine *e = mg_engine_get(self);
+  mg_engine *e = mg_rb_engine_core(self);
   mg_conn *c = mg_rb_request_conn(e, token);
   StringValue(data);
   size_t n = (size_t)RSTRING_LEN(data);
@@ -138,7 +138,7 @@ static VALUE engine_stream_write(VALUE self, VALUE token, VALUE data) {
 
 /* Engine#stream_finish(token) -> token to continue with, or nil */
 static VALUE engine_stream_finish(VALUE self, VALUE token) {
-  mg_engine *e = mg_engine_get(self);
+  mg_engine *e = mg_rb_engine_core(self);
   mg_conn *c = mg_rb_request_conn(e, token);
   if (c->resp_chunked) mg_out_queue(&c->out, "0\r\n\r\n", 5);
   c->resp_chunked = 0;
@@ -147,7 +147,7 @@ static VALUE engine_stream_finish(VALUE self, VALUE token) {
 
 /* Engine#flush(token): block until everything queued is written (streaming bodies' flush). */
 static VALUE engine_flush(VALUE self, VALUE token) {
-  mg_engine *e = mg_engine_get(self);
+  mg_engine *e = mg_rb_engine_core(self);
   drain_to(e, mg_rb_request_conn(e, token), 0);
   return Qnil;
 }

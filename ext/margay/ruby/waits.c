@@ -94,7 +94,7 @@ static ID id_stop;
  * backend is not epoll (fiber mode needs it). */
 static VALUE waits_initialize(VALUE self, VALUE engine, VALUE in_flight) {
   mg_rb_waits *rw = rb_check_typeddata(self, &waits_type);
-  mg_engine *e = mg_engine_get(engine);
+  mg_engine *e = mg_rb_engine_core(engine);
   mg_waits_cap *cap = cap_get(in_flight);
   int shared = mg_ev_epoll_fd(e->ev);
   if (shared < 0)

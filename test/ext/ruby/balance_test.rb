@@ -2,7 +2,7 @@
 
 require "test_helper"
 
-# The Engine's cluster API (ext/margay/ruby/cluster.c): keep-alive balancing
+# The Engine's cluster API (ext/margay/ruby/balance.c): keep-alive balancing
 # moves idle connections between cluster workers: the engine detaches them
 # (Engine#detach_idle, fds left open) and another engine adopts them
 # (Engine#adopt). Both halves run here on one server's engine: which

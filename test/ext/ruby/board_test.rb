@@ -4,7 +4,7 @@ require "test_helper"
 require "margay/server"
 
 # The cluster's board of waiting threads per worker (Native::IdleBoard,
-# ext/margay/ruby/idle_board.c; its arithmetic is core/board.c): a server counts
+# ext/margay/ruby/board.c; its arithmetic is core/board.c): a server counts
 # its waiting threads into its slot, every process forked after the board was
 # made sees the same counters, and a worker asks whether any other worker has
 # threads free (and how many) before it hands clients over.

@@ -1,8 +1,8 @@
 /*
- * ruby/idle_board.h - Margay::Native::IdleBoard, the cluster's shared counters (layout: core/board.h).
+ * ruby/board.h - Margay::Native::IdleBoard, the cluster's shared counters (layout: core/board.h).
  */
-#ifndef MARGAY_RUBY_IDLE_BOARD_H
-#define MARGAY_RUBY_IDLE_BOARD_H
+#ifndef MARGAY_RUBY_BOARD_H
+#define MARGAY_RUBY_BOARD_H
 
 #include <ruby.h>
 

@@ -1,5 +1,5 @@
 /*
- * ruby/idle_board.c - Margay::Native::IdleBoard: how many threads each cluster worker
+ * ruby/board.c - Margay::Native::IdleBoard: how many threads each cluster worker
  * has waiting for work, in one page of counters shared by every process
  * forked after the board was made (MAP_SHARED | MAP_ANONYMOUS). The master
  * makes it before forking; each worker's engine counts its waiting threads
@@ -9,7 +9,7 @@
  * serves far fewer connections (each engine also counts its connections,
  * in a second row of counters after the first).
  */
-#include "ruby/idle_board.h"
+#include "ruby/board.h"
 #include "core/board.h"
 #include <sys/mman.h>
 
