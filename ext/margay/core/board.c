@@ -14,17 +14,23 @@ int mg_board_others_waiting(const mg_engine *e) {
   return sum;
 }
 
-/* Serving workers (a thread waiting or a connection; a mold or a gone worker has neither) and
- * the connections they hold; this worker always counts. */
-static void serving(const mg_engine *e, int *workers, int *conns) {
+/* The connections worker +i+ holds, or -1 when it is not serving (neither a thread waiting
+ * nor a connection: a mold, or a gone worker). */
+static int serving_conns(const mg_engine *e, int i) {
   int n = e->board_n;
+  int c = atomic_load(mg_board_cell(e->board_slots, n, MG_BOARD_CONNS, i));
+  if (c < 0) c = 0;
+  return c == 0 && atomic_load(mg_board_cell(e->board_slots, n, MG_BOARD_WAITING, i)) <= 0 ? -1 : c;
+}
+
+/* Serving workers and the connections they hold; this worker always counts. */
+static void serving(const mg_engine *e, int *workers, int *conns) {
   *workers = *conns = 0;
-  for (int i = 0; i < n; i++) {
-    int c = atomic_load(mg_board_cell(e->board_slots, n, MG_BOARD_CONNS, i));
-    if (c < 0) c = 0;
-    if (i != e->board_index && c == 0 && atomic_load(mg_board_cell(e->board_slots, n, MG_BOARD_WAITING, i)) <= 0) continue;
+  for (int i = 0; i < e->board_n; i++) {
+    int c = serving_conns(e, i);
+    if (c < 0 && i != e->board_index) continue;
     (*workers)++;
-    *conns += c;
+    *conns += c > 0 ? c : 0;
   }
 }
 
@@ -44,16 +50,11 @@ int mg_board_accept_share(const mg_engine *e, int queued) {
  * back. */
 int mg_board_handoff_quota(const mg_engine *e) {
   if (!e->board_slots) return 0;
-  int n = e->board_n;
-  _Atomic int *waiting = mg_board_cell(e->board_slots, n, MG_BOARD_WAITING, 0);
-  _Atomic int *conns_of = mg_board_cell(e->board_slots, n, MG_BOARD_CONNS, 0);
-  int mine = atomic_load(&conns_of[e->board_index]), fewest = -1;
-  for (int i = 0; i < n; i++) {
+  int mine = atomic_load(mg_board_cell(e->board_slots, e->board_n, MG_BOARD_CONNS, e->board_index)), fewest = -1;
+  for (int i = 0; i < e->board_n; i++) {
     if (i == e->board_index) continue;
-    int conns = atomic_load(&conns_of[i]);
-    if (conns < 0) conns = 0;
-    if (conns == 0 && atomic_load(&waiting[i]) <= 0) continue; /* not serving */
-    if (fewest < 0 || conns < fewest) fewest = conns;
+    int conns = serving_conns(e, i);
+    if (conns >= 0 && (fewest < 0 || conns < fewest)) fewest = conns;
   }
   if (fewest < 0) return 0;
   int gap = mine - fewest;
