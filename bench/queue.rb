@@ -27,6 +27,7 @@ require_relative "lib/procs"
 require_relative "lib/servers"
 require_relative "lib/stats"
 require_relative "lib/machine"
+require_relative "lib/wrk"
 
 module MargayBench
   class QueueBench
@@ -78,7 +79,7 @@ module MargayBench
       begin
         wait_ready(port, log)
         sampler = Thread.new { sample(port) }
-        result = @o[:load] == "ab" ? ab(port) : wrk(port)
+        result = @o[:load] == "ab" ? ab(port) : wrk(port, tmp)
         sampler.kill.join
         result.merge(spread(@samples))
       ensure
@@ -144,18 +145,15 @@ module MargayBench
         "non_2xx" => out[/Non-2xx responses:\s+(\d+)/, 1].to_i }
     end
 
-    def wrk(port)
-      out = `wrk -t2 -c#{@o[:connections]} -d#{@o[:seconds]}s --timeout 10s --latency http://127.0.0.1:#{port}/ 2>&1`
-      { "rps" => out[/Requests\/sec:\s+([\d.]+)/, 1].to_f, "p50_ms" => wrk_ms(out, "50%"),
-        "p99_ms" => wrk_ms(out, "99%"), "mean_ms" => wrk_ms(out, "Latency"),
-        "failed" => out[/Socket errors:.*/].to_s.scan(/\d+/).sum(&:to_i), "non_2xx" => out[/Non-2xx.*?(\d+)/, 1].to_i }
-    end
-
-    def wrk_ms(out, label)
-      value, unit = out.match(/^\s+#{Regexp.escape(label)}\s+([\d.]+)(us|ms|s)\b/)&.captures
-      return nil unless value
-
-      value.to_f * { "us" => 0.001, "ms" => 1.0, "s" => 1000.0 }.fetch(unit)
+    def wrk(port, tmp)
+      argv = Wrk.argv(threads: 2, connections: @o[:connections], seconds: @o[:seconds], timeout: 10,
+                      url: "http://127.0.0.1:#{port}/")
+      data, = Wrk.run(argv, out_path: File.join(tmp, "wrk-#{port}.out"), bound: @o[:seconds] + 30)
+      lat = data["latency_us"]
+      e = data["errors"]
+      { "rps" => data["requests"] / (data["duration_us"] / 1e6), "p50_ms" => lat["p50"] / 1000.0,
+        "p99_ms" => lat["p99"] / 1000.0, "mean_ms" => lat["mean"] / 1000.0,
+        "failed" => e["connect"] + e["read"] + e["write"] + e["timeout"], "non_2xx" => e["status"] }
     end
 
     def write
