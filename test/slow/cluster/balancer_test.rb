@@ -44,7 +44,7 @@ class ClusterBalancerTest < Minitest::Test
       flunk "new connections all went to one worker" if fresh.size == 20
       if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
         flunk "a new connection has no worker after 30 s: owners #{fresh.map { |s| owner(s, pids + [@master]) }.inspect} " \
-              "(workers #{pids.inspect}, master #{@master})\n#{log_text}"
+              "(workers #{pids.inspect}, master #{@master})\n#{`ss -tanoie '( sport = :#{@port} )' 2>&1`}\n#{log_text}"
       end
       fresh << TCPSocket.new("127.0.0.1", @port) if owners.none?(&:nil?)
       sleep 0.05 # accepted
@@ -75,10 +75,12 @@ class ClusterBalancerTest < Minitest::Test
 
   # Which of the processes +pids+ holds the server side of client socket
   # +sock+ (Linux: the socket's inode in /proc/net/tcp, then each fd table).
+  # The line is the one whose both ends match: /proc/net/tcp also lists the
+  # TIME_WAIT sockets of earlier tests' servers (inode 0), and one of those may
+  # have had a client on the same port.
   def owner(sock, pids)
-    port = format("%04X", sock.local_address.ip_port)
-    line = File.readlines("/proc/net/tcp").find { |l| l.split[2]&.end_with?(":#{port}") }
-    inode = line&.split&.fetch(9)
+    ends = [@port, sock.local_address.ip_port].map { |port| format("%04X", port) }
+    inode = File.readlines("/proc/net/tcp").map(&:split).find { |f| f[1, 2].map { |a| a[/\h+\z/] } == ends && f[9] != "0" }&.fetch(9)
     pids.find do |pid|
       Dir.glob("/proc/#{pid}/fd/*").any? { |fd| File.readlink(fd) == "socket:[#{inode}]" rescue false } # rubocop:disable Style/RescueModifier
     end
