@@ -312,6 +312,34 @@ class ServerTest < Minitest::Test
     end
   end
 
+  # A kept-alive connection whose client sent its next request just before the stop, while the
+  # only thread was busy (the request waits in the kernel, unread), is not an idle one: the
+  # request is in flight and gets its answer, with connection: close, not a reset.
+  def test_graceful_stop_serves_a_request_waiting_on_a_kept_alive_connection
+    started = Queue.new
+    app = lambda do |env|
+      if env["PATH_INFO"] == "/slow"
+        started << true
+        sleep 0.5
+      end
+      [200, {}, [env["PATH_INFO"]]]
+    end
+    with_server(app, min_threads: 1, max_threads: 1) do |_, port, server|
+      kept = TCPSocket.new("127.0.0.1", port)
+      kept.write("GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_equal "/first", read_response(kept)[2]
+      slow = Thread.new { raw_exchange(port, "GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") }
+      pop_within(started)
+      kept.write("GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+      server.stop
+      status, headers, body = read_response(kept, timeout: 5)
+      assert_equal [200, "close", "/next"], [status, headers["connection"], body]
+      assert_match(%r{/slow\z}, slow.value)
+    ensure
+      kept&.close
+    end
+  end
+
   # Clients that keep connecting must not keep a stopping server alive: once
   # stopped it accepts nothing more, also when a thread was in the middle of
   # accepting (and about to re-arm the listener) when the stop came.

@@ -6,14 +6,6 @@
  */
 #include "core/balance.h"
 #include "core/conn.h"
-#include <sys/socket.h>
-
-/* Whether the client of idle connection +c+ has sent bytes the engine has
- * not read yet (its next request, waiting in the kernel). */
-static int has_pending_input(const mg_conn *c) {
-  char b;
-  return recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
-}
 
 /* Idle connections mg_balance_detach_idle(pending_only) looks into per call (a
  * MSG_PEEK and, if nothing waits, an epoll_ctl each): it runs every 5 ms while
@@ -41,7 +33,7 @@ int mg_balance_detach_idle(mg_engine *e, int *out, int *kept_alive, int max, int
     if (pending_only) {
       peeked++;
       e->detach_cursor = fd + 1;
-      if (!has_pending_input(c)) {
+      if (!mg_conn_has_pending_input(c)) {
         mg_conn_arm(e, c, MG_EV_IN); /* not now: back to the loop */
         continue;
       }

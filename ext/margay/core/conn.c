@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/socket.h>
 
 #define LINGER_MS 2000
 
@@ -110,6 +111,11 @@ int mg_conn_forget(mg_engine *e, mg_conn *c) {
   if (left == 0 && atomic_load(&e->stopping)) mg_engine_wake(e);
   if (atomic_load(&e->accept_paused) == MG_PAUSED_AT_LIMIT) mg_listeners_resume(e); /* also after a hand-over or hijack */
   return fd;
+}
+
+int mg_conn_has_pending_input(const mg_conn *c) {
+  char b;
+  return recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
 }
 
 void mg_conn_close(mg_engine *e, mg_conn *c) {

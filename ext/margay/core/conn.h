@@ -89,6 +89,10 @@ static inline int mg_state_st(uint64_t s) { return (int)(s & 0xff); }
  * adopting worker would not know it; the line is read only once). */
 static inline int mg_conn_movable(const mg_conn *c) { return c->proxy_addr[0] == '\0'; }
 
+/* Whether the client of idle connection +c+ has sent bytes the engine has not read yet (its
+ * next request, waiting in the kernel: a MSG_PEEK). */
+int mg_conn_has_pending_input(const mg_conn *c);
+
 /* Whether the calling thread may touch +c+: it must own it (checked in debug builds). */
 static inline int mg_conn_owned(mg_conn *c) { return mg_state_st(atomic_load(&c->state)) == MG_OWNED; }
 

@@ -43,8 +43,12 @@ void mg_sweep(mg_engine *e, int64_t now) {
                  now - (c->deadline_ms - e->cfg.header_timeout_ms) >= 2000;
     /* On stop, idle keep-alive connections close at once; a connection that was
      * accepted but has not sent its first request yet is still answered if it
-     * sends one within 2 s (it need not hold up the stop until header_timeout). */
-    int idle_stop = stopping && (kept_alive || silent);
+     * sends one within 2 s (it need not hold up the stop until header_timeout).
+     * Not one whose client's request already waits in the kernel (its event is
+     * on its way, or queued behind others): that request is in flight, it is
+     * served (its response says connection: close). Closed, its client would
+     * see a reset; a balancer that does not retry answers its client 502. */
+    int idle_stop = stopping && (kept_alive || silent) && !mg_conn_has_pending_input(c);
     int forced = stopping == MG_STOP_FORCED;
     /* at the limit: keep-alive connections idle for 1 s, and silent ones */
     int reclaimed = reclaim > 0 && ((kept_alive && now - (c->deadline_ms - e->cfg.keepalive_timeout_ms) >= 1000) || silent);
