@@ -22,7 +22,7 @@ module MargayBench
         @port = port
         @backends = backends
         @inter = inter
-        @socket = File.join(dir, "haproxy.sock")
+        @socket = "/tmp/margay-haproxy-#{port}.sock" # short: a unix socket path has room for 107 bytes
         @config = File.join(dir, "haproxy.cfg")
       end
 
@@ -60,6 +60,8 @@ module MargayBench
         File.write(@config, config)
         @pid = Process.spawn("haproxy", "-db", "-f", @config, in: File::NULL, %i[out err] => [log, "w"], pgroup: true)
         wait_until(10) { status.size == @backends.size }
+        raise "haproxy did not start: #{File.read(log).lines.last(10).join}" unless status.size == @backends.size
+
         self
       end
 
@@ -76,6 +78,7 @@ module MargayBench
 
       def stop
         Procs.stop_group(@pid, grace: 5) if @pid
+        FileUtils.rm_f(@socket)
       end
 
       private
