@@ -36,8 +36,12 @@ module MargayBench
           global
             stats socket #{@socket} mode 600 level admin
             maxconn 4096
+            log stdout format raw local0
           defaults
             mode http
+            log global
+            option httplog
+            option dontlog-normal
             timeout connect 2s
             timeout client 30s
             timeout server 30s
