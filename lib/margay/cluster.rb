@@ -112,6 +112,14 @@ module Margay
       Stats.cluster(@workers.to_a.reject(&:mold?).map { |w| w.to_stats(@phase) }, @phase)
     end
 
+    # What Metrics renders (Metrics.snapshot): the stats with each worker's
+    # whole last status (Margay's counters beside Puma's) and the restarts
+    # per worker slot (Roster#restarts). From any thread.
+    def metrics_stats
+      Stats.cluster(@workers.to_a.reject(&:mold?).map { |w| w.to_stats(@phase, all: true) }, @phase)
+           .merge(worker_restarts: @workers.restarts)
+    end
+
     # How the waiting work is spread over the workers, live (QueueReport: GET /queue).
     def queue
       QueueReport.report(workers: @workers.to_a.reject(&:mold?), board: @board, listeners: @listeners || [])
