@@ -56,7 +56,7 @@ module Margay
       [:old_workers, "puma_old_workers", "Workers of a phase before the current one, to be replaced"]
     ].freeze
     # What a Server's stats (Server#stats) carry beyond Puma's counters, rendered when there.
-    SERVER_KEYS = (PROCESS.map(&:first) + HISTOGRAMS.map(&:first) - Stats::COUNTERS).freeze
+    SERVER_KEYS = (PROCESS.map(&:first) + HISTOGRAMS.map(&:first) + [:busy_ms] - Stats::COUNTERS).freeze
 
     # Renders a runner's metrics at most every +interval+ seconds and hands
     # the text to +sink+ (the health listener's metrics_text=): what a
@@ -149,6 +149,10 @@ module Margay
           text.gauge("margay_utilization_ratio", "Busy threads over max_threads, now (0 to 1)",
                      busy.fdiv(max).clamp(0.0, 1.0), labels)
         end
+        busy_ms = number(status[:busy_ms])
+        text.counter("margay_busy_thread_seconds_total",
+                     "Thread-seconds spent on requests (its rate over puma_max_threads: the utilization)",
+                     busy_ms && busy_ms / 1000.0, labels)
         HISTOGRAMS.each do |key, name, help|
           text.histogram(name, help, status[key], labels) if histogram?(status[key])
         end

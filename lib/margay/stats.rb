@@ -24,10 +24,11 @@ module Margay
     COUNTERS = %i[backlog running pool_capacity busy_threads io_threads backlog_max max_threads requests_count
                   reactor_max].freeze
     # Margay's own counters of a serving process, beyond Puma's: requests
-    # whose app failed (errors) and requests not run because their client
-    # had gone (abandoned). Not in Puma's stats keys; Metrics renders them,
+    # whose app failed (errors), requests not run because their client had
+    # gone (abandoned), the thread-milliseconds its threads spent on
+    # requests (busy_ms). Not in Puma's stats keys; Metrics renders them,
     # and a cluster worker's travel in its status frame.
-    OWN_COUNTERS = %i[errors abandoned].freeze
+    OWN_COUNTERS = %i[errors abandoned busy_ms].freeze
     # The Puma release whose stats, control app and plugin API Margay answers
     # like (versions.puma; Puma::Const::VERSION under Margay's plugin shim).
     PUMA_API_VERSION = "8.0.2"

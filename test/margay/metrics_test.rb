@@ -24,7 +24,7 @@ class MetricsTest < Minitest::Test
 
   def test_single_mode_names_types_and_values
     Margay::Stats.started_at = Time.utc(2026, 11, 24, 14, 1, 2)
-    stats = Margay::Stats.single(SERVER, 5).merge(errors: 1, abandoned: 4, shed: 3, listen_queue: 6,
+    stats = Margay::Stats.single(SERVER, 5).merge(errors: 1, abandoned: 4, busy_ms: 2500, shed: 3, listen_queue: 6,
                                                   queue_time_seconds: HISTOGRAM, request_duration_seconds: HISTOGRAM)
     text = Margay::Metrics.render(stats, memory: { rss_kib: 2000, pss_kib: 1500, boot_rss_kib: 1, boot_pss_kib: 1 })
     types = types(text)
@@ -36,6 +36,7 @@ class MetricsTest < Minitest::Test
     expected = { %(margay_connections{index="0"}) => 2, %(margay_listen_queue{index="0"}) => 6,
                  %(margay_request_errors_total{index="0"}) => 1, %(margay_requests_abandoned_total{index="0"}) => 4,
                  %(margay_requests_shed_total{index="0"}) => 3, %(margay_utilization_ratio{index="0"}) => 0.4,
+                 %(margay_busy_thread_seconds_total{index="0"}) => 2.5,
                  %(margay_memory_rss_bytes{role="worker",index="0"}) => 2_048_000,
                  %(margay_memory_pss_bytes{role="worker",index="0"}) => 1_536_000 }
     assert_equal expected, samples(text).slice(*expected.keys)
@@ -46,7 +47,8 @@ class MetricsTest < Minitest::Test
                     %(#{name}_bucket{index="0",le="0.5"}), %(#{name}_bucket{index="0",le="+Inf"}),
                     %(#{name}_sum{index="0"}), %(#{name}_count{index="0"})].map { |k| samples(text).fetch(k) }
     end
-    %w[margay_request_errors_total margay_requests_abandoned_total margay_requests_shed_total].each do |name|
+    %w[margay_request_errors_total margay_requests_abandoned_total margay_requests_shed_total
+       margay_busy_thread_seconds_total].each do |name|
       assert_equal "counter", types[name]
     end
     refute_match(/\bpid=/, text, "no pid label: prometheus-client reserves it")

@@ -45,6 +45,7 @@ class SlowMetricsTest < Minitest::Test
       assert_match(/^margay_memory_pss_bytes\{role="worker",index="#{i}"\} [1-9]\d+$/, text)
       assert_includes text.lines, %(margay_worker_restarts_total{index="#{i}"} 0\n)
       assert_includes text.lines, %(margay_worker_booted{index="#{i}"} 1\n)
+      assert_match(/^margay_busy_thread_seconds_total\{index="#{i}"\} \d/, text, "with the worker's status")
     end
 
     victim = pumactl_json("-S", @state, "stats")["worker_status"].find { |w| w["index"] == 1 }["pid"]
