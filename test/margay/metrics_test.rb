@@ -111,6 +111,10 @@ class MetricsTest < Minitest::Test
     assert_equal "", Margay.metrics, "not serving"
     Margay::Stats.source = Struct.new(:metrics).new("x 1\n")
     assert_equal "x 1\n", Margay.metrics
+    server = Struct.new(:stats, :config).new(SERVER, Struct.new(:max_threads).new(7))
+    Margay::Stats.source = Margay::Stats::WorkerSource.new(server, 7)
+    assert_includes Margay.metrics.lines, %(puma_max_threads{index="0"} 7\n), "a cluster worker: its own server's"
+    assert_includes Margay.metrics.lines, %(margay_requests_abandoned_total{index="0"} 4\n)
   end
 
   def test_publisher_renders_at_most_once_an_interval
