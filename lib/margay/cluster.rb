@@ -15,6 +15,7 @@ require_relative "cluster/health"
 require_relative "cluster/heap"
 require_relative "cluster/roster"
 require_relative "cluster/queue_report"
+require_relative "metrics"
 require_relative "cluster/signals"
 require_relative "cluster/spawner"
 require_relative "control/operations"
@@ -113,11 +114,12 @@ module Margay
     end
 
     # What Metrics renders (Metrics.snapshot): the stats with each worker's
-    # whole last status (Margay's counters beside Puma's) and the restarts
-    # per worker slot (Roster#restarts). From any thread.
+    # whole last status (Margay's counters beside Puma's), the restarts per
+    # worker slot (Roster#restarts) and the clients in the TCP listeners'
+    # accept queues (nil without a TCP listener). From any thread.
     def metrics_stats
       Stats.cluster(@workers.to_a.reject(&:mold?).map { |w| w.to_stats(@phase, all: true) }, @phase)
-           .merge(worker_restarts: @workers.restarts)
+           .merge(worker_restarts: @workers.restarts, listen_queue: Metrics.listen_queue(@listeners))
     end
 
     # How the waiting work is spread over the workers, live (QueueReport: GET /queue).

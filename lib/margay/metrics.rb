@@ -3,6 +3,7 @@
 require "time"
 require_relative "clock"
 require_relative "stats"
+require_relative "cluster/queue_report"
 require_relative "metrics/exposition"
 
 module Margay
@@ -35,7 +36,6 @@ module Margay
     # A serving process's own figures beyond Puma's: [stats key, type, name, help].
     PROCESS = [
       [:reactor_max, :gauge, "margay_connections", "Client connections the engine holds now"],
-      [:listen_queue, :gauge, "margay_listen_queue", "Connections waiting in the listeners' accept queues"],
       [:errors, :counter, "margay_request_errors_total",
        "Requests whose app raised, timed out or answered an invalid response"],
       [:abandoned, :counter, "margay_requests_abandoned_total",
@@ -56,7 +56,7 @@ module Margay
       [:old_workers, "puma_old_workers", "Workers of a phase before the current one, to be replaced"]
     ].freeze
     # What a Server's stats (Server#stats) carry beyond Puma's counters, rendered when there.
-    SERVER_KEYS = (PROCESS.map(&:first) + HISTOGRAMS.map(&:first) + [:busy_ms] - Stats::COUNTERS).freeze
+    SERVER_KEYS = (PROCESS.map(&:first) + HISTOGRAMS.map(&:first) + %i[busy_ms listen_queue] - Stats::COUNTERS).freeze
 
     # Renders a runner's metrics at most every +interval+ seconds and hands
     # the text to +sink+ (the health listener's metrics_text=): what a
@@ -108,7 +108,7 @@ module Margay
         else
           process(text, stats, index: 0)
         end
-        memory(text, memory) if memory
+        memory_figures(text, memory) if memory
         text.to_s
       end
 
@@ -122,7 +122,15 @@ module Margay
 
         server_stats = runner.stats
         stats = Stats.single(server_stats, runner.config.max_threads).merge(server_stats.slice(*SERVER_KEYS))
+        stats[:listen_queue] ||= listen_queue(runner.listeners)
         render(stats, memory: Stats::Memory.current)
+      end
+
+      # Clients in the TCP listeners' accept queues (Cluster::QueueReport's
+      # reading); nil without a TCP listener or where the system does not say.
+      def listen_queue(listeners)
+        queued = (listeners || []).filter_map { |l| Cluster::QueueReport.listen_queue(l.io) }
+        queued.sum unless queued.empty?
       end
 
       private
@@ -136,6 +144,9 @@ module Margay
         end
         text.gauge("margay_start_time_seconds", "When this process started serving (Unix time)",
                    unix_time(stats[:started_at]))
+        # The listeners' (one set, whichever process accepts), not a worker's: no index.
+        text.gauge("margay_listen_queue", "Clients waiting in the TCP listeners' accept queues",
+                   number(stats[:listen_queue]))
       end
 
       # One serving process (single mode, or a cluster worker's last status).
@@ -179,7 +190,7 @@ module Margay
 
       # RSS and PSS per process: each worker (single mode: the process, as
       # worker 0), and in a cluster the master and the mold.
-      def memory(text, report)
+      def memory_figures(text, report)
         if report.key?(:workers)
           memory_sample(text, report[:master], role: "master")
           report[:workers].each do |w|

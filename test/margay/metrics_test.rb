@@ -33,7 +33,7 @@ class MetricsTest < Minitest::Test
                    "puma_max_threads" => 5, "puma_requests_count" => 9 },
                  YABEDA_PROCESS.to_h { |name| [name, samples(text).fetch(%(#{name}{index="0"}))] })
     assert_equal Time.utc(2026, 11, 24, 14, 1, 2).to_i, samples(text)["margay_start_time_seconds"]
-    expected = { %(margay_connections{index="0"}) => 2, %(margay_listen_queue{index="0"}) => 6,
+    expected = { %(margay_connections{index="0"}) => 2, "margay_listen_queue" => 6,
                  %(margay_request_errors_total{index="0"}) => 1, %(margay_requests_abandoned_total{index="0"}) => 4,
                  %(margay_requests_shed_total{index="0"}) => 3, %(margay_utilization_ratio{index="0"}) => 0.4,
                  %(margay_busy_thread_seconds_total{index="0"}) => 2.5,
@@ -77,7 +77,7 @@ class MetricsTest < Minitest::Test
       { started_at: "2026-11-24T14:03:00Z", pid: 103, index: 2, phase: 1, booted: false, last_checkin: "x",
         last_status: {} }
     ]
-    stats = Margay::Stats.cluster(workers, 1).merge(worker_restarts: { 0 => 0, 1 => 3, 2 => 1 })
+    stats = Margay::Stats.cluster(workers, 1).merge(worker_restarts: { 0 => 0, 1 => 3, 2 => 1 }, listen_queue: 11)
     memory = Margay::Stats.memory_report(master: { rss_kib: 100, pss_kib: 50 }, workers: [
                                            { index: 0, pid: 101, mold: false, memory: { rss_kib: 200, pss_kib: 80 } },
                                            { index: 1, pid: 102, mold: false, memory: { rss_kib: 0, pss_kib: 0 } },
@@ -95,6 +95,7 @@ class MetricsTest < Minitest::Test
     assert_equal [1, 1, 0], (0..2).map { |i| s[%(margay_worker_booted{index="#{i}"})] }
     assert_equal [0, 3, 1], (0..2).map { |i| s[%(margay_worker_restarts_total{index="#{i}"})] }
     assert_equal 1, s["margay_phased_restarts_total"]
+    assert_equal 11, s["margay_listen_queue"], "the listeners', once: no index"
     assert_equal Time.utc(2026, 11, 24, 14, 2).to_i, s[%(margay_worker_start_time_seconds{index="1"})]
     assert_equal 7, s[%(margay_queue_time_seconds_count{index="1"})]
     assert_equal 2, s[%(margay_request_errors_total{index="0"})]
@@ -111,7 +112,7 @@ class MetricsTest < Minitest::Test
     assert_equal "", Margay.metrics, "not serving"
     Margay::Stats.source = Struct.new(:metrics).new("x 1\n")
     assert_equal "x 1\n", Margay.metrics
-    server = Struct.new(:stats, :config).new(SERVER, Struct.new(:max_threads).new(7))
+    server = Struct.new(:stats, :config, :listeners).new(SERVER, Struct.new(:max_threads).new(7), [])
     Margay::Stats.source = Margay::Stats::WorkerSource.new(server, 7)
     assert_includes Margay.metrics.lines, %(puma_max_threads{index="0"} 7\n), "a cluster worker: its own server's"
     assert_includes Margay.metrics.lines, %(margay_requests_abandoned_total{index="0"} 4\n)
@@ -119,12 +120,12 @@ class MetricsTest < Minitest::Test
 
   def test_publisher_renders_at_most_once_an_interval
     clock = Struct.new(:now).new(100.0)
-    runner = Struct.new(:config, :renders) do
+    runner = Struct.new(:config, :renders, :listeners) do
       def stats
         self.renders += 1
         SERVER
       end
-    end.new(Struct.new(:max_threads).new(5), 0)
+    end.new(Struct.new(:max_threads).new(5), 0, [])
     published = []
     publisher = Margay::Metrics::Publisher.new(runner, interval: 1.0, clock: clock) { |text| published << text }
     assert_includes publisher.tick, %(puma_requests_count{index="0"} 9), "the first tick publishes at once"

@@ -30,6 +30,7 @@ class WireMetricsTest < Minitest::Test
       assert_includes text.lines, %(puma_max_threads{index="0"} 4\n)
       assert_includes text.lines, %(margay_request_errors_total{index="0"} 1\n)
       assert_includes text.lines, %(margay_requests_abandoned_total{index="0"} 0\n)
+      assert_includes text.lines, "margay_listen_queue 0\n", "its TCP listener's accept queue, empty"
       busy = Float(text[/^margay_busy_thread_seconds_total\{index="0"\} (\S+)$/, 1])
       assert_operator busy, :>=, 0.1, "a thread busy 0.3 s (sampled each 5 ms tick)"
       running = text[/^puma_running\{index="0"\} (\d+)$/, 1].to_i

@@ -41,6 +41,7 @@ class SlowMetricsTest < Minitest::Test
     %w[puma_workers puma_booted_workers].each { |name| assert_includes text.lines, "#{name} 2\n" }
     assert_includes text.lines, "puma_old_workers 0\n"
     assert_match(/^margay_memory_pss_bytes\{role="master"\} [1-9]\d+$/, text)
+    assert_match(/^margay_listen_queue \d+$/, text, "the master reads its TCP listener's accept queue")
     [0, 1].each do |i|
       assert_match(/^margay_memory_pss_bytes\{role="worker",index="#{i}"\} [1-9]\d+$/, text)
       assert_includes text.lines, %(margay_worker_restarts_total{index="#{i}"} 0\n)
