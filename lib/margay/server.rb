@@ -79,16 +79,16 @@ module Margay
                              idle_timeout: @config.thread_idle_timeout, max_io: @config.max_io_threads, log: @log,
                              &work)
       io_bound&.pool = @pool
-      supervisor = @supervisor = Supervisor.new(pool: @pool, engine: @engine, deadline: deadline, on_tick: @on_tick,
-                                  watchdog: (Systemd.watchdog_interval if @owns_listeners),
-                                  idle_timeout: (@config.idle_timeout if @owns_listeners), log: @log,
-                                  in_flight: in_flight)
+      @supervisor = Supervisor.new(pool: @pool, engine: @engine, deadline: deadline, on_tick: @on_tick,
+                                   watchdog: (Systemd.watchdog_interval if @owns_listeners),
+                                   idle_timeout: (@config.idle_timeout if @owns_listeners), log: @log,
+                                   in_flight: in_flight)
       @started_at = Clock.now
       @engine.start
       @pool.start
       notify("READY=1")
       yield self if block_given?
-      supervisor.run(@stop_r)
+      @supervisor.run(@stop_r)
       notify("STOPPING=1")
       shutdown
     end
