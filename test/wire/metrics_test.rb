@@ -25,7 +25,6 @@ class WireMetricsTest < Minitest::Test
       assert_match(%r{\AHTTP/1.1 200}, raw_get(port, "/slow"))
       assert_match(%r{\AHTTP/1.1 500}, raw_get(port, "/fail"))
       text = Margay::Metrics.snapshot(server)
-      assert_equal Margay::Promtool::KNOWN_LINT, assert_promtool_accepts(text)
       assert_includes text.lines, %(puma_requests_count{index="0"} 4\n)
       assert_includes text.lines, %(puma_max_threads{index="0"} 4\n)
       assert_includes text.lines, %(margay_request_errors_total{index="0"} 1\n)
@@ -36,6 +35,7 @@ class WireMetricsTest < Minitest::Test
       running = text[/^puma_running\{index="0"\} (\d+)$/, 1].to_i
       assert_operator running, :>=, 1
       assert_match(/^margay_memory_rss_bytes\{role="worker",index="0"\} [1-9]\d{5,}$/, text, "this process's RSS")
+      assert_equal Margay::Promtool::KNOWN_LINT, assert_promtool_accepts(text) # last: it skips without promtool
     end
   end
 end
