@@ -15,7 +15,9 @@
 # TERM: behind HAProxy the instance leaves by its readiness check (Margay: /readyz on its
 # health listener; Puma, which has none: the app's /); behind nginx, which has no active
 # checks, the run does what an orchestrator does: removes the instance from the upstreams
-# --propagation seconds after the TERM (a reload), and adds it back once it answers again.
+# --propagation seconds after the TERM (a reload), and adds it back once it answers again;
+# a reload closes nginx's idle client connections, so wrk asks nginx for a connection per
+# request (nginx keeps its connections to the instances alive).
 # Margay gets --drain-delay (0: not passed). Root only (network namespaces).
 # Writes DIR/rolling-<time>.json and .md (DIR: bench/results/rolling-<UTC date>).
 require "json"
@@ -230,6 +232,10 @@ module MargayBench
     def under_load(lb, dir)
       argv = Wrk.argv(threads: 2, connections: @o[:connections], seconds: 600, timeout: 10,
                       url: "http://127.0.0.1:#{lb.port}/")
+      # nginx's reload (the orchestrator's part) closes its idle client connections, which wrk
+      # counts as read errors: its clients ask for a connection each (nginx keeps its own to
+      # the instances alive either way).
+      argv.insert(-2, "-H", "Connection: close") if lb.is_a?(Balancers::Nginx)
       row = { "events" => [] }
       data = nil
       runner = Thread.new do
@@ -295,7 +301,8 @@ module MargayBench
 
     def markdown
       lines = ["Three instances x #{@o[:workers]} workers x 0:#{@o[:threads]} threads, #{@o[:app]}, wrk " \
-               "-c#{@o[:connections]} keep-alive through the balancer, retries off; Margay drain_delay #{@o[:drain_delay]} s",
+               "-c#{@o[:connections]} through the balancer (keep-alive; to nginx a connection per request), retries off; " \
+               "Margay drain_delay #{@o[:drain_delay]} s",
                "", "| balancer | restart | server | requests | req/s | non-2xx | socket errors | restarts took (s) |",
                "|---|---|---|---:|---:|---:|---:|---:|"]
       @rows.each do |r|
