@@ -16,6 +16,11 @@ module Margay
 
     attr_reader :config, :listeners
 
+    # The health listeners (health_bind: the engine answers /livez, /readyz, /metrics), [] without.
+    def health_listeners
+      @health_listeners || []
+    end
+
     # The process title, like Puma's: "margay VERSION (BINDS) [TAG]"; the
     # tag defaults to the directory's name, as in Puma.
     def self.title(config, addresses)
@@ -27,16 +32,20 @@ module Margay
     # @param log [Log]
     # @param listeners [Array<Binder::Listener>, nil] already bound listeners
     #   (a cluster worker's, inherited from the master); nil: bind config.binds
-    def initialize(config, log:, listeners: nil)
+    # @param health_listeners [Array<Binder::Listener>, nil] already bound health
+    #   listeners (a cluster worker's); nil: bind config.health_bind
+    def initialize(config, log:, listeners: nil, health_listeners: nil)
       @config = config
       @log = log
       @listeners = listeners
+      @health_listeners = health_listeners
     end
 
-    # Open every listener in config.binds (or take over inherited ones) unless
-    # they are open already. Returns self.
+    # Open every listener in config.binds (or take over inherited ones) and the
+    # health listener, unless they are open already. Returns self.
     def bind
       @listeners ||= Binder.open(@config.binds, backlog: @config.backlog)
+      @health_listeners ||= bind_health
       self
     end
 
@@ -52,6 +61,19 @@ module Margay
     # The addresses actually bound, e.g. ["tcp://127.0.0.1:43121"].
     def addresses
       (@listeners || []).map(&:url)
+    end
+
+    # The health listeners of config.health_bind, bound anew in each process that binds
+    # (close-on-exec: a hot restart binds it again); a warning when it listens beyond the host.
+    def bind_health
+      return [] unless @config.health_bind
+
+      listeners = Binder.new([@config.health_bind], backlog: @config.backlog).bind
+      listeners.reject { |l| l.unix || l.io.local_address.ipv4_loopback? || l.io.local_address.ipv6_loopback? }.each do |l|
+        @log.warn("health_bind #{l.url} is not a loopback address: /livez, /readyz and /metrics answer anyone " \
+                  "who can reach it (keep the port off public networks)")
+      end
+      listeners
     end
 
     # Replace this process (same pid) by the restart command, with the
