@@ -160,4 +160,34 @@ class HealthTest < Minitest::Test
       fresh&.close
     end
   end
+
+  # A cluster worker's engine (publish_idle) answers for the cluster: ready while a worker's
+  # READY cell is set on the board and the board does not drain; /metrics is the board's text.
+  def test_a_workers_health_answers_are_the_boards
+    board = Margay::Native::IdleBoard.new(4)
+    config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], health_bind: "tcp://127.0.0.1:0", silent: true,
+                                       event_backend: BACKEND)
+    log = StringIO.new
+    server = Margay::Server.new(HELLO, config, log: Margay::Log.new(out: log, err: log), idle_board: [board, 1])
+    server.bind
+    thread = Thread.new { server.run }
+    hp = health_port(server)
+    port = server.addresses.first[/:(\d+)\z/, 1].to_i
+    Timeout.timeout(5) { sleep 0.01 until board.ready?(1) }
+    refute board.ready?(0)
+    assert_equal 200, health_get(hp, "/readyz").first
+    assert_equal 404, health_get(hp, "/metrics").first
+    board.metrics_text = "puma_workers 2\n"
+    assert_equal [200, "puma_workers 2\n"], health_get(hp, "/metrics").values_at(0, 2)
+    board.drain!
+    assert_predicate board, :draining?
+    assert_predicate server.engine, :draining?
+    assert_equal 503, health_get(hp, "/readyz").first
+    status, headers, = exchange(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert_equal [200, "close"], [status, headers["connection"]]
+  ensure
+    server&.stop
+    thread&.join(10)
+    refute board.ready?(1), "a stopped worker is not ready" if board
+  end
 end
