@@ -71,8 +71,15 @@ class HAProxyTest < Minitest::Test
                                       b_health: b_health))
     @processes << Margay::TestProcess.new({}, HAPROXY, "-db", "-f", config, chdir: @dir, in: File::NULL).start
     deadline = now + 10
-    sleep 0.05 until (states.values.uniq == ["UP"] rescue false) || now > deadline # rubocop:disable Style/RescueModifier
+    sleep 0.05 until all_up? || now > deadline
     assert_equal({ "a" => "UP", "b" => "UP" }, states, @processes.last.output)
+  end
+
+  # Whether HAProxy's stats socket answers and shows both servers UP.
+  def all_up?
+    states.values == %w[UP UP]
+  rescue SystemCallError
+    false
   end
 
   # Each server's status in HAProxy's view ({"a" => "UP", ...}), from its stats socket.

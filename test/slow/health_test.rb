@@ -28,16 +28,20 @@ class HealthProcessTest < Minitest::Test
     wait_until(10) { probe("/readyz").first == 200 }
   end
 
+  # GET +path+ on a connection of its own, asking to be kept alive: [status, headers, body].
+  def get(port, path, timeout: 5)
+    TCPSocket.open("127.0.0.1", port) do |sock|
+      sock.write("GET #{path} HTTP/1.1\r\nHost: t\r\n\r\n")
+      read_response(sock, timeout: timeout)
+    end
+  end
+
   # GET +path+ on the health listener: [status, seconds it took].
   def probe(path)
     started = now
-    sock = TCPSocket.new("127.0.0.1", @health)
-    sock.write("GET #{path} HTTP/1.1\r\nHost: t\r\n\r\n")
-    [read_response(sock, timeout: 1).first, now - started]
+    [get(@health, path, timeout: 1).first, now - started]
   rescue EOFError, SystemCallError
     [nil, now - started]
-  ensure
-    sock&.close
   end
 
   def wait_until(seconds)
@@ -108,7 +112,7 @@ class HealthProcessTest < Minitest::Test
     assert_equal [200, "close"], [status, headers["connection"]], "the idle kept-alive connection is answered, then closed"
     served = 0
     while now - term_at < DRAIN - 0.5
-      status, headers, = exchange_keep_alive
+      status, headers, = get(@port, "/")
       assert_equal [200, "close"], [status, headers["connection"]], "served during the drain, connection: close"
       served += 1
       sleep 0.05
@@ -122,15 +126,6 @@ class HealthProcessTest < Minitest::Test
     assert_operator took, :<=, DRAIN + 5 + 1, "exit within drain_delay + the longest request + 1 s"
   ensure
     idle&.close
-  end
-
-  # A request that asks to be kept alive: [status, headers, body].
-  def exchange_keep_alive
-    sock = TCPSocket.new("127.0.0.1", @port)
-    sock.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
-    read_response(sock, timeout: 5)
-  ensure
-    sock&.close
   end
 
   def test_term_drains_a_single_process
