@@ -63,23 +63,26 @@ module Margay
       (@listeners || []).map(&:url)
     end
 
-    # The health listeners of config.health_bind, bound anew in each process that binds
-    # (close-on-exec: a hot restart binds it again); a warning when it listens beyond the host.
-    def bind_health
-      return [] unless @config.health_bind
+    # Replace this process (same pid) by the restart command, with the
+    # listeners and the health listeners inherited (Reexec.exec). Returns only when exec fails.
+    def reexec(argv, env: {}, fds: {})
+      health = health_listeners.reject { |l| l.io.closed? }
+      env = env.merge(Binder::INHERIT_HEALTH_ENV => (health.map { |l| "#{l.bind}=#{l.io.fileno}" }.join(",") unless health.empty?))
+      Reexec.exec(@config, @listeners, argv, env: env, fds: fds.merge(health.to_h { |l| [l.io.fileno, l.io.fileno] }))
+    end
 
-      listeners = Binder.new([@config.health_bind], backlog: @config.backlog).bind
+    private
+
+    # The health listeners of config.health_bind (those a hot restart handed over, else bound
+    # now); a warning when one listens beyond the host.
+    def bind_health
+      inherited = ENV.delete(Binder::INHERIT_HEALTH_ENV) # one no longer configured is closed
+      listeners = Binder.new([@config.health_bind].compact, backlog: @config.backlog, inherited: inherited).bind
       listeners.reject { |l| l.unix || l.io.local_address.ipv4_loopback? || l.io.local_address.ipv6_loopback? }.each do |l|
         @log.warn("health_bind #{l.url} is not a loopback address: /livez, /readyz and /metrics answer anyone " \
                   "who can reach it (keep the port off public networks)")
       end
       listeners
-    end
-
-    # Replace this process (same pid) by the restart command, with the
-    # listeners inherited (Reexec.exec). Returns only when exec fails.
-    def reexec(argv, env: {}, fds: {})
-      Reexec.exec(@config, @listeners, argv, env: env, fds: fds)
     end
   end
 end

@@ -95,6 +95,26 @@ class HealthProcessTest < Minitest::Test
     wait_until(20) { probe("/readyz").first == 200 }
   end
 
+  # A hot restart hands the health listener over like the main ones: the port bound as port 0
+  # stays, and probes are answered again once the new process serves.
+  def assert_usr2_keeps_the_health_listener(booted)
+    Process.kill(:USR2, @master)
+    wait_for_log(%r{Health on tcp://127\.0\.0\.1:(\d+)}, count: 2)
+    wait_for_log(/booted/, count: booted) if booted.positive?
+    assert_equal [@health], log_text.scan(%r{Health on tcp://127\.0\.0\.1:(\d+)}).flatten.map(&:to_i).uniq
+    wait_until(10) { probe("/readyz").first == 200 }
+  end
+
+  def test_usr2_keeps_the_health_listener_in_a_single_process
+    start(0)
+    assert_usr2_keeps_the_health_listener(0)
+  end
+
+  def test_usr2_keeps_the_health_listener_in_a_cluster
+    start(2)
+    assert_usr2_keeps_the_health_listener(4)
+  end
+
   def drain_and_check(processes)
     idle = TCPSocket.new("127.0.0.1", @port)
     idle.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
