@@ -135,6 +135,17 @@ class HealthTest < Minitest::Test
     end
   end
 
+  def test_health_check_path_in_fiber_mode
+    skip "fiber mode needs epoll" if BACKEND == :poll
+    with_server(HELLO, health_check_path: "/up", fiber_scheduler: true, max_threads: 1) do |_, port, server|
+      status, _, body = exchange(port, "GET /up HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_equal [200, "ready\n"], [status, body]
+      assert_equal [200, "hello"], exchange(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").values_at(0, 2)
+      assert_equal 1, server.engine.stats[:requests]
+      assert server.engine.stats[:ready]
+    end
+  end
+
   def test_a_drain_turns_readiness_to_503_and_closes_every_connection_after_its_response
     with_server(HELLO, health_bind: "tcp://127.0.0.1:0", health_check_path: "/up") do |_, port, server|
       hp = health_port(server)

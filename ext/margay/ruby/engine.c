@@ -190,7 +190,8 @@ static VALUE engine_stop(int argc, VALUE *argv, VALUE self) {
 static VALUE engine_stopping_p(VALUE self) { return atomic_load(&mg_rb_engine_core(self)->stopping) ? Qtrue : Qfalse; }
 
 /* Engine#stats -> {connections:, waiting_threads:, requests:, abandoned:, max_connections:,
- * event_backend:, polling:, standing_by:} (requests: heads read, less the abandoned; abandoned:
+ * event_backend:, polling:, standing_by:, ready:} (requests: heads read, less the abandoned and
+ * the health_check_path probes; ready: what /readyz answers, core/health.h; abandoned:
  * requests not run because their client had closed its side first; polling and standing_by: of
  * the waiting threads, the one blocked in the event set and those standing by, core/loop.c) */
 static VALUE engine_stats(VALUE self) {
