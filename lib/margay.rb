@@ -20,6 +20,7 @@ module Margay
   autoload :Single, "margay/single"
   autoload :Server, "margay/server"
   autoload :DemoApp, "margay/launcher/demo_app"
+  autoload :Metrics, "margay/metrics"
   autoload :Operations, "margay/control/operations"
   autoload :PumaLauncher, "margay/control/puma_launcher"
   autoload :Plugins, "margay/control/plugins"

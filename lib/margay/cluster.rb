@@ -15,6 +15,7 @@ require_relative "cluster/health"
 require_relative "cluster/heap"
 require_relative "cluster/roster"
 require_relative "cluster/queue_report"
+require_relative "metrics"
 require_relative "cluster/signals"
 require_relative "cluster/spawner"
 require_relative "control/operations"
@@ -112,6 +113,15 @@ module Margay
     # Puma-shaped stats (docs/CONTROL.md), from any thread: to_a copies the roster in one C call.
     def stats
       Stats.cluster(@workers.to_a.reject(&:mold?).map { |w| w.to_stats(@phase) }, @phase)
+    end
+
+    # What Metrics renders (Metrics.snapshot): the stats with each worker's
+    # whole last status (Margay's counters beside Puma's), the restarts per
+    # worker slot (Roster#restarts) and the clients in the TCP listeners'
+    # accept queues (nil without a TCP listener). From any thread.
+    def metrics_stats
+      Stats.cluster(@workers.to_a.reject(&:mold?).map { |w| w.to_stats(@phase, all: true) }, @phase)
+           .merge(worker_restarts: @workers.restarts, listen_queue: Metrics.listen_queue(@listeners))
     end
 
     # How the waiting work is spread over the workers, live (QueueReport: GET /queue).

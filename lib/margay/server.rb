@@ -52,6 +52,7 @@ module Margay
       @on_stuck = on_stuck
       @engine = nil
       @pool = nil
+      @supervisor = nil
       @counters = { errors: 0 }
       @stop_r, @stop_w = IO.pipe
       @started_at = nil
@@ -83,16 +84,16 @@ module Margay
                              idle_timeout: @config.thread_idle_timeout, max_io: @config.max_io_threads, log: @log,
                              &work)
       io_bound&.pool = @pool
-      supervisor = Supervisor.new(pool: @pool, engine: @engine, deadline: deadline, on_tick: @on_tick,
-                                  watchdog: (Systemd.watchdog_interval if @owns_listeners),
-                                  idle_timeout: (@config.idle_timeout if @owns_listeners), log: @log,
-                                  in_flight: in_flight, due: -> { @drain_until && Clock.now >= @drain_until })
+      @supervisor = Supervisor.new(pool: @pool, engine: @engine, deadline: deadline, on_tick: @on_tick,
+                                   watchdog: (Systemd.watchdog_interval if @owns_listeners),
+                                   idle_timeout: (@config.idle_timeout if @owns_listeners), log: @log,
+                                   in_flight: in_flight, due: -> { @drain_until && Clock.now >= @drain_until })
       @started_at = Clock.now
       @engine.start
       @pool.start
       notify("READY=1")
       yield self if block_given?
-      supervisor.run(@stop_r)
+      @supervisor.run(@stop_r)
       notify("STOPPING=1")
       shutdown
     end
@@ -136,7 +137,8 @@ module Margay
 
     # Live counters for the demo app and monitoring.
     def stats
-      base = { requests: 0, connections: 0, threads: 0, busy_threads: 0, errors: @counters[:errors] }
+      base = { requests: 0, connections: 0, threads: 0, busy_threads: 0, errors: @counters[:errors],
+               busy_ms: @supervisor ? @supervisor.busy_ms : 0 }
       return base unless @engine && @pool
 
       engine = @engine.stats

@@ -23,6 +23,12 @@ module Margay
     # The counters of one serving process, in Puma's order.
     COUNTERS = %i[backlog running pool_capacity busy_threads io_threads backlog_max max_threads requests_count
                   reactor_max].freeze
+    # Margay's own counters of a serving process, beyond Puma's: requests
+    # whose app failed (errors), requests not run because their client had
+    # gone (abandoned), the thread-milliseconds its threads spent on
+    # requests (busy_ms). Not in Puma's stats keys; Metrics renders them,
+    # and a cluster worker's travel in its status frame.
+    OWN_COUNTERS = %i[errors abandoned busy_ms].freeze
     # The Puma release whose stats, control app and plugin API Margay answers
     # like (versions.puma; Puma::Const::VERSION under Margay's plugin shim).
     PUMA_API_VERSION = "8.0.2"
@@ -91,9 +97,12 @@ module Margay
         total_rss_kib: processes.sum { |m| m[:rss_kib].to_i }, total_pss_kib: processes.sum { |m| m[:pss_kib].to_i } }
     end
 
-    # A cluster worker's own source: Margay.stats_hash in a worker answers its server's counters.
+    # A cluster worker's own source: Margay.stats_hash in a worker answers its
+    # server's counters, Margay.metrics its server's metrics (Metrics, which
+    # cluster/worker.rb loads).
     WorkerSource = Struct.new(:server, :max_threads) do
       def stats = Stats.single(server.stats, max_threads)
+      def metrics = Metrics.snapshot(server)
     end
 
     # Answers Margay.stats_hash, whichever process asks (Puma.stats_object
@@ -132,6 +141,11 @@ module Margay
         { backlog: 0, running: server_stats[:threads].to_i, pool_capacity: [max_threads - busy, 0].max,
           busy_threads: busy, io_threads: 0, backlog_max: 0, max_threads: max_threads,
           requests_count: server_stats[:requests].to_i, reactor_max: server_stats[:connections].to_i }
+      end
+
+      # The OWN_COUNTERS of a serving process from its Server#stats.
+      def own_counters(server_stats)
+        OWN_COUNTERS.to_h { |k| [k, server_stats[k].to_i] }
       end
 
       # Single mode: the server's counters.
@@ -178,6 +192,14 @@ module Margay
   def self.queue_hash
     source = Stats.memory_source
     source.respond_to?(:queue) ? source.queue : nil
+  end
+
+  # This process's Prometheus metrics (Metrics: the text exposition format):
+  # a single server's, a cluster master's (every worker's), a worker's own;
+  # "" when it does not serve.
+  def self.metrics
+    source = Stats.source
+    source.respond_to?(:metrics) ? source.metrics : ""
   end
 
   # This process's stats as JSON (Puma.stats's shape).

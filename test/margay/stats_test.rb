@@ -24,6 +24,12 @@ class StatsTest < Minitest::Test
     assert_equal 0, Margay::Stats.counters(SERVER.merge(busy_threads: 7), 5)[:pool_capacity], "never negative"
   end
 
+  def test_own_counters_beside_pumas
+    assert_equal({ errors: 3, abandoned: 0, busy_ms: 0 }, Margay::Stats.own_counters(SERVER.merge(errors: 3)),
+                 "a server not started yet has no abandoned count: 0")
+    refute_includes Margay::Stats.single(SERVER.merge(errors: 3), 5).keys, :errors, "Puma's stats keep Puma's keys"
+  end
+
   def test_cluster_counts_booted_and_old_workers
     workers = [{ booted: true, phase: 2 }, { booted: true, phase: 1 }, { booted: false, phase: 2 }]
     stats = Margay::Stats.cluster(workers, 2)

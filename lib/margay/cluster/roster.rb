@@ -11,6 +11,7 @@ module Margay
 
       def initialize
         @by_pid = {}
+        @starts = Hash.new(0) # index => workers added with it
       end
 
       # Each record, in the order the workers were added.
@@ -23,7 +24,16 @@ module Margay
 
       # Add +record+ (a WorkerRecord); returns it.
       def add(record)
+        @starts[record.index] += 1
         @by_pid[record.pid] = record
+      end
+
+      # How many workers were started in each slot after its first, for
+      # whatever reason (a crash, a timeout, a phased restart, a refork):
+      # { index => count }, the slots ever used. From any thread (dup: one
+      # C call, so the master never adds a slot during the iteration).
+      def restarts
+        @starts.dup.to_h { |index, n| [index, n - 1] }
       end
 
       # Remove +record+; returns it, or nil when it was not there (any more).

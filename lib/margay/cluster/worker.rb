@@ -7,6 +7,7 @@ require_relative "channel"
 require_relative "mold"
 require_relative "signals"
 require_relative "../stats"
+require_relative "../metrics"
 
 module Margay
   class Cluster
@@ -177,7 +178,9 @@ module Margay
       # crashed): nobody supervises this worker any more, so it finishes its
       # requests in flight and exits instead of serving on alone.
       def report(report)
-        @channel.report(report, Stats.counters(@server.stats, @config.max_threads).merge(Stats::Memory.current))
+        stats = @server.stats
+        @channel.report(report, Stats.counters(stats, @config.max_threads)
+                                     .merge(Stats.own_counters(stats), Stats::Memory.current))
       rescue Errno::EPIPE, IOError
         return if @orphaned
 

@@ -127,11 +127,13 @@ module Margay
       # Its entry in the cluster's stats (Puma's worker_status shape). A
       # worker marked to be replaced belongs to the phase before +phase+ (the
       # master's count of phased restarts); last_status is {} until its first
-      # status arrives (Channel#last_status), and has Puma's keys only.
-      def to_stats(phase)
+      # status arrives (Channel#last_status), and has Puma's keys only
+      # (+all+: every key of the status, Margay's own counters too: Metrics).
+      def to_stats(phase, all: false)
+        status = @channel.last_status || {}
         { started_at: Stats.iso8601(@started_at), pid: @pid, index: @index, phase: retiring? ? phase - 1 : phase,
           booted: booted?, last_checkin: Stats.iso8601(@channel.last_checkin || @started_at),
-          last_status: (@channel.last_status || {}).slice(*Stats::COUNTERS) }
+          last_status: all ? status.except(*Stats::Memory::KEYS) : status.slice(*Stats::COUNTERS) }
       end
 
       # Its entry in the cluster's memory report (Stats.memory_report): a

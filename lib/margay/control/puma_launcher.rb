@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../stats"
+require_relative "../metrics"
 
 module Margay
   # What Puma's Launcher offers to the control app and to Puma plugins, over
@@ -141,6 +142,11 @@ module Margay
       return @runner.stats if clustered?
 
       Stats.single(@runner.stats, @config.max_threads)
+    end
+
+    # Prometheus metrics of this process (Metrics.snapshot): Margay.metrics.
+    def metrics
+      Metrics.snapshot(@runner)
     end
 
     # Graceful stop (TERM).

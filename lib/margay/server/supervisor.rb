@@ -13,7 +13,8 @@ module Margay
     # (ThreadPool#consider_growth), has it replace a thread lost to an
     # exception (ThreadPool#replace_lost), calls on_tick (a cluster worker's
     # heartbeat and balancing), pings the systemd watchdog when one is due,
-    # and every DEADLINE_EVERY ticks checks request deadlines.
+    # every DEADLINE_EVERY ticks checks request deadlines, and adds up the
+    # pool's busy time (#busy_ms).
     class Supervisor
       # Seconds between ticks.
       INTERVAL = 0.005
@@ -49,6 +50,14 @@ module Margay
         @delay = nil # the clock's run_delay at the last saturated look
         @requests = @active_at = nil
         @tick_errors = Set.new # where each error a tick raised came from (said once each)
+        @busy_ms = 0.0
+      end
+
+      # Thread-milliseconds the pool's threads spent on requests so far: the
+      # busy threads sampled each tick, times the tick's length (the stats'
+      # busy_ms; over an interval, divided by max_threads: the utilization).
+      def busy_ms
+        @busy_ms.to_i
       end
 
       # Tick until +stop+ (an IO) becomes readable, idle_timeout passed
@@ -76,6 +85,7 @@ module Margay
       def tick
         cpu = @clock.cpu
         wall = @clock.now
+        @busy_ms += @pool.busy * (wall - @wall) * 1000
         guarded do
           saturated = @engine.saturated_ms.positive? && !(@in_flight && @in_flight.room.zero?)
           @pool.consider_growth(saturated: saturated, cpu_share: cpu_share(cpu, wall - @wall, saturated))

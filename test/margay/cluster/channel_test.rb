@@ -133,6 +133,43 @@ class ChannelTest < Minitest::Test
     Process.setrlimit(Process::RLIMIT_NOFILE, *limit) if limit
   end
 
+  STATUS = { backlog: 0, running: 3, pool_capacity: 2, busy_threads: 3, io_threads: 0, backlog_max: 0, max_threads: 5,
+             requests_count: 12_345, reactor_max: 17, rss_kib: 81_000, pss_kib: 40_500, boot_rss_kib: 70_000,
+             boot_pss_kib: 30_000, errors: 2, abandoned: 1, busy_ms: 123_456 }.freeze
+
+  def test_a_report_carries_the_workers_status_to_the_master
+    assert_nil @master.last_status, "no status before the first report"
+    assert_nil @master.last_checkin
+    @worker.report(:booted, STATUS)
+    assert_equal [:booted], @master.read_reports
+    assert_equal STATUS, @master.last_status
+    assert_kind_of Time, @master.last_checkin
+  end
+
+  def test_the_last_of_several_statuses_wins_and_reports_are_not_taken_from_its_digits
+    @worker.report(:alive, STATUS)
+    @worker.report(:alive, STATUS.merge(requests_count: 12_346))
+    @worker.report(:refork_due)
+    assert_equal %i[alive refork_due], @master.read_reports
+    assert_equal 12_346, @master.last_status[:requests_count]
+  end
+
+  def test_a_status_split_across_reads_is_completed_by_the_next_read
+    @worker.beat.write(".S0,1,4,1,0,0,5,")
+    assert_equal [:alive], @master.read_reports
+    assert_nil @master.last_status, "half a frame is kept, not parsed"
+    @worker.beat.write("99,2,81000,40500,70000,30000,4,5,6\n")
+    assert_equal [], @master.read_reports
+    assert_equal 99, @master.last_status[:requests_count]
+    assert_equal 1, @master.last_status[:running]
+    assert_equal 40_500, @master.last_status[:pss_kib], "the worker's memory follows its counters"
+    assert_equal [4, 5, 6], @master.last_status.values_at(:errors, :abandoned, :busy_ms), "then Margay's own counters"
+  end
+
+  def test_a_status_is_integers_only
+    assert_raises(ArgumentError, TypeError) { @worker.report(:alive, STATUS.merge(backlog: "1,2\nM")) }
+    assert_equal false, @master.read_reports, "nothing was sent"
+  end
   private
 
   def tcp_pair
@@ -160,42 +197,5 @@ class ChannelTest < Minitest::Test
 
   def open_fds
     Dir.open("/proc/self/fd") { |dir| dir.children.map(&:to_i) - [dir.fileno] }.sort
-  end
-
-  STATUS = { backlog: 0, running: 3, pool_capacity: 2, busy_threads: 3, io_threads: 0, backlog_max: 0, max_threads: 5,
-             requests_count: 12_345, reactor_max: 17, rss_kib: 81_000, pss_kib: 40_500, boot_rss_kib: 70_000,
-             boot_pss_kib: 30_000 }.freeze
-
-  def test_a_report_carries_the_workers_status_to_the_master
-    assert_nil @master.last_status, "no status before the first report"
-    assert_nil @master.last_checkin
-    @worker.report(:booted, STATUS)
-    assert_equal [:booted], @master.read_reports
-    assert_equal STATUS, @master.last_status
-    assert_kind_of Time, @master.last_checkin
-  end
-
-  def test_the_last_of_several_statuses_wins_and_reports_are_not_taken_from_its_digits
-    @worker.report(:alive, STATUS)
-    @worker.report(:alive, STATUS.merge(requests_count: 12_346))
-    @worker.report(:refork_due)
-    assert_equal %i[alive refork_due], @master.read_reports
-    assert_equal 12_346, @master.last_status[:requests_count]
-  end
-
-  def test_a_status_split_across_reads_is_completed_by_the_next_read
-    @worker.beat.write(".S0,1,4,1,0,0,5,")
-    assert_equal [:alive], @master.read_reports
-    assert_nil @master.last_status, "half a frame is kept, not parsed"
-    @worker.beat.write("99,2,81000,40500,70000,30000\n")
-    assert_equal [], @master.read_reports
-    assert_equal 99, @master.last_status[:requests_count]
-    assert_equal 1, @master.last_status[:running]
-    assert_equal 40_500, @master.last_status[:pss_kib], "the worker's memory follows its counters"
-  end
-
-  def test_a_status_is_integers_only
-    assert_raises(ArgumentError, TypeError) { @worker.report(:alive, STATUS.merge(backlog: "1,2\nM")) }
-    assert_equal false, @master.read_reports, "nothing was sent"
   end
 end

@@ -37,6 +37,17 @@ class RosterTest < Minitest::Test
     assert_empty @roster
   end
 
+  def test_restarts_count_the_workers_started_in_a_slot_after_its_first
+    assert_equal({}, @roster.restarts)
+    first = add(0, 10)
+    add(1, 11)
+    @roster.delete(first)
+    add(0, 12) # its replacement
+    @roster.delete(@roster[12])
+    add(0, 13)
+    assert_equal({ 0 => 2, 1 => 0 }, @roster.restarts)
+  end
+
   def test_serving_excludes_the_mold_and_the_stopping
     a = add(0, 10)
     b = add(1, 11)

@@ -100,6 +100,8 @@ class WorkerRecordTest < Minitest::Test
     w.retire_later!
     entry = w.to_stats(3)
     assert_equal status.slice(*Margay::Stats::COUNTERS), entry[:last_status], "Puma's keys only"
+    assert_equal status.slice(*Margay::Stats::COUNTERS, *Margay::Stats::OWN_COUNTERS), w.to_stats(3, all: true)[:last_status],
+                 "for the metrics: Margay's own counters too, the memory apart (to_memory)"
     assert_equal({ index: 2, pid: 4711, mold: false,
                    memory: { rss_kib: 9, pss_kib: 10, boot_rss_kib: 11, boot_pss_kib: 12 } }, w.to_memory)
     assert entry[:booted]

@@ -42,6 +42,8 @@ class SupervisorTest < Minitest::Test
     def threads
       [:a_thread]
     end
+
+    def busy = 0
   end
 
   Engine = Struct.new(:saturated_ms, :stopping) do
@@ -141,6 +143,28 @@ class SupervisorTest < Minitest::Test
       @reads += 1
       @waiting ? @now : 0.0
     end
+  end
+
+  # Monotonic time that moves 250 ms (exact in binary) each time it is read (no CPU used).
+  class StepClock
+    def initialize = (@now = 100.0)
+    def now = (@now += 0.25)
+    def cpu = 0.0
+  end
+
+  def test_busy_time_adds_the_busy_threads_times_each_ticks_length
+    @pool.define_singleton_method(:busy) { 3 }
+    supervisor = nil
+    on_tick = lambda do
+      @ticks += 1
+      @stop_w.write(".") if @ticks == 4
+    end
+    Timeout.timeout(10) do
+      supervisor = Supervisor.new(pool: @pool, engine: Engine.new(0), on_tick: on_tick, clock: StepClock.new)
+      assert_equal 0, supervisor.busy_ms
+      supervisor.run(@stop_r)
+    end
+    assert_equal 3000, supervisor.busy_ms, "3 threads busy over 4 ticks of 250 ms"
   end
 
   def test_time_waiting_for_a_cpu_counts_as_computing

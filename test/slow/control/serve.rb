@@ -9,8 +9,12 @@
 #
 # The app: "/" answers "pid PID"; "/yabeda" (when the yabeda gem is
 # loaded) collects Yabeda's metrics and answers their values as JSON;
+# "/yabeda-types" the class of each (Yabeda::Gauge...); "/fail" raises;
 # "/puma-stats" answers Puma.stats (MARGAY_CTL_REQUIRE_PUMA=1 loads the puma
 # gem's lib/puma.rb first, as Bundler.require does for an app).
+# MARGAY_CTL_METRICS=FILE: a thread of the process that runs the launcher
+# (single mode's server, a cluster's master) writes Margay.metrics to FILE
+# every 0.2 s once it serves (renamed into place: read whole).
 # MARGAY_CTL_SOLID_QUEUE=DIR defines a stand-in SolidQueue::Supervisor that
 # records its start and stop in DIR (the real plugin forks it).
 $stdout.sync = true
@@ -41,13 +45,32 @@ settings = JSON.parse(ENV.fetch("MARGAY_CTL_SETTINGS"), symbolize_names: true)
 settings[:binds] ||= ["tcp://127.0.0.1:0"]
 config = Margay::Configuration.new(**settings)
 
+if (metrics_file = ENV["MARGAY_CTL_METRICS"])
+  Thread.new do
+    loop do
+      text = Margay.metrics
+      unless text.empty?
+        File.write("#{metrics_file}.new", text)
+        File.rename("#{metrics_file}.new", metrics_file)
+      end
+      sleep 0.2
+    end
+  end
+end
+
 app = lambda do |env|
+  raise "failed on purpose" if env["PATH_INFO"] == "/fail"
+
   body =
-    if env["PATH_INFO"] == "/yabeda"
+    if env["PATH_INFO"].start_with?("/yabeda")
       Yabeda.configure! unless Yabeda.already_configured?
       Yabeda.collect!
       metrics = Yabeda.metrics.select { |name, _| name.start_with?("puma_") }
-      JSON.generate(metrics.transform_values { |m| m.values.map { |tags, atom| [tags[:index], atom.value] } })
+      if env["PATH_INFO"] == "/yabeda-types"
+        JSON.generate(metrics.transform_values { |m| m.class.name })
+      else
+        JSON.generate(metrics.transform_values { |m| m.values.map { |tags, atom| [tags[:index], atom.value] } })
+      end
     elsif env["PATH_INFO"] == "/puma-stats"
       Puma.stats
     else
