@@ -89,6 +89,8 @@ module Margay
       @signals.trap_all # again: a handler the app set while loading (HUP, say) is kept for the workers
       hook(:before_fork, nil) # once, before the first workers (Puma's moment)
       Heap.settle(compact: @config.compact_before_fork, log: @log, who: "master") if app # the workers share it
+      # GET /metrics on the health listener, which every worker answers from the board: the cluster's figures.
+      @publisher = (Metrics::Publisher.new(self) { |text| @board.metrics_text = text } unless health_listeners.empty?)
       supervise until @stopping && @workers.empty?
       close_listeners
       @exits.report(flush: true)
@@ -159,6 +161,7 @@ module Margay
         guarded { @forwarder.place_held }
         guarded { begin_stop if @health.idle_too_long?(@workers) }
         guarded { begin_stop if @drain_until && Clock.now >= @drain_until }
+        guarded { @publisher&.tick }
       end
       sleep LOOP_PAUSE unless guarded { wait_for_events || true } # no spin on a failing wait
       while (sig = @signals.shift) # one at a time: a restart may look at what follows

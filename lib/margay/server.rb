@@ -84,7 +84,9 @@ module Margay
                              idle_timeout: @config.thread_idle_timeout, max_io: @config.max_io_threads, log: @log,
                              &work)
       io_bound&.pool = @pool
-      @supervisor = Supervisor.new(pool: @pool, engine: @engine, deadline: deadline, on_tick: @on_tick,
+      ticks = [@on_tick, metrics_publisher&.method(:tick)].compact
+      on_tick = ticks.size > 1 ? -> { ticks.each(&:call) } : ticks.first
+      @supervisor = Supervisor.new(pool: @pool, engine: @engine, deadline: deadline, on_tick: on_tick,
                                    watchdog: (Systemd.watchdog_interval if @owns_listeners),
                                    idle_timeout: (@config.idle_timeout if @owns_listeners), log: @log,
                                    in_flight: in_flight, due: -> { @drain_until && Clock.now >= @drain_until })
@@ -191,6 +193,15 @@ module Margay
       ensure
         @oob_lock.unlock
       end
+    end
+
+    # GET /metrics on the health listener: this process's Metrics.snapshot, at most once a
+    # second, in a standalone server (a cluster's master publishes one for all its workers).
+    def metrics_publisher
+      return if !@owns_listeners || @idle_board || health_listeners.empty?
+
+      require_relative "metrics"
+      Metrics::Publisher.new(self) { |text| @engine.metrics_text = text }
     end
 
     # sd_notify, from a standalone server only (a cluster's master speaks for its workers).

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "support/cluster_process"
+require_relative "../support/promtool"
 
 # Health and drain through the real executable, in a single process and in a 2-worker cluster
 # (docs/OPERATIONS.md): the health listener answers /livez and /readyz while every app thread
@@ -9,6 +10,7 @@ require_relative "support/cluster_process"
 # are still served, and the process exits within drain_delay + the longest request + 1 s.
 class HealthProcessTest < Minitest::Test
   include ClusterProcess
+  include Margay::Promtool
 
   DRAIN = 2
 
@@ -73,12 +75,16 @@ class HealthProcessTest < Minitest::Test
   def test_probes_are_answered_while_the_only_thread_is_in_a_request
     start(0)
     assert_probes_answer_while_saturated(1)
+    assert_match(/^puma_max_threads\{index="0"\} 1$/, get(@health, "/metrics").last)
   end
 
   def test_probes_are_answered_while_every_worker_thread_is_in_a_request
     start(2)
     assert_probes_answer_while_saturated(2)
-    assert_equal 404, probe("/metrics").first, "no snapshot set"
+    status, headers, body = get(@health, "/metrics")
+    assert_equal [200, "text/plain; version=0.0.4; charset=utf-8"], [status, headers["content-type"]]
+    assert_match(/^puma_workers 2$/, body, "the master's figures for the cluster, answered by a worker")
+    assert_promtool_accepts(body) # last: it skips without promtool
   end
 
   # /readyz in a cluster reflects the workers: 503 once none serves (answered by the stopping

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "margay/native"
 
 # Health answered by the engine (ext/margay/core/health.c) over real sockets: the health
 # listener (health_bind) answers while the only app thread is stuck in a request, and never
@@ -96,9 +97,23 @@ class HealthTest < Minitest::Test
   end
 
   def test_metrics_answer_the_text_ruby_sets
+    config = Margay::Configuration.new
+    engine = Margay::Native::Engine.new(Margay::Native::Engine::SETTINGS.map { |key| config.public_send(key) }, {})
+    health = TCPServer.new("127.0.0.1", 0)
+    engine.add_health_listener(health.fileno)
+    engine.start
+    assert_equal 404, health_get(health.local_address.ip_port, "/metrics").first, "404 until a snapshot is set"
+  ensure
+    engine&.close
+    health&.close
+  end
+
+  # A standalone server publishes its Metrics.snapshot there (at most once a second).
+  def test_metrics_are_this_servers_and_may_be_set
     with_server(HELLO, health_bind: "tcp://127.0.0.1:0") do |_, _, server|
       hp = health_port(server)
-      assert_equal 404, health_get(hp, "/metrics").first, "404 until a snapshot is set"
+      Timeout.timeout(5) { sleep 0.02 until health_get(hp, "/metrics").first == 200 }
+      assert_match(/^puma_max_threads\{index="0"\} 5$/, health_get(hp, "/metrics").last)
       text = "# TYPE puma_workers gauge\npuma_workers 1\n" * 2000
       server.engine.metrics_text = text
       status, headers, body = health_get(hp, "/metrics")
