@@ -28,6 +28,7 @@ module Margay
       @server = nil
       @restart = nil
       @stop_requested = false
+      @draining = false
     end
 
     # Serve until TERM or INT. Yields the bound server before serving when a
@@ -150,8 +151,11 @@ module Margay
       Log.reopen_later(@config, @log, "")
     end
 
-    # Trap context: no mutexes. Server#stop is trap-safe; the log line is best effort.
+    # Trap context: no mutexes. Server#stop and #drain are trap-safe; the log line is best effort.
+    # TERM with drain_delay drains first (a second TERM, or INT, stops at once).
     def graceful_stop(signal)
+      return drain if signal == "TERM" && @config.drain_delay.positive? && !@draining && @server
+
       @stop_requested = true
       restarting = @restart
       @restart = false # a restart under way becomes a stop (as in a cluster)
@@ -161,6 +165,15 @@ module Margay
           "#{'; Ctrl-C again to force' if signal == 'INT'})")
       @server.close_listeners_on_stop! if restarting # they were to stay open for the new process
       @server.stop
+    end
+
+    def drain
+      @draining = @stop_requested = true
+      @server.close_listeners_on_stop! if @restart # they were to stay open for the new process
+      @restart = false
+      say("SIGTERM received: draining for #{@config.drain_delay}s (not ready, connection: close), then stopping " \
+          "gracefully; TERM again to stop now")
+      @server.drain(@config.drain_delay)
     end
 
     def force_exit
