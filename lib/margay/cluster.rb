@@ -274,6 +274,8 @@ module Margay
       @log.info("master: hot restart")
       Operations.fire(:before_restart) # plugins' event (Puma fires it on a hot restart only)
       Systemd.notify("RELOADING=1")
+      return abandon_hot_restart unless drain_before_restart
+
       signal_workers(:TERM)
       deadline = Clock.now + grace_period + 5
       until @workers.empty?
@@ -286,6 +288,23 @@ module Margay
       @exits.report(flush: true)
       hook(:before_restart, @launcher) # Puma's moment: the workers are gone, the exec is next
       reexec
+    end
+
+    # drain_delay: the whole cluster drains before a hot restart, as before a stop (the
+    # balancer takes this instance out until the new workers are ready). False: a stop came.
+    def drain_before_restart
+      return true unless @config.drain_delay.positive?
+
+      @log.info("master: draining for #{@config.drain_delay}s (not ready, connection: close) before restarting")
+      @board.drain!
+      deadline = Clock.now + @config.drain_delay
+      while Clock.now < deadline
+        wait_for_events(deadline - Clock.now)
+        @exits.reap(stopping: @stopping)
+        watchdog_ping
+        return false if @signals.stop_queued?
+      end
+      true
     end
 
     # Replace this process by a new master that inherits the listeners (and
@@ -345,15 +364,29 @@ module Margay
       @back_off.failed!
     end
 
+    # Stop +worker+ to replace it (a phased restart, TTOU, its memory): with drain_delay a
+    # serving worker drains first (unready, connection: close; the others serve on), so that
+    # a balancer's kept-alive connections to it close after a response instead of while idle.
     def retire(worker)
+      drain = @config.drain_delay
+      return stop_worker(worker) unless drain.positive? && worker.booted? && !worker.mold? && !worker.stopping?
+
+      worker.stopping!(Clock.now + drain) # its grace period starts once the drain is over
+      worker.channel.ask_to_drain
+    rescue SystemCallError, IOError # it is gone: its exit is reaped as usual
+      stop_worker(worker)
+    end
+
+    def stop_worker(worker)
       worker.stopping!(Clock.now)
       worker.kill(:TERM)
     end
 
-    def wait_for_events
+    def wait_for_events(within = nil)
       handoffs = @workers.to_h { |w| [w.channel.handoff, w] } # also a pending mold's: what it sent before it knew
       beats = @workers.map { |w| w.channel.beat }
-      wait = @drain_until && !@stopping ? (@drain_until - Clock.now).clamp(0.01, 0.5) : 0.5
+      within ||= @drain_until && !@stopping ? @drain_until - Clock.now : 0.5
+      wait = within.clamp(0.01, 0.5)
       ready, = IO.select([@signals.wake, *beats, *handoffs.keys], nil, nil, wait)
       (ready || []).each do |io|
         next if io.closed? # a worker forgotten earlier in this round (its hand-overs were drained then)

@@ -66,7 +66,15 @@ module Margay
 
       @restart = true
       @server.keep_listeners_on_stop!
-      @server.stop
+      if @config.drain_delay.positive?
+        # unready and connection: close first, as before a stop: the balancer takes this
+        # instance out and its kept-alive connections close after a response, none cut while
+        # idle. A TERM meanwhile stops at once, as a second TERM does after a drain's.
+        @draining = true
+        @server.drain(@config.drain_delay)
+      else
+        @server.stop
+      end
       true
     end
 
@@ -140,7 +148,8 @@ module Margay
       phased = " (no phased restart in single mode: restarting)" if signal == "USR1"
       return say("SIG#{signal} ignored: no command line to re-execute") unless @restart_argv
 
-      say("SIG#{signal} received#{phased}: finishing requests in flight, then restarting in place")
+      drain = " draining for #{@config.drain_delay}s (not ready, connection: close)," if @config.drain_delay.positive?
+      say("SIG#{signal} received#{phased}:#{drain} finishing requests in flight, then restarting in place")
       restart
     end
 

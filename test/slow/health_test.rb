@@ -160,6 +160,61 @@ class HealthProcessTest < Minitest::Test
     assert_match(/draining for #{DRAIN}s/, log_text)
   end
 
+  # USR2 with drain_delay drains before the restart, as TERM does before a stop: unready at
+  # once, an idle kept-alive connection's next request answered with connection: close (not
+  # cut while idle), then the new process serves and is ready again.
+  def assert_restart_drains(signal, booted)
+    idle = TCPSocket.new("127.0.0.1", @port)
+    idle.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+    read_response(idle)
+    Process.kill(signal, @master)
+    wait_until(1) { probe("/readyz").first == 503 }
+    idle.write("GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+    status, headers, = read_response(idle)
+    assert_equal [200, "close"], [status, headers["connection"]], "answered during the drain, then closed"
+    wait_for_log(/booted/, count: booted) if booted.positive?
+    wait_until(DRAIN + 15) { probe("/readyz").first == 200 }
+  ensure
+    idle&.close
+  end
+
+  def test_usr2_drains_a_single_process_before_restarting
+    start(0, drain_delay: DRAIN)
+    assert_restart_drains(:USR2, 0)
+    assert_match(/SIGUSR2 received: draining for #{DRAIN}s/, log_text)
+  end
+
+  def test_usr2_drains_a_cluster_before_restarting
+    start(2, drain_delay: DRAIN)
+    assert_restart_drains(:USR2, 4)
+    assert_match(/master: draining for #{DRAIN}s .* before restarting/, log_text)
+  end
+
+  # USR1 with drain_delay: each worker replaced drains first while the others serve (the
+  # cluster stays ready), its kept-alive connection answered with connection: close.
+  def test_usr1_drains_each_worker_it_replaces
+    start(2, drain_delay: DRAIN)
+    conns = Array.new(6) do
+      TCPSocket.new("127.0.0.1", @port).tap { |c| c.write("GET /pid HTTP/1.1\r\nHost: t\r\n\r\n") }
+    end
+    owners = conns.map { |c| read_response(c)[2].to_i }
+    old = owners.uniq
+    Process.kill(:USR1, @master)
+    closes = conns.map do |c|
+      sleep 0.3
+      c.write("GET /pid HTTP/1.1\r\nHost: t\r\n\r\n")
+      status, headers, = read_response(c, timeout: 10)
+      assert_equal 200, status
+      assert_equal 200, probe("/readyz").first, "the cluster stays ready while one worker drains"
+      headers["connection"]
+    end
+    assert_includes closes, "close", "a draining worker closed a kept-alive connection after its answer"
+    wait_for_log(/booted/, count: 4)
+    wait_until(4 * DRAIN + 10) { (get(@port, "/pid")[2].to_i.then { |pid| !old.include?(pid) }) }
+  ensure
+    conns&.each(&:close)
+  end
+
   def test_term_drains_a_cluster
     start(2, max_threads: 2, drain_delay: DRAIN)
     drain_and_check(2)

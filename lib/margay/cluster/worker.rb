@@ -134,6 +134,14 @@ module Margay
         @server.stop
       end
 
+      # The master replaces this worker (drain_delay): unready, every response closes its
+      # connection, the listeners stay with the others; after drain_delay the graceful stop.
+      def drain
+        @terminating = true
+        @server.close_listeners_on_stop!
+        @server.drain(@config.drain_delay)
+      end
+
       # From the server's supervisor, about every 5 ms.
       def tick
         now = Clock.now
@@ -142,7 +150,9 @@ module Margay
           @last_beat = now
           report_refork_due
         end
-        if @channel.asked_to_become_mold?
+        asked = @channel.asked
+        drain if asked.include?(:drain)
+        if asked.include?(:mold)
           @mold_requested = true # before balancing: a mold-to-be takes no more hand-overs
           return @server.stop
         end
