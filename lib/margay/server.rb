@@ -69,7 +69,7 @@ module Margay
       @engine = Native::Engine.new(@config.to_h.values_at(*Native::Engine::SETTINGS),
                                    RequestHandler.env_template(@config))
       @listeners.each { |l| @engine.add_listener(l.io.fileno, l.unix, l.server_name, l.server_port) }
-      health_listeners.each { |l| @engine.add_health_listener(l.io.fileno) }
+      health_listeners.each { |l| @engine.add_health_listener(l.io.fileno, agent_listener?(l)) }
       @engine.publish_idle(*@idle_board) if @idle_board
       @engine.drain if @drain_until # TERM came while booting
       fibers = fiber_mode?

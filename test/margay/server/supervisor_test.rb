@@ -46,7 +46,7 @@ class SupervisorTest < Minitest::Test
     def busy = 0
   end
 
-  Engine = Struct.new(:saturated_ms, :stopping) do
+  Engine = Struct.new(:saturated_ms, :stopping, :busy_threads) do
     def stopping? = !!stopping
   end
 
