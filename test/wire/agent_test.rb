@@ -31,22 +31,11 @@ class AgentTest < Minitest::Test
     flunk "agent line #{line.inspect}, expected #{want.inspect}"
   end
 
-  # GET /block waits until the test lets it go.
-  def blocking_app(release, started)
-    lambda do |env|
-      if env["PATH_INFO"] == "/block"
-        started << true
-        release.pop
-      end
-      [200, { "content-type" => "text/plain" }, ["app"]]
-    end
-  end
-
   def test_the_weight_falls_as_threads_are_busy_with_a_floor
     release = Queue.new
     started = Queue.new
     settings = { min_threads: 4, max_threads: 4, agent_bind: "tcp://127.0.0.2:0", health_bind: "tcp://127.0.0.1:0" }
-    with_server(blocking_app(release, started), **settings) do |_, port, server|
+    with_server(blocking_app(Queue.new, release, started), **settings) do |_, port, server|
       ap = agent_port(server)
       assert_equal "up ready 100% maxconn:4\n", agent_line(ap)
       blockers = Array.new(3) { Thread.new { raw_get(port, "/block") } }
@@ -86,14 +75,8 @@ class AgentTest < Minitest::Test
   # cells; "down" once no worker is ready and none drains; "drain" when the cluster drains.
   def test_a_workers_agent_answers_for_the_board
     board = Margay::Native::IdleBoard.new(3)
-    config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], agent_bind: "tcp://127.0.0.1:0", silent: true,
-                                       max_threads: 3, event_backend: BACKEND)
-    log = StringIO.new
-    server = Margay::Server.new(HELLO, config, log: Margay::Log.new(out: log, err: log), idle_board: [board, 1])
-    server.bind
-    thread = Thread.new { server.run }
+    server, thread = start_worker_server(board, 1, agent_bind: "tcp://127.0.0.1:0", max_threads: 3)
     ap = agent_port(server)
-    Timeout.timeout(5) { sleep 0.01 until board.ready?(1) }
     assert_equal "up ready 100% maxconn:3\n", agent_line(ap), "one ready worker of three slots"
     board.clear(1) # as if this worker were gone: none ready, none draining
     assert_equal "down\n", agent_line(ap)

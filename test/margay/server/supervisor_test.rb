@@ -257,7 +257,7 @@ class SupervisorTest < Minitest::Test
 
   # The engine's request count and the pool's busy threads, as idle_timeout reads them.
   class CountingEngine
-    attr_accessor :requests
+    attr_accessor :requests, :busy_threads
 
     def initialize
       @requests = 0
