@@ -83,7 +83,8 @@ module Margay
     # over, else bound now); a warning when one listens beyond the host.
     def bind_health
       inherited = ENV.delete(Binder::INHERIT_HEALTH_ENV) # one no longer configured is closed
-      listeners = Binder.new([@config.health_bind, @config.agent_bind].compact, backlog: @config.backlog, inherited: inherited).bind
+      binds = [@config.health_bind, @config.agent_bind].compact
+      listeners = Binder.new(binds, backlog: @config.backlog, inherited: inherited).bind
       listeners.reject { |l| l.unix || l.io.local_address.ipv4_loopback? || l.io.local_address.ipv6_loopback? }.each do |l|
         what = agent_listener?(l) ? "agent_bind #{l.url} is not a loopback address: its load and drain line answers" : \
           "health_bind #{l.url} is not a loopback address: /livez, /readyz and /metrics answer"

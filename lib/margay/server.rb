@@ -198,7 +198,7 @@ module Margay
     # GET /metrics on the health listener: this process's Metrics.snapshot, at most once a
     # second, in a standalone server (a cluster's master publishes one for all its workers).
     def metrics_publisher
-      return if !@owns_listeners || @idle_board || health_listeners.empty?
+      return if !@owns_listeners || @idle_board || @config.health_bind.nil?
 
       require_relative "metrics"
       Metrics::Publisher.new(self) { |text| @engine.metrics_text = text }

@@ -116,6 +116,6 @@ class AgentProcessTest < Minitest::Test
   end
 
   def which(cmd)
-    ENV["PATH"].split(File::PATH_SEPARATOR).any? { |dir| File.executable?(File.join(dir, cmd)) } || File.executable?("/usr/sbin/#{cmd}")
+    (ENV.fetch("PATH", "").split(File::PATH_SEPARATOR) | %w[/usr/sbin /sbin]).any? { |d| File.executable?(File.join(d, cmd)) }
   end
 end

@@ -37,7 +37,7 @@ class AgentTest < Minitest::Test
     settings = { min_threads: 4, max_threads: 4, agent_bind: "tcp://127.0.0.2:0", health_bind: "tcp://127.0.0.1:0" }
     with_server(blocking_app(Queue.new, release, started), **settings) do |_, port, server|
       ap = agent_port(server)
-      assert_equal "up ready 100% maxconn:4\n", agent_line(ap)
+      wait_for_line(ap, "up ready 100% maxconn:4\n") # "down" until the engine has started
       blockers = Array.new(3) { Thread.new { raw_get(port, "/block") } }
       3.times { pop_within(started) }
       wait_for_line(ap, "up ready 25% maxconn:4\n")
@@ -60,7 +60,7 @@ class AgentTest < Minitest::Test
   def test_a_drain_says_drain_and_what_the_agent_sends_is_ignored
     with_server(HELLO, agent_bind: "tcp://127.0.0.1:0") do |_, _, server|
       ap = agent_port(server)
-      assert_equal "up ready 100% maxconn:5\n", agent_line(ap)
+      wait_for_line(ap, "up ready 100% maxconn:5\n")
       server.drain(60)
       assert_equal "drain\n", agent_line(ap)
       sock = TCPSocket.new(*ap)

@@ -264,15 +264,16 @@ static void hc_accept(int lfd, hconn *hs) {
 }
 
 /* An agent listener's connections: each gets its line at once and is closed (the line is a few
- * bytes: the socket's empty buffer takes it whole). What the agent sent first (agent-send) is
- * read away, so that the close is a FIN, not a reset that could cost the agent the line. */
+ * bytes: the socket's empty buffer takes it whole). What the agent sent first (agent-send, at
+ * most 4 KiB) is read away, so that the close is a FIN, not a reset that could cost the agent
+ * the line. */
 static void agent_accept(mg_engine *e, int lfd) {
   for (int taken = 0; taken < HC_MAX; taken++) {
     int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
     char line[96], sink[512];
     size_t n = mg_health_agent_line(e, line, sizeof line);
-    while (recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {}
+    for (int reads = 0; reads < 8 && recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; reads++) {}
     if (n) send(fd, line, n, MSG_DONTWAIT | MSG_NOSIGNAL);
     shutdown(fd, SHUT_WR);
     close(fd);
