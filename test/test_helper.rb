@@ -107,6 +107,31 @@ module Margay
       end
     end
 
+    # An app whose GET /block waits for the test to let it go (a value pushed on +release+);
+    # every call's path is pushed on +calls+, and +started+ hears of each /block.
+    def blocking_app(calls, release, started)
+      lambda do |env|
+        calls << env["PATH_INFO"]
+        if env["PATH_INFO"] == "/block"
+          started << true
+          release.pop
+        end
+        [200, { "content-type" => "text/plain" }, ["app"]]
+      end
+    end
+
+    # A server serving HELLO as cluster worker +index+ of +board+ (Native::IdleBoard), with
+    # +settings+, running in a thread: [server, thread], once the board says it is ready.
+    def start_worker_server(board, index, **settings)
+      config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], silent: true, event_backend: BACKEND, **settings)
+      log = StringIO.new
+      server = Margay::Server.new(HELLO, config, log: Margay::Log.new(out: log, err: log), idle_board: [board, index])
+      server.bind
+      thread = Thread.new { server.run }
+      Timeout.timeout(5) { sleep 0.01 until board.ready?(index) }
+      [server, thread]
+    end
+
     # Queue#pop with a timeout (Ruby 3.1 has no pop(timeout:)); fails the test on timeout.
     def pop_within(queue, seconds = 5)
       Timeout.timeout(seconds) { queue.pop }

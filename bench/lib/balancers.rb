@@ -10,14 +10,17 @@ module MargayBench
   # 127.0.0.1:+port+, with retries off, so that every failure of a backend reaches the client.
   # A backend is { name:, address:, port:, check: } where check is the readiness URL path on
   # +check_port+ (HAProxy's httpchk; nginx open source has no active checks: its backends
-  # change by #backends= and a reload, as an orchestrator would do it).
+  # change by #backends= and a reload, as an orchestrator would do it). A backend's agent: is
+  # its agent_bind port (HAProxy's agent-check, every +agent_inter+ ms; weight 100, so that the
+  # agent's percentage is the server's weight).
   module Balancers
     # HAProxy: checks every +inter+ ms, a server is down after one failed check and up after
     # two good ones; it reuses idle server connections (http-reuse safe, its default).
     class HAProxy
       attr_reader :port
 
-      def initialize(dir:, port:, backends:, inter: 500)
+      def initialize(dir:, port:, backends:, inter: 500, agent_inter: 1000)
+        @agent_inter = agent_inter
         @dir = dir
         @port = port
         @backends = backends
@@ -27,9 +30,11 @@ module MargayBench
       end
 
       def config
+        every = (@agent_inter % 1000).zero? ? "#{@agent_inter / 1000}s" : "#{@agent_inter}ms"
         servers = @backends.map do |b|
           check = b[:check] ? " check port #{b[:check_port] || b[:port]}" : " check"
-          "  server #{b[:name]} #{b[:address]}:#{b[:port]}#{check}"
+          agent = " weight 100 agent-check agent-port #{b[:agent]} agent-inter #{every}" if b[:agent]
+          "  server #{b[:name]} #{b[:address]}:#{b[:port]}#{check}#{agent}"
         end
         path = @backends.first[:check] || "/"
         <<~CFG
@@ -71,9 +76,14 @@ module MargayBench
 
       # { server name => HAProxy's status ("UP", "DOWN", "DRAIN", "MAINT", "UP 1/2"...) }.
       def status
+        stat("status")
+      end
+
+      # { server name => its +column+ of `show stat` ("weight", "slim": maxconn, ...) }.
+      def stat(column)
         lines = UNIXSocket.open(@socket) { |s| s.write("show stat\n") && s.read }.lines
         head = lines.first.delete_prefix("# ").split(",")
-        col = head.index("status")
+        col = head.index(column)
         lines.drop(1).map { |l| l.split(",") }.select { |f| f[0] == "fleet" && !%w[FRONTEND BACKEND].include?(f[1]) }
              .to_h { |f| [f[1], f[col]] }
       rescue SystemCallError, IOError

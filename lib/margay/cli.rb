@@ -143,6 +143,9 @@ module Margay
     # Behind a load balancer (docs/OPERATIONS.md).
     def health_flags(o)
       o.on("--health-bind URL", "The engine's health listener: GET /livez, /readyz, /metrics") { |v| setting(:health_bind, v) }
+      o.on("--agent-bind URL", "HAProxy agent-check listener: one line (up ready W% maxconn:N, drain, down)") do |v|
+        setting(:agent_bind, v)
+      end
       o.on("--health-check-path PATH", "Answer GET/HEAD PATH on the main listeners in the engine (e.g. /up)") do |v|
         setting(:health_check_path, v)
       end

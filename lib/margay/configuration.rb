@@ -101,6 +101,7 @@ module Margay
       idle_timeout: nil,              # stop after this many seconds without a request (nil: never)
       # Behind a load balancer (docs/OPERATIONS.md):
       health_bind: nil,               # the engine's health listener (/livez, /readyz, /metrics), "tcp://HOST:PORT" (nil: off)
+      agent_bind: nil,                # HAProxy agent-check listener (one line per connection), "tcp://HOST:PORT" (nil: off)
       health_check_path: nil,         # a GET/HEAD of this path on the main listeners is answered by the engine (nil: off)
       drain_delay: 0,                 # seconds between TERM and the graceful stop: unready, serving, connection: close
       force_shutdown_after: nil,      # seconds after a stop begins when requests are cut (nil: shutdown_timeout)
@@ -337,6 +338,7 @@ module Margay
         invalid(:health_bind, "health_bind must be tcp://HOST:PORT or unix://PATH, got #{health_bind.inspect}") unless health_bind.is_a?(String)
         validate_bind(health_bind, :health_bind)
       end
+      validate_agent_bind if agent_bind
       unless health_check_path.nil? || (health_check_path.is_a?(String) && health_check_path.match?(%r{\A/[!$&'()*+,;=:@%A-Za-z0-9._~/-]{0,254}\z}))
         invalid(:health_check_path, "health_check_path must be a path such as \"/up\" (no query, at most 255 bytes), " \
                                     "got #{health_check_path.inspect}")
@@ -344,6 +346,14 @@ module Margay
       return if drain_delay.is_a?(Numeric) && drain_delay >= 0 && drain_delay.finite?
 
       invalid(:drain_delay, "drain_delay must be a number of seconds >= 0, got #{drain_delay.inspect}")
+    end
+
+    def validate_agent_bind
+      unless agent_bind.is_a?(String) && agent_bind.start_with?("tcp://")
+        return invalid(:agent_bind, "agent_bind must be tcp://HOST:PORT, got #{agent_bind.inspect}")
+      end
+      validate_bind(agent_bind, :agent_bind)
+      invalid(:agent_bind, "agent_bind and health_bind must differ, both are #{agent_bind.inspect}") if agent_bind == health_bind
     end
 
     def validate_remote_address

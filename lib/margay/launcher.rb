@@ -112,7 +112,7 @@ module Margay
     def announce(runner, description)
       require_relative "control/operations"
       @ops = Operations.start(@config, @log, runner, on_halt: method(:remove_pidfile))
-      banner(description, runner.addresses, runner.health_listeners.map(&:url))
+      banner(description, runner.addresses, runner.health_listeners.map { |l| [l.url, runner.agent_listener?(l)] })
       Process.setproctitle(Runner.title(@config, runner.addresses))
       @ops
     end
@@ -170,7 +170,9 @@ module Margay
       lines << "* Workers: #{@config.workers} (preload_app: #{@config.preload_app?})" if @config.workers.positive?
       lines << "* Pidfile: #{@config.pidfile}" if @config.pidfile
       lines.concat(addresses.map { |address| "* Listening on #{address}" })
-      lines.concat(health.map { |address| "* Health on #{address} (/livez, /readyz, /metrics)" })
+      lines.concat(health.map do |address, agent|
+        agent ? "* HAProxy agent on #{address}" : "* Health on #{address} (/livez, /readyz, /metrics)"
+      end)
       lines << "Use Ctrl-C to stop"
       @log.info(lines.join("\n"))
     end

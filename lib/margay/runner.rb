@@ -16,9 +16,15 @@ module Margay
 
     attr_reader :config, :listeners
 
-    # The health listeners (health_bind: the engine answers /livez, /readyz, /metrics), [] without.
+    # The health listeners (health_bind: the engine answers /livez, /readyz, /metrics; agent_bind:
+    # one HAProxy agent-check line), [] without.
     def health_listeners
       @health_listeners || []
+    end
+
+    # Whether +listener+ (one of health_listeners) is the agent_bind one.
+    def agent_listener?(listener)
+      !@config.agent_bind.nil? && listener.bind == @config.agent_bind
     end
 
     # The process title, like Puma's: "margay VERSION (BINDS) [TAG]"; the
@@ -73,14 +79,16 @@ module Margay
 
     private
 
-    # The health listeners of config.health_bind (those a hot restart handed over, else bound
-    # now); a warning when one listens beyond the host.
+    # The health listeners of config.health_bind and config.agent_bind (those a hot restart handed
+    # over, else bound now); a warning when one listens beyond the host.
     def bind_health
       inherited = ENV.delete(Binder::INHERIT_HEALTH_ENV) # one no longer configured is closed
-      listeners = Binder.new([@config.health_bind].compact, backlog: @config.backlog, inherited: inherited).bind
+      binds = [@config.health_bind, @config.agent_bind].compact
+      listeners = Binder.new(binds, backlog: @config.backlog, inherited: inherited).bind
       listeners.reject { |l| l.unix || l.io.local_address.ipv4_loopback? || l.io.local_address.ipv6_loopback? }.each do |l|
-        @log.warn("health_bind #{l.url} is not a loopback address: /livez, /readyz and /metrics answer anyone " \
-                  "who can reach it (keep the port off public networks)")
+        what = agent_listener?(l) ? "agent_bind #{l.url} is not a loopback address: its load and drain line answers" : \
+          "health_bind #{l.url} is not a loopback address: /livez, /readyz and /metrics answer"
+        @log.warn("#{what} anyone who can reach it (keep the port off public networks)")
       end
       listeners
     end

@@ -69,7 +69,7 @@ module Margay
       @engine = Native::Engine.new(@config.to_h.values_at(*Native::Engine::SETTINGS),
                                    RequestHandler.env_template(@config))
       @listeners.each { |l| @engine.add_listener(l.io.fileno, l.unix, l.server_name, l.server_port) }
-      health_listeners.each { |l| @engine.add_health_listener(l.io.fileno) }
+      health_listeners.each { |l| @engine.add_health_listener(l.io.fileno, agent_listener?(l)) }
       @engine.publish_idle(*@idle_board) if @idle_board
       @engine.drain if @drain_until # TERM came while booting
       fibers = fiber_mode?
@@ -198,7 +198,7 @@ module Margay
     # GET /metrics on the health listener: this process's Metrics.snapshot, at most once a
     # second, in a standalone server (a cluster's master publishes one for all its workers).
     def metrics_publisher
-      return if !@owns_listeners || @idle_board || health_listeners.empty?
+      return if !@owns_listeners || @idle_board || @config.health_bind.nil?
 
       require_relative "metrics"
       Metrics::Publisher.new(self) { |text| @engine.metrics_text = text }

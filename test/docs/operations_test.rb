@@ -5,7 +5,8 @@ require_relative "../../bench/lib/balancers"
 
 # docs/OPERATIONS.md shows the HAProxy and nginx configurations the rolling-restart test and
 # bench run (bench/lib/balancers.rb writes them): each block in the doc is what the code writes
-# for the doc's addresses, so that what a reader copies is what was tested.
+# for the doc's addresses (the agent-check server line, a line of it), so that what a reader
+# copies is what was tested.
 class OperationsDocTest < Minitest::Test
   DOC = File.expand_path("../../docs/OPERATIONS.md", __dir__)
   BACKENDS = (1..3).map { |i| { name: "web#{i}", address: "10.0.0.1#{i}", port: 3000, check: "/readyz", check_port: 9393 } }
@@ -13,6 +14,14 @@ class OperationsDocTest < Minitest::Test
   def test_the_haproxy_block_is_what_the_tests_run
     config = MargayBench::Balancers::HAProxy.new(dir: "/tmp", port: 8080, backends: BACKENDS).config
     assert_includes blocks, config
+  end
+
+  def test_the_agent_check_server_line_is_what_the_tests_run
+    backends = BACKENDS.map { |b| b.merge(agent: 9394) }
+    config = MargayBench::Balancers::HAProxy.new(dir: "/tmp", port: 8080, backends: backends).config
+    block = blocks.find { |b| b.include?("agent-check") }
+    refute_nil block, "docs/OPERATIONS.md shows the agent-check server line"
+    assert_includes config.lines, block
   end
 
   def test_the_nginx_block_is_what_the_tests_run

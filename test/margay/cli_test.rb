@@ -72,8 +72,10 @@ class CLITest < Minitest::Test
   end
 
   def test_health_and_drain_flags
-    c = config("--health-bind", "tcp://127.0.0.1:9393", "--health-check-path", "/up", "--drain-delay", "5")
-    assert_equal ["tcp://127.0.0.1:9393", "/up", 5], [c.health_bind, c.health_check_path, c.drain_delay]
+    c = config("--health-bind", "tcp://127.0.0.1:9393", "--health-check-path", "/up", "--drain-delay", "5",
+               "--agent-bind", "tcp://127.0.0.1:9394")
+    assert_equal ["tcp://127.0.0.1:9393", "/up", 5, "tcp://127.0.0.1:9394"],
+                 [c.health_bind, c.health_check_path, c.drain_delay, c.agent_bind]
     assert_equal 0.5, config("--drain-delay=0.5").drain_delay
     assert_match(/invalid --drain-delay "-1"/, assert_usage_error("--drain-delay", "-1"))
   end

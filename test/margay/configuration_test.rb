@@ -80,6 +80,9 @@ class ConfigurationTest < Minitest::Test
       { health_check_path: "up" } => /health_check_path must be a path such as "\/up"/,
       { health_check_path: "/up?x=1" } => /health_check_path must be a path/,
       { health_check_path: "/#{'a' * 255}" } => /at most 255 bytes/,
+      { agent_bind: "unix:///tmp/agent.sock" } => /agent_bind must be tcp:\/\/HOST:PORT/,
+      { agent_bind: "tcp://127.0.0.1:99999" } => /port 99999 is not in 0..65535/,
+      { agent_bind: "tcp://127.0.0.1:9393", health_bind: "tcp://127.0.0.1:9393" } => /agent_bind and health_bind must differ/,
       { drain_delay: -1 } => /drain_delay must be a number of seconds >= 0/,
       { drain_delay: "5" } => /drain_delay must be a number of seconds >= 0/,
       { drain_delay: Float::INFINITY } => /drain_delay must be a number of seconds >= 0/
@@ -89,7 +92,8 @@ class ConfigurationTest < Minitest::Test
     end
     config = Configuration.new(health_bind: "tcp://127.0.0.1:9393", health_check_path: "/up", drain_delay: 2.5)
     assert_equal ["tcp://127.0.0.1:9393", "/up", 2.5], [config.health_bind, config.health_check_path, config.drain_delay]
-    assert_equal [nil, nil, 0], Configuration.new.to_h.values_at(:health_bind, :health_check_path, :drain_delay)
+    assert_equal [nil, nil, 0, nil], Configuration.new.to_h.values_at(:health_bind, :health_check_path, :drain_delay, :agent_bind)
+    assert_equal "tcp://0.0.0.0:9394", Configuration.new(agent_bind: "tcp://0.0.0.0:9394").agent_bind
   end
 
   def test_mistakes_are_config_errors

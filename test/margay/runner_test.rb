@@ -44,4 +44,17 @@ class RunnerTest < Minitest::Test
       (runner.listeners + runner.health_listeners).each { |l| l.io.close } if runner&.listeners
     end
   end
+
+  # agent_bind is bound beside health_bind, told apart by its bind, and warned about the same way.
+  def test_the_agent_listener_is_a_health_listener_of_its_own
+    out = StringIO.new
+    runner = Example.new(config(binds: ["tcp://127.0.0.1:0"], health_bind: "tcp://127.0.0.1:0", agent_bind: "tcp://0.0.0.0:0"),
+                         log: Margay::Log.new(out: out, err: out))
+    runner.bind
+    assert_equal [false, true], runner.health_listeners.map { |l| runner.agent_listener?(l) }
+    assert_equal 1, out.string.scan(/agent_bind .* is not a loopback address/).size, out.string
+    assert_equal 0, out.string.scan(/health_bind/).size, out.string
+  ensure
+    (runner.listeners + runner.health_listeners).each { |l| l.io.close } if runner&.listeners
+  end
 end

@@ -14,8 +14,6 @@ class HealthProcessTest < Minitest::Test
 
   DRAIN = 2
 
-  def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-
   # exe/margay with one thread per process, a health listener and the settings given.
   def start(workers, **settings)
     @dir = Dir.mktmpdir("margay-health-")
@@ -44,12 +42,6 @@ class HealthProcessTest < Minitest::Test
     [get(@health, path, timeout: 1).first, now - started]
   rescue EOFError, SystemCallError
     [nil, now - started]
-  end
-
-  def wait_until(seconds)
-    deadline = now + seconds
-    sleep 0.01 until yield || now > deadline
-    assert yield, "not within #{seconds}s\n#{log_text}"
   end
 
   # Occupy every app thread of +processes+ with /slow requests (5 s); the threads reading them.

@@ -11,18 +11,6 @@ require "margay/native"
 class HealthTest < Minitest::Test
   include Margay::TestHelper
 
-  # An app whose GET /block waits for the test to let it go; every call is counted.
-  def blocking_app(calls, release, started)
-    lambda do |env|
-      calls << env["PATH_INFO"]
-      if env["PATH_INFO"] == "/block"
-        started << true
-        release.pop
-      end
-      [200, { "content-type" => "text/plain" }, ["app"]]
-    end
-  end
-
   def health_port(server)
     server.health_listeners.first.url[/:(\d+)\z/, 1].to_i
   end
@@ -191,15 +179,9 @@ class HealthTest < Minitest::Test
   # READY cell is set on the board and the board does not drain; /metrics is the board's text.
   def test_a_workers_health_answers_are_the_boards
     board = Margay::Native::IdleBoard.new(4)
-    config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], health_bind: "tcp://127.0.0.1:0", silent: true,
-                                       event_backend: BACKEND)
-    log = StringIO.new
-    server = Margay::Server.new(HELLO, config, log: Margay::Log.new(out: log, err: log), idle_board: [board, 1])
-    server.bind
-    thread = Thread.new { server.run }
+    server, thread = start_worker_server(board, 1, health_bind: "tcp://127.0.0.1:0")
     hp = health_port(server)
     port = server.addresses.first[/:(\d+)\z/, 1].to_i
-    Timeout.timeout(5) { sleep 0.01 until board.ready?(1) }
     refute board.ready?(0)
     assert_equal 200, health_get(hp, "/readyz").first
     assert_equal 404, health_get(hp, "/metrics").first

@@ -67,3 +67,15 @@ int mg_board_any_ready(const mg_engine *e) {
     if (atomic_load(mg_board_cell(e->board_slots, e->board_n, MG_BOARD_READY, i)) > 0) return 1;
   return 0;
 }
+
+int mg_board_ready_busy(const mg_engine *e, int *busy) {
+  int ready = 0;
+  *busy = 0;
+  for (int i = 0; e->board_slots && i < e->board_n; i++) {
+    if (atomic_load(mg_board_cell(e->board_slots, e->board_n, MG_BOARD_READY, i)) <= 0) continue;
+    int b = atomic_load(mg_board_cell(e->board_slots, e->board_n, MG_BOARD_BUSY, i));
+    ready++;
+    *busy += b > 0 ? b : 0;
+  }
+  return ready;
+}

@@ -10,9 +10,9 @@
 #include "core/engine.h"
 
 /* The board's rows of counters, one counter per worker index in each (READY: 1 while the
- * worker's engine serves and neither drains nor stops), then one cell for the whole cluster:
+ * worker's engine serves and neither drains nor stops; BUSY: its app threads in a request), then one cell for the whole cluster:
  * its drain flag, which the master sets. */
-enum { MG_BOARD_WAITING, MG_BOARD_CONNS, MG_BOARD_READY, MG_BOARD_ROWS };
+enum { MG_BOARD_WAITING, MG_BOARD_CONNS, MG_BOARD_READY, MG_BOARD_BUSY, MG_BOARD_ROWS };
 
 /* The ints a board of +n+ slots holds. */
 static inline size_t mg_board_cells(int n) { return (size_t)MG_BOARD_ROWS * (size_t)n + 1; }
@@ -43,5 +43,7 @@ int mg_board_accept_share(const mg_engine *e, int queued);
 int mg_board_handoff_quota(const mg_engine *e);
 /* Whether some worker's READY cell is set and the cluster does not drain. */
 int mg_board_any_ready(const mg_engine *e);
+/* The workers whose READY cell is set, and the sum of their BUSY cells in *busy. */
+int mg_board_ready_busy(const mg_engine *e, int *busy);
 
 #endif

@@ -27,7 +27,7 @@
   X(max_chunk_extensions) X(header_timeout) X(body_timeout) X(keepalive_timeout) X(write_timeout) \
   X(max_keepalive_requests) X(response_buffer_limit) X(max_connections) X(tmpdir) X(event_backend) \
   X(supported_http_methods) X(remote_address) X(remote_address_header) X(proxy_protocol)         \
-  X(health_check_path)
+  X(health_check_path) X(max_threads)
 #define MG_SETTING_INDEX(name) MG_SET_##name,
 enum mg_setting { MG_ENGINE_SETTINGS(MG_SETTING_INDEX) MG_SETTINGS_COUNT };
 #undef MG_SETTING_INDEX
@@ -48,6 +48,7 @@ typedef struct {
   char remote_value[256];     /* REMOTE_ADDR of every request when not "" (remote_address) */
   char remote_header[256];    /* REMOTE_ADDR from this field when not "": lowercase, '_' as '-' */
   char health_path[256];      /* health_check_path: the engine answers GET/HEAD of it; "": off */
+  int max_threads;            /* the app's threads: the agent's capacity (core/health.c) */
 } mg_settings;
 
 typedef struct {
@@ -120,7 +121,9 @@ typedef struct mg_engine {
   _Atomic int started;         /* Engine#start was called */
   _Atomic int draining;        /* Engine#drain: not ready, every response closes its connection */
   int health_fds[MG_MAX_HEALTH_LISTENERS];
+  int health_agent[MG_MAX_HEALTH_LISTENERS]; /* 1: an agent listener (one HAProxy agent-check line) */
   int nhealth;
+  _Atomic int busy_threads;    /* app threads in a request, stored by Ruby's supervisor tick */
   int health_running;          /* the health thread runs (joined by mg_health_stop) */
   pthread_t health_thread;
   mg_wake health_wake;         /* tells the health thread to end */

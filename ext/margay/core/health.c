@@ -111,6 +111,23 @@ int mg_health_is_probe(const mg_engine *e, const char *method, size_t mlen, cons
   return (mlen == 3 && memcmp(method, "GET", 3) == 0) || (mlen == 4 && memcmp(method, "HEAD", 4) == 0);
 }
 
+size_t mg_health_agent_line(const mg_engine *e, char *out, size_t cap) {
+  int n;
+  if (mg_health_ready(e)) {
+    int workers = 1, busy = atomic_load(&e->busy_threads);
+    if (e->board_slots) workers = mg_board_ready_busy(e, &busy);
+    long capacity = (long)e->cfg.max_threads * (workers > 0 ? workers : 1);
+    long free_threads = capacity - busy;
+    long weight = capacity > 0 ? free_threads * 100 / capacity : 100;
+    if (weight < MG_AGENT_MIN_WEIGHT) weight = MG_AGENT_MIN_WEIGHT;
+    if (weight > 100) weight = 100;
+    n = snprintf(out, cap, "up ready %ld%% maxconn:%ld\n", weight, capacity);
+  } else {
+    n = snprintf(out, cap, mg_health_closing(e) ? "drain\n" : "down\n");
+  }
+  return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
+}
+
 /* ---- the health thread ---- */
 
 #define HC_MAX 64             /* connections served at once; a new one evicts the oldest */
@@ -246,6 +263,23 @@ static void hc_accept(int lfd, hconn *hs) {
   }
 }
 
+/* An agent listener's connections: each gets its line at once and is closed (the line is a few
+ * bytes: the socket's empty buffer takes it whole). What the agent sent first (agent-send, at
+ * most 4 KiB) is read away, so that the close is a FIN, not a reset that could cost the agent
+ * the line. */
+static void agent_accept(mg_engine *e, int lfd) {
+  for (int taken = 0; taken < HC_MAX; taken++) {
+    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    char line[96], sink[512];
+    size_t n = mg_health_agent_line(e, line, sizeof line);
+    for (int reads = 0; reads < 8 && recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; reads++) {}
+    if (n) send(fd, line, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    shutdown(fd, SHUT_WR);
+    close(fd);
+  }
+}
+
 static void *health_main(void *arg) {
   mg_engine *e = arg;
   hconn *hs = calloc(HC_MAX, sizeof *hs);
@@ -280,8 +314,11 @@ static void *health_main(void *arg) {
       else hc_read(e, h, req);
     }
     /* last: an accepted connection may take the slot (and fd number) of one polled above */
-    for (int k = first_listener; r > 0 && k < last_listener; k++)
-      if (pf[k].revents & POLLIN) hc_accept(pf[k].fd, hs);
+    for (int k = first_listener; r > 0 && k < last_listener; k++) {
+      if (!(pf[k].revents & POLLIN)) continue;
+      if (e->health_agent[k - first_listener]) agent_accept(e, pf[k].fd);
+      else hc_accept(pf[k].fd, hs);
+    }
     now = mg_now_ms();
     for (int i = 0; i < HC_MAX; i++)
       if (hs[i].fd >= 0 && hs[i].deadline_ms <= now) hc_close(&hs[i]);

@@ -2,7 +2,8 @@
  * core/health.h - health answered by the engine, never by an application thread: readiness
  * (started, not draining, not stopping; in a cluster, the board's view of every worker), the
  * health listener's own thread (GET /livez, /readyz, /metrics), the bytes of a probe's answer
- * on a main listener (health_check_path), and the metrics text Ruby sets.
+ * on a main listener (health_check_path), the metrics text Ruby sets, and the line an agent
+ * listener (agent_bind) says to HAProxy's agent-check.
  *
  * The health listener has a thread of its own (a plain pthread, never a Ruby thread): the pool
  * threads that run the event loop may all be inside the app, and a probe must still be
@@ -41,6 +42,12 @@ int mg_health_closing(const mg_engine *e);
 size_t mg_health_probe_answer(char *out, size_t cap, int ready, int head, int keep_alive, int minor);
 /* Whether the framed request +path+ (+method+) is the configured health_check_path's probe. */
 int mg_health_is_probe(const mg_engine *e, const char *method, size_t mlen, const char *path, size_t plen);
+
+#define MG_AGENT_MIN_WEIGHT 10 /* percent: a busy server still gets some traffic */
+/* The agent-check line into out[cap]: "up ready W% maxconn:N\n" while ready (W from the free
+ * app threads over the ready workers, at least MG_AGENT_MIN_WEIGHT; N their threads), "drain\n"
+ * while draining or stopping, else "down\n" (booting). Returns its length. */
+size_t mg_health_agent_line(const mg_engine *e, char *out, size_t cap);
 
 /* Start the health thread when a health listener was added; -1 with errno when it cannot. */
 int mg_health_start(mg_engine *e);

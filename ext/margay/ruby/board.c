@@ -89,6 +89,7 @@ static VALUE board_clear(VALUE self, VALUE iv) {
   atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_WAITING, i), 0);
   atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_CONNS, i), 0);
   atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_READY, i), 0);
+  atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_BUSY, i), 0);
   return Qnil;
 }
 

@@ -115,17 +115,31 @@ static VALUE engine_add_listener(VALUE self, VALUE fd, VALUE is_unix, VALUE name
   return INT2FIX(e->nlisteners++);
 }
 
-/* Engine#add_health_listener(fd): a listener the engine's health thread serves (GET /livez,
- * /readyz, /metrics; core/health.c), from #start until #close. Ruby keeps owning the fd. */
-static VALUE engine_add_health_listener(VALUE self, VALUE fd) {
+/* Engine#add_health_listener(fd, agent = false): a listener the engine's health thread serves
+ * (GET /livez, /readyz, /metrics; agent: one HAProxy agent-check line per connection;
+ * core/health.c), from #start until #close. Ruby keeps owning the fd. */
+static VALUE engine_add_health_listener(int argc, VALUE *argv, VALUE self) {
+  VALUE fd, agent;
+  rb_scan_args(argc, argv, "11", &fd, &agent);
   mg_engine *e = mg_rb_engine_core(self);
   if (e->nhealth >= MG_MAX_HEALTH_LISTENERS) rb_raise(rb_eArgError, "at most %d health listeners", MG_MAX_HEALTH_LISTENERS);
   if (e->health_running) rb_raise(rb_eArgError, "add health listeners before #start");
   int f = NUM2INT(fd);
   int flags = fcntl(f, F_GETFL);
   if (flags < 0 || fcntl(f, F_SETFL, flags | O_NONBLOCK) != 0) rb_sys_fail("Margay::Native::Engine#add_health_listener: fcntl");
+  e->health_agent[e->nhealth] = RTEST(agent);
   e->health_fds[e->nhealth++] = f;
   return self;
+}
+
+/* Engine#busy_threads=(n): the app threads in a request now (the agent's weight; in a cluster,
+ * this worker's BUSY cell on the board). */
+static VALUE engine_set_busy_threads(VALUE self, VALUE n) {
+  mg_engine *e = mg_rb_engine_core(self);
+  int busy = NUM2INT(n);
+  atomic_store(&e->busy_threads, busy);
+  if (e->board_slots) atomic_store(mg_board_cell(e->board_slots, e->board_n, MG_BOARD_BUSY, e->board_index), busy);
+  return n;
 }
 
 /* Engine#start: begin accepting on every listener; ready from now on (until #drain or #stop). */
@@ -231,7 +245,8 @@ VALUE mg_engine_init(VALUE mMargay, VALUE mNative) {
   mg_settings_init(cEngine);
   rb_define_method(cEngine, "initialize", engine_initialize, 2);
   rb_define_method(cEngine, "add_listener", engine_add_listener, 4);
-  rb_define_method(cEngine, "add_health_listener", engine_add_health_listener, 1);
+  rb_define_method(cEngine, "add_health_listener", engine_add_health_listener, -1);
+  rb_define_method(cEngine, "busy_threads=", engine_set_busy_threads, 1);
   rb_define_method(cEngine, "start", engine_start, 0);
   rb_define_method(cEngine, "drain", engine_drain, 0);
   rb_define_method(cEngine, "draining?", engine_draining_p, 0);

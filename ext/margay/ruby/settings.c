@@ -83,6 +83,7 @@ void mg_rb_settings_read(mg_settings *s, VALUE values) {
   s->response_buffer_limit = NUM2SIZET(setting(values, MG_SET_response_buffer_limit));
   VALUE tmp = setting(values, MG_SET_tmpdir);
   snprintf(s->tmpdir, sizeof s->tmpdir, "%s", StringValueCStr(tmp));
+  s->max_threads = NUM2INT(setting(values, MG_SET_max_threads));
   mg_rb_wire_settings(s, values);
 }
 

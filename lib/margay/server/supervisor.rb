@@ -14,7 +14,7 @@ module Margay
     # exception (ThreadPool#replace_lost), calls on_tick (a cluster worker's
     # heartbeat and balancing), pings the systemd watchdog when one is due,
     # every DEADLINE_EVERY ticks checks request deadlines, and adds up the
-    # pool's busy time (#busy_ms).
+    # pool's busy time (#busy_ms) and tells the engine its busy threads.
     class Supervisor
       # Seconds between ticks.
       INTERVAL = 0.005
@@ -85,7 +85,9 @@ module Margay
       def tick
         cpu = @clock.cpu
         wall = @clock.now
-        @busy_ms += @pool.busy * (wall - @wall) * 1000
+        busy = @pool.busy
+        @busy_ms += busy * (wall - @wall) * 1000
+        guarded { @engine.busy_threads = busy } # the agent's weight (agent_bind)
         guarded do
           saturated = @engine.saturated_ms.positive? && !(@in_flight && @in_flight.room.zero?)
           @pool.consider_growth(saturated: saturated, cpu_share: cpu_share(cpu, wall - @wall, saturated))

@@ -46,7 +46,7 @@ class SupervisorTest < Minitest::Test
     def busy = 0
   end
 
-  Engine = Struct.new(:saturated_ms, :stopping) do
+  Engine = Struct.new(:saturated_ms, :stopping, :busy_threads) do
     def stopping? = !!stopping
   end
 
@@ -257,7 +257,7 @@ class SupervisorTest < Minitest::Test
 
   # The engine's request count and the pool's busy threads, as idle_timeout reads them.
   class CountingEngine
-    attr_accessor :requests
+    attr_accessor :requests, :busy_threads
 
     def initialize
       @requests = 0

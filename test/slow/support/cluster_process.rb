@@ -112,6 +112,15 @@ module ClusterProcess
 
   def log_text = @process.output
 
+  def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+  # Wait up to +seconds+ for the block to answer true; else fail, saying +what+ and the log.
+  def wait_until(seconds, what = nil)
+    deadline = now + seconds
+    sleep 0.01 until yield || now > deadline
+    assert yield, "not within #{seconds}s#{": #{what}" if what}\n#{log_text}"
+  end
+
   def wait_for_log(pattern, count: 1, timeout: 20)
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
     until log_text.scan(pattern).size >= count
