@@ -126,7 +126,9 @@ module Margay
       return base unless @engine && @pool
 
       engine = @engine.stats
-      base.merge(requests: engine[:requests], abandoned: engine[:abandoned], connections: engine[:connections],
+      base.merge(requests: engine[:requests], abandoned: engine[:abandoned], shed: engine[:shed],
+                 queue_time_seconds: engine[:queue_time_seconds],
+                 request_duration_seconds: engine[:request_duration_seconds], connections: engine[:connections],
                  threads: @pool.size, busy_threads: @pool.busy, event_backend: engine[:event_backend],
                  max_connections: engine[:max_connections], uptime: (Clock.now - @started_at).round(1))
     rescue IOError

@@ -25,10 +25,10 @@ module Margay
                   reactor_max].freeze
     # Margay's own counters of a serving process, beyond Puma's: requests
     # whose app failed (errors), requests not run because their client had
-    # gone (abandoned), the thread-milliseconds its threads spent on
-    # requests (busy_ms). Not in Puma's stats keys; Metrics renders them,
+    # gone (abandoned), the thread-milliseconds its threads spent on requests
+    # (busy_ms), requests answered 503 for waiting over queue_timeout (shed). Not in Puma's stats keys; Metrics renders them,
     # and a cluster worker's travel in its status frame.
-    OWN_COUNTERS = %i[errors abandoned busy_ms].freeze
+    OWN_COUNTERS = %i[errors abandoned busy_ms shed].freeze
     # The Puma release whose stats, control app and plugin API Margay answers
     # like (versions.puma; Puma::Const::VERSION under Margay's plugin shim).
     PUMA_API_VERSION = "8.0.2"

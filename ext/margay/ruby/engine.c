@@ -13,6 +13,7 @@
 #include "ruby/settings.h"
 #include "core/listeners.h"
 #include <fcntl.h>
+#include <math.h>
 
 VALUE mg_eClientGone, mg_eInvalidResponse;
 
@@ -133,8 +134,26 @@ static VALUE engine_stop(int argc, VALUE *argv, VALUE self) {
 /* Engine#stopping?: whether #stop was called (graceful or forced). */
 static VALUE engine_stopping_p(VALUE self) { return atomic_load(&mg_rb_engine_core(self)->stopping) ? Qtrue : Qfalse; }
 
+/* A histogram (core/timing.h) as Ruby: {buckets: {le => cumulative count, ..., Infinity => count},
+ * sum: seconds, count:}. */
+static VALUE histogram_hash(mg_histogram *hist) {
+  VALUE buckets = rb_hash_new();
+  uint64_t n = 0;
+  for (int i = 0; i <= MG_HIST_BUCKETS; i++) {
+    n += atomic_load_explicit(&hist->buckets[i], memory_order_relaxed);
+    rb_hash_aset(buckets, DBL2NUM(i < MG_HIST_BUCKETS ? mg_hist_bounds[i] : HUGE_VAL), ULL2NUM(n));
+  }
+  VALUE h = rb_hash_new();
+  rb_hash_aset(h, ID2SYM(rb_intern("buckets")), buckets);
+  rb_hash_aset(h, ID2SYM(rb_intern("sum")), DBL2NUM((double)atomic_load(&hist->sum_ns) / 1e9));
+  rb_hash_aset(h, ID2SYM(rb_intern("count")), ULL2NUM(n));
+  return h;
+}
+
 /* Engine#stats -> {connections:, waiting_threads:, requests:, abandoned:, max_connections:,
- * event_backend:, polling:, standing_by:} (requests: heads read, less the abandoned; abandoned:
+ * event_backend:, polling:, standing_by:, shed:, queue_time_seconds:, request_duration_seconds:}
+ * (requests: heads read, less the abandoned and the shed; shed: answered 503 for waiting over
+ * queue_timeout; the two histograms: histogram_hash; abandoned:
  * requests not run because their client had closed its side first; polling and standing_by: of
  * the waiting threads, the one blocked in the event set and those standing by, core/loop.c) */
 static VALUE engine_stats(VALUE self) {
@@ -144,6 +163,9 @@ static VALUE engine_stats(VALUE self) {
   rb_hash_aset(h, ID2SYM(rb_intern("waiting_threads")), INT2NUM(atomic_load(&e->idle_waiters)));
   rb_hash_aset(h, ID2SYM(rb_intern("requests")), ULL2NUM(atomic_load(&e->requests)));
   rb_hash_aset(h, ID2SYM(rb_intern("abandoned")), ULL2NUM(atomic_load(&e->abandoned)));
+  rb_hash_aset(h, ID2SYM(rb_intern("shed")), ULL2NUM(atomic_load(&e->shed)));
+  rb_hash_aset(h, ID2SYM(rb_intern("queue_time_seconds")), histogram_hash(&e->queue_hist));
+  rb_hash_aset(h, ID2SYM(rb_intern("request_duration_seconds")), histogram_hash(&e->duration_hist));
   rb_hash_aset(h, ID2SYM(rb_intern("max_connections")), INT2NUM(e->cfg.max_connections));
   rb_hash_aset(h, ID2SYM(rb_intern("event_backend")), rb_str_new_cstr(e->ev->ops->name));
   rb_hash_aset(h, ID2SYM(rb_intern("polling")), INT2NUM(atomic_load(&e->pollers)));

@@ -135,7 +135,7 @@ class ChannelTest < Minitest::Test
 
   STATUS = { backlog: 0, running: 3, pool_capacity: 2, busy_threads: 3, io_threads: 0, backlog_max: 0, max_threads: 5,
              requests_count: 12_345, reactor_max: 17, rss_kib: 81_000, pss_kib: 40_500, boot_rss_kib: 70_000,
-             boot_pss_kib: 30_000, errors: 2, abandoned: 1, busy_ms: 123_456 }.freeze
+             boot_pss_kib: 30_000, errors: 2, abandoned: 1, busy_ms: 123_456, shed: 7 }.freeze
 
   def test_a_report_carries_the_workers_status_to_the_master
     assert_nil @master.last_status, "no status before the first report"
@@ -158,12 +158,12 @@ class ChannelTest < Minitest::Test
     @worker.beat.write(".S0,1,4,1,0,0,5,")
     assert_equal [:alive], @master.read_reports
     assert_nil @master.last_status, "half a frame is kept, not parsed"
-    @worker.beat.write("99,2,81000,40500,70000,30000,4,5,6\n")
+    @worker.beat.write("99,2,81000,40500,70000,30000,4,5,6,7\n")
     assert_equal [], @master.read_reports
     assert_equal 99, @master.last_status[:requests_count]
     assert_equal 1, @master.last_status[:running]
     assert_equal 40_500, @master.last_status[:pss_kib], "the worker's memory follows its counters"
-    assert_equal [4, 5, 6], @master.last_status.values_at(:errors, :abandoned, :busy_ms), "then Margay's own counters"
+    assert_equal [4, 5, 6, 7], @master.last_status.values_at(:errors, :abandoned, :busy_ms, :shed), "then Margay's own counters"
   end
 
   def test_a_status_is_integers_only
