@@ -13,9 +13,8 @@ module Margay
   #             worker_status: [{started_at, pid, index, phase, booted,
   #             last_checkin, last_status: {the COUNTERS}}], versions}
   #
-  # Every key Puma 8 answers is there. backlog and backlog_max are 0:
-  # requests a thread has not claimed yet wait in the engine, which does not
-  # count them apart from the connections; io_threads is 0 (the pool counts
+  # Every key Puma 8 answers is there. backlog: the requests accepted that
+  # wait for a thread (Engine#backlog); backlog_max is 0; io_threads is 0 (the pool counts
   # the threads marked I/O-bound for its growth only, and Server#stats does
   # not pass that count on); reactor_max is the connections the engine holds
   # now (docs/CONTROL.md).
@@ -138,7 +137,7 @@ module Margay
       # The COUNTERS of a serving process from its Server#stats and its max_threads.
       def counters(server_stats, max_threads)
         busy = server_stats[:busy_threads].to_i
-        { backlog: 0, running: server_stats[:threads].to_i, pool_capacity: [max_threads - busy, 0].max,
+        { backlog: server_stats[:backlog].to_i, running: server_stats[:threads].to_i, pool_capacity: [max_threads - busy, 0].max,
           busy_threads: busy, io_threads: 0, backlog_max: 0, max_threads: max_threads,
           requests_count: server_stats[:requests].to_i, reactor_max: server_stats[:connections].to_i }
       end

@@ -144,4 +144,32 @@ class WireQueueTimeTest < Minitest::Test
       [slow, queued].each { |s| s&.close }
     end
   end
+
+  def test_backlog_counts_the_requests_waiting_for_a_thread
+    with_one_thread do |port, server|
+      kept = Array.new(3) { TCPSocket.new("127.0.0.1", port) }
+      kept.each do |sock| # accepted and kept alive while the thread is free
+        sock.write("GET /warm HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert_equal 200, read_response(sock)[0]
+        pop_within(@calls)
+      end
+      assert_equal 0, server.stats[:backlog], "nothing waits"
+      slow = occupy(port)
+      kept.each do |sock|
+        sock.write("GET /next HTTP/1.1\r\nHost: x\r\n\r\n")
+        wait_acked(sock)
+      end
+      assert_equal 3, server.stats[:backlog], "three requests on kept-alive connections, no thread free"
+      assert_equal 3, Margay::Stats.single(server.stats, 1)[:backlog], "Puma's backlog stat"
+      fresh = TCPSocket.new("127.0.0.1", port)
+      fresh.write("GET /fresh HTTP/1.1\r\nHost: x\r\n\r\n")
+      wait_acked(fresh)
+      assert_equal 3, server.stats[:backlog], "a client not accepted yet is the listen queue's, not the backlog's"
+      assert_equal 1, Margay::Metrics.listen_queue(server.listeners)
+      ([slow, fresh] + kept).each { |s| assert_equal 200, read_response(s)[0] }
+      assert_equal 0, server.stats[:backlog]
+    ensure
+      ([slow, fresh] + kept.to_a).each { |s| s&.close }
+    end
+  end
 end

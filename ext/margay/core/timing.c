@@ -9,6 +9,7 @@
 #include "http/status.h"
 #include <errno.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/uio.h>
 
 const double mg_hist_bounds[MG_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25,
@@ -99,4 +100,26 @@ void mg_timing_done(mg_engine *e, mg_conn *c) {
   if (!c->taken_mono_ns) return;
   mg_histogram_observe(&e->duration_hist, mg_mono_ns() - c->taken_mono_ns);
   c->taken_mono_ns = 0;
+}
+
+/* The connection's fields are read while it is ARMED (no thread owns it; core/conn.h) and kept
+ * only if its state has not changed meanwhile, as mg_balance_detach_idle does. */
+int mg_timing_backlog(mg_engine *e) {
+  if (atomic_load(&e->idle_waiters) > 0) return 0;
+  int n = 0, hw = atomic_load(&e->hiwater);
+  for (int fd = 0; fd < hw && fd < e->max_fds; fd++) {
+    mg_conn *c = e->conns[fd];
+    if (!c) continue;
+    uint64_t s = atomic_load(&c->state);
+    if (mg_state_st(s) != MG_ARMED) continue;
+    int phase = c->phase, waiting = 0;
+    if (phase == MG_PH_IDLE && c->rlen > 0) {
+      waiting = 1; /* requeued: its next request is buffered (mg_loop_requeue) */
+    } else if (phase == MG_PH_IDLE || phase == MG_PH_HEAD || phase == MG_PH_BODY) {
+      int unread = 0;
+      waiting = ioctl(c->fd, FIONREAD, &unread) == 0 && unread > 0;
+    }
+    if (waiting && atomic_load(&c->state) == s) n++;
+  }
+  return n;
 }

@@ -63,4 +63,12 @@ int mg_timing_admit(struct mg_engine *e, struct mg_conn *c);
  * its duration since mg_timing_admit is counted. */
 void mg_timing_done(struct mg_engine *e, struct mg_conn *c);
 
+/* Requests this engine has accepted that wait for a thread (Puma's backlog): while no thread
+ * waits in the event loop, the connections given back to it whose client sent bytes no thread
+ * has read yet (FIONREAD), and those requeued with a pipelined request buffered; 0 without a
+ * look while a thread waits (it takes what comes at once). Clients not accepted yet are in the
+ * listeners' accept queues, not here. One ioctl per connection held, so it is for the stats, not
+ * for every request. */
+int mg_timing_backlog(struct mg_engine *e);
+
 #endif

@@ -176,6 +176,10 @@ static VALUE engine_stats(VALUE self) {
   return h;
 }
 
+/* Engine#backlog -> requests accepted that wait for a thread (mg_timing_backlog: one look per
+ * connection while every thread is busy; for the stats, not for every tick). */
+static VALUE engine_backlog(VALUE self) { return INT2NUM(mg_timing_backlog(mg_rb_engine_core(self))); }
+
 /* Engine#close: close every connection and free the engine (after the threads are gone). */
 static VALUE engine_close(VALUE self) {
   mg_rb_engine *rb = rb_check_typeddata(self, &engine_type);
@@ -199,6 +203,7 @@ VALUE mg_engine_init(VALUE mMargay, VALUE mNative) {
   rb_define_method(cEngine, "stop", engine_stop, -1);
   rb_define_method(cEngine, "stopping?", engine_stopping_p, 0);
   rb_define_method(cEngine, "stats", engine_stats, 0);
+  rb_define_method(cEngine, "backlog", engine_backlog, 0);
   rb_define_method(cEngine, "close", engine_close, 0);
   mg_request_init(cEngine);
   return cEngine;
