@@ -136,6 +136,7 @@ class WireQueueTimeTest < Minitest::Test
       assert_equal 3, duration[:buckets][0.75]
       assert_equal [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, Float::INFINITY],
                    duration[:buckets].keys
+      assert_equal Margay::Stats::HISTOGRAM_BOUNDS, queue[:buckets].keys, "what a cluster worker's status frame carries"
       assert_equal duration[:buckets].values.sort, duration[:buckets].values, "cumulative"
       text = Margay::Metrics.snapshot(server)
       assert_match(/^margay_queue_time_seconds_bucket\{index="0",le="0.75"\} 3$/, text)

@@ -177,7 +177,8 @@ module Margay
       def report(report)
         stats = @server.stats
         @channel.report(report, Stats.counters(stats, @config.max_threads)
-                                     .merge(Stats.own_counters(stats), Stats::Memory.current))
+                                     .merge(Stats.own_counters(stats), Stats::Memory.current,
+                                            Stats.histogram_integers(stats)))
       rescue Errno::EPIPE, IOError
         return if @orphaned
 
