@@ -18,6 +18,8 @@ class WireQueueTimeTest < Minitest::Test
       calls << [env["PATH_INFO"], env.slice("margay.queue_time", "puma.request_body_wait", "HTTP_X_REQUEST_START"),
                 called_at]
       sleep 0.5 if env["PATH_INFO"] == "/slow"
+      spin_until = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 1 if env["PATH_INFO"] == "/spin"
+      nil while spin_until && Process.clock_gettime(Process::CLOCK_MONOTONIC) < spin_until # holds a fiber's thread
       env["rack.input"].read
       [200, { "content-type" => "text/plain" }, ["ok"]]
     end
@@ -33,20 +35,28 @@ class WireQueueTimeTest < Minitest::Test
     end
   end
 
-  # Start /slow on the only thread and return its socket once the app runs it.
-  def occupy(port)
-    slow = TCPSocket.new("127.0.0.1", port)
-    slow.write("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert_equal "/slow", pop_within(@calls)[0]
+  # A new connection with a GET of +path+ written on it (+fields+: more header lines); a block
+  # is called just before the write.
+  def send_get(port, path, fields = "")
+    sock = TCPSocket.new("127.0.0.1", port)
+    yield if block_given?
+    sock.write("GET #{path} HTTP/1.1\r\nHost: x\r\n#{fields}\r\n")
+    sock
+  end
+
+  # Start +path+ (/slow: a sleep; /spin: a computation) on the only thread and return its
+  # socket once the app runs it.
+  def occupy(port, path = "/slow")
+    slow = send_get(port, path)
+    assert_equal path, pop_within(@calls)[0]
     slow
   end
 
   def test_queue_time_of_a_request_queued_behind_a_slow_one
     with_one_thread do |port, _server|
       slow = occupy(port)
-      queued = TCPSocket.new("127.0.0.1", port)
-      sent_at = Time.now.to_f
-      queued.write("GET /queued HTTP/1.1\r\nHost: x\r\n\r\n")
+      sent_at = nil
+      queued = send_get(port, "/queued") { sent_at = Time.now.to_f }
       path, figures, called_at = pop_within(@calls)
       assert_equal "/queued", path
       truth = called_at - sent_at
@@ -96,8 +106,7 @@ class WireQueueTimeTest < Minitest::Test
   def test_a_request_waiting_past_queue_timeout_is_shed
     with_one_thread(queue_timeout: 0.2) do |port, server|
       slow = occupy(port)
-      queued = TCPSocket.new("127.0.0.1", port)
-      queued.write("GET /queued HTTP/1.1\r\nHost: x\r\n\r\n")
+      queued = send_get(port, "/queued")
       status, headers, body = read_response(queued)
       assert_equal 503, status
       assert_equal "1", headers["retry-after"]
@@ -118,8 +127,7 @@ class WireQueueTimeTest < Minitest::Test
   def test_histograms_in_the_stats
     with_one_thread do |port, server|
       slow = occupy(port)
-      queued = TCPSocket.new("127.0.0.1", port)
-      queued.write("GET /queued HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      queued = send_get(port, "/queued", "Connection: close\r\n")
       [slow, queued].each { |s| assert_equal 200, read_response(s)[0] }
       pop_within(@calls)
       stats = server.stats
@@ -162,8 +170,7 @@ class WireQueueTimeTest < Minitest::Test
       end
       assert_equal 3, server.stats[:backlog], "three requests on kept-alive connections, no thread free"
       assert_equal 3, Margay::Stats.single(server.stats, 1)[:backlog], "Puma's backlog stat"
-      fresh = TCPSocket.new("127.0.0.1", port)
-      fresh.write("GET /fresh HTTP/1.1\r\nHost: x\r\n\r\n")
+      fresh = send_get(port, "/fresh")
       wait_acked(fresh)
       assert_equal 3, server.stats[:backlog], "a client not accepted yet is the listen queue's, not the backlog's"
       assert_equal 1, Margay::Metrics.listen_queue(server.listeners)
@@ -171,6 +178,25 @@ class WireQueueTimeTest < Minitest::Test
       assert_equal 0, server.stats[:backlog]
     ensure
       ([slow, fresh] + kept.to_a).each { |s| s&.close }
+    end
+  end
+
+  # Fiber mode takes requests through its own wait (core/waits.c): the same admission. A
+  # request waiting behind a fiber that computes for a second is shed past queue_timeout 0.3
+  # (this process's client threads wait for the GVL meanwhile, so no finer truth is taken here).
+  def test_fiber_mode_measures_and_sheds_alike
+    with_one_thread(fiber_scheduler: true, event_backend: :auto, queue_timeout: 0.3) do |port, server|
+      spin = occupy(port, "/spin")
+      shed = send_get(port, "/shed")
+      assert_equal 503, read_response(shed)[0]
+      assert_equal 200, read_response(spin)[0]
+      assert_match(%r{\AHTTP/1.1 200}, raw_get(port, "/after"))
+      path, figures, = pop_within(@calls)
+      assert_equal "/after", path, "the shed request never reached the app"
+      assert_operator figures["margay.queue_time"], :<, 0.1
+      assert_equal 1, server.stats[:shed]
+    ensure
+      [spin, shed].each { |s| s&.close }
     end
   end
 end
