@@ -158,8 +158,9 @@ static void set_server(pairs *pp, const char *p, size_t n, int https) {
  * complete) and, with queue_time_header, X-Request-Start as nginx writes it (t=${msec}: the
  * arrival in seconds with 3 decimals) when the request has none. */
 static void put_times(pairs *p, const mg_settings *cfg, const mg_conn *c) {
-  put(p, k_queue_time, DBL2NUM((double)(c->taken_ns - c->arrival_ns) / 1e9));
-  put(p, k_body_wait, DBL2NUM((double)(c->ready_ns - c->head_ns) / 1e6));
+  int64_t queued = c->taken_ns - c->arrival_ns, body = c->ready_ns - c->head_ns; /* < 0: the clock was set back */
+  put(p, k_queue_time, DBL2NUM(queued > 0 ? (double)queued / 1e9 : 0.0));
+  put(p, k_body_wait, DBL2NUM(body > 0 ? (double)body / 1e6 : 0.0));
   if (cfg->queue_time_header && !find(p, k_HTTP_X_REQUEST_START)) {
     char t[40];
     int64_t ms = c->arrival_ns / 1000000;
