@@ -55,7 +55,7 @@ module MargayBench
             balance roundrobin
             option httpchk GET #{path}
             http-check expect status 200
-            default-server inter #{@inter} fall 1 rise 2
+            default-server inter #{@inter}ms fall 1 rise 2
           #{servers.join("\n")}
         CFG
       end
@@ -102,11 +102,10 @@ module MargayBench
         @port = port
         @backends = backends
         @config = File.join(dir, "nginx.conf")
-        FileUtils.mkdir_p(File.join(dir, "logs"))
       end
 
       def config
-        servers = @backends.map { |b| "      server #{b[:address]}:#{b[:port]};" }
+        servers = @backends.map { |b| "    server #{b[:address]}:#{b[:port]};" }
         <<~CONF
           worker_processes 1;
           pid #{@dir}/nginx.pid;
@@ -132,6 +131,7 @@ module MargayBench
       end
 
       def start(log)
+        FileUtils.mkdir_p(File.join(@dir, "logs"))
         File.write(@config, config)
         @pid = Process.spawn("nginx", "-p", @dir, "-c", @config, "-g", "daemon off;", in: File::NULL,
                                                                                         %i[out err] => [log, "w"], pgroup: true)

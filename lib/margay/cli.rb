@@ -137,6 +137,20 @@ module Margay
         setting(:control_url, v == "auto" ? Configuration::PumaCompat.auto_control_url : v)
       end
       o.on("--control-token TOKEN", "The control app's auth token (none: no token)") { |v| setting(:control_token, v) }
+      health_flags(o)
+    end
+
+    # Behind a load balancer (docs/OPERATIONS.md).
+    def health_flags(o)
+      o.on("--health-bind URL", "The engine's health listener: GET /livez, /readyz, /metrics") { |v| setting(:health_bind, v) }
+      o.on("--health-check-path PATH", "Answer GET/HEAD PATH on the main listeners in the engine (e.g. /up)") do |v|
+        setting(:health_check_path, v)
+      end
+      o.on("--drain-delay SECONDS", "On TERM: unready and serving with connection: close for SECONDS, then stop") do |v|
+        raise UsageError, "invalid --drain-delay #{v.inspect}: a number of seconds >= 0" unless v.match?(/\A\d+(\.\d+)?\z/)
+
+        setting(:drain_delay, v.include?(".") ? Float(v) : Integer(v, 10))
+      end
     end
 
     def app_flags(o)

@@ -62,6 +62,7 @@ module Margay
       @target = config.workers
       @signals = Signals.new
       @stopping = false
+      @drain_until = nil # drain_delay: when the drain that TERM began ends in the graceful stop
       @back_off = BackOff.new(log: log)
       @board = Native::IdleBoard.new(BOARD_SLOTS) # shared with every worker forked from now on
       @forwarder = Balancer::Forwarder.new(roster: @workers, board: @board, log: log)
@@ -83,10 +84,13 @@ module Margay
       app = preloaded_app || (@app_loader.call if @config.preload_app?)
       Stats.memory_source = self
       @spawner = Spawner.new(config: @config, log: @log, listeners: @listeners, roster: @workers, signals: @signals,
-                             board: @board, app: app, app_loader: @app_loader, forwarder: @forwarder)
+                             board: @board, app: app, app_loader: @app_loader, forwarder: @forwarder,
+                             health_listeners: health_listeners)
       @signals.trap_all # again: a handler the app set while loading (HUP, say) is kept for the workers
       hook(:before_fork, nil) # once, before the first workers (Puma's moment)
       Heap.settle(compact: @config.compact_before_fork, log: @log, who: "master") if app # the workers share it
+      # GET /metrics on the health listener, which every worker answers from the board: the cluster's figures.
+      @publisher = (Metrics::Publisher.new(self) { |text| @board.metrics_text = text } unless health_listeners.empty?)
       supervise until @stopping && @workers.empty?
       close_listeners
       @exits.report(flush: true)
@@ -156,6 +160,8 @@ module Margay
         guarded { maintain }
         guarded { @forwarder.place_held }
         guarded { begin_stop if @health.idle_too_long?(@workers) }
+        guarded { begin_stop if @drain_until && Clock.now >= @drain_until }
+        guarded { @publisher&.tick }
       end
       sleep LOOP_PAUSE unless guarded { wait_for_events || true } # no spin on a failing wait
       while (sig = @signals.shift) # one at a time: a restart may look at what follows
@@ -178,6 +184,7 @@ module Margay
 
     def handle_signal(sig)
       case sig
+      when "TERM" then @config.drain_delay.positive? && !@drain_until ? begin_drain : begin_stop
       when *Signals::STOP then begin_stop
       when "TTIN" then @target += 1
       when "TTOU" then shrink
@@ -201,8 +208,19 @@ module Margay
       close_listeners # the workers close theirs as they stop: then new clients are refused
     end
 
+    # TERM with drain_delay: every worker turns unready and closes each connection after its
+    # response (the board's drain flag, which their engines read), the listeners keep accepting;
+    # after drain_delay the graceful stop. A second TERM, or INT, stops at once.
+    def begin_drain
+      return if @stopping
+
+      @drain_until = Clock.now + @config.drain_delay
+      @board.drain!
+      @log.info("master: draining for #{@config.drain_delay}s (not ready, connection: close), then stopping gracefully")
+    end
+
     def close_listeners
-      @listeners.each { |l| l.io.close unless l.io.closed? }
+      (@listeners + health_listeners).each { |l| l.io.close unless l.io.closed? }
     end
 
     def force_stop
@@ -236,7 +254,7 @@ module Margay
     # USR1: replace workers one at a time. The mold goes too, so that new
     # workers load the app anew (unless it is preloaded in the master).
     def phased_restart
-      return if @stopping
+      return if @stopping || @drain_until
 
       @log.info("master: phased restart of #{@workers.serving.size} workers")
       Systemd.notify("RELOADING=1")
@@ -250,12 +268,14 @@ module Margay
     # listening sockets inherited, so no connection is refused: they wait in
     # the listen backlog until the new workers accept them.
     def hot_restart
-      return if @stopping
+      return if @stopping || @drain_until
       return @log.warn("master: USR2 ignored: no command line to re-execute") unless @restart_argv
 
       @log.info("master: hot restart")
       Operations.fire(:before_restart) # plugins' event (Puma fires it on a hot restart only)
       Systemd.notify("RELOADING=1")
+      return abandon_hot_restart unless drain_before_restart
+
       signal_workers(:TERM)
       deadline = Clock.now + grace_period + 5
       until @workers.empty?
@@ -268,6 +288,23 @@ module Margay
       @exits.report(flush: true)
       hook(:before_restart, @launcher) # Puma's moment: the workers are gone, the exec is next
       reexec
+    end
+
+    # drain_delay: the whole cluster drains before a hot restart, as before a stop (the
+    # balancer takes this instance out until the new workers are ready). False: a stop came.
+    def drain_before_restart
+      return true unless @config.drain_delay.positive?
+
+      @log.info("master: draining for #{@config.drain_delay}s (not ready, connection: close) before restarting")
+      @board.drain!
+      deadline = Clock.now + @config.drain_delay
+      while Clock.now < deadline
+        wait_for_events(deadline - Clock.now)
+        @exits.reap(stopping: @stopping)
+        watchdog_ping
+        return false if @signals.stop_queued?
+      end
+      true
     end
 
     # Replace this process by a new master that inherits the listeners (and
@@ -327,15 +364,30 @@ module Margay
       @back_off.failed!
     end
 
+    # Stop +worker+ to replace it (a phased restart, TTOU, its memory): with drain_delay a
+    # serving worker drains first (unready, connection: close; the others serve on), so that
+    # a balancer's kept-alive connections to it close after a response instead of while idle.
     def retire(worker)
+      drain = @config.drain_delay
+      return stop_worker(worker) unless drain.positive? && worker.booted? && !worker.mold? && !worker.stopping?
+
+      worker.stopping!(Clock.now + drain) # its grace period starts once the drain is over
+      worker.channel.ask_to_drain
+    rescue SystemCallError, IOError # it is gone: its exit is reaped as usual
+      stop_worker(worker)
+    end
+
+    def stop_worker(worker)
       worker.stopping!(Clock.now)
       worker.kill(:TERM)
     end
 
-    def wait_for_events
+    def wait_for_events(within = nil)
       handoffs = @workers.to_h { |w| [w.channel.handoff, w] } # also a pending mold's: what it sent before it knew
       beats = @workers.map { |w| w.channel.beat }
-      ready, = IO.select([@signals.wake, *beats, *handoffs.keys], nil, nil, 0.5)
+      within ||= @drain_until && !@stopping ? @drain_until - Clock.now : 0.5
+      wait = within.clamp(0.01, 0.5)
+      ready, = IO.select([@signals.wake, *beats, *handoffs.keys], nil, nil, wait)
       (ready || []).each do |io|
         next if io.closed? # a worker forgotten earlier in this round (its hand-overs were drained then)
 

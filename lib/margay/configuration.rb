@@ -101,6 +101,10 @@ module Margay
       queue_timeout: nil,             # seconds a complete request may wait for a thread: then 503 (nil: off)
       queue_time_header: false,       # add X-Request-Start: t=<arrival> to a request without one
       idle_timeout: nil,              # stop after this many seconds without a request (nil: never)
+      # Behind a load balancer (docs/OPERATIONS.md):
+      health_bind: nil,               # the engine's health listener (/livez, /readyz, /metrics), "tcp://HOST:PORT" (nil: off)
+      health_check_path: nil,         # a GET/HEAD of this path on the main listeners is answered by the engine (nil: off)
+      drain_delay: 0,                 # seconds between TERM and the graceful stop: unready, serving, connection: close
       force_shutdown_after: nil,      # seconds after a stop begins when requests are cut (nil: shutdown_timeout)
       restart_command: nil,           # the command a hot restart re-executes (nil: the original argv)
       worker_culling_strategy: :youngest, # which workers TTOU and a lower count stop first (:youngest, :oldest)
@@ -318,6 +322,7 @@ module Margay
       unless plugins.is_a?(Array) && plugins.all? { |p| p.is_a?(String) && !p.empty? }
         invalid(:plugins, "plugins must be a list of plugin names, got #{plugins.inspect}")
       end
+      validate_health
       if control_url
         invalid(:control_url, "control_url must be tcp://HOST:PORT or unix://PATH, got #{control_url.inspect}") unless control_url.is_a?(String)
         validate_bind(control_url, :control_url)
@@ -330,6 +335,20 @@ module Margay
       return if %i[youngest oldest].include?(worker_culling_strategy)
 
       invalid(:worker_culling_strategy, "worker_culling_strategy must be :youngest or :oldest, got #{worker_culling_strategy.inspect}")
+    end
+
+    def validate_health
+      if health_bind
+        invalid(:health_bind, "health_bind must be tcp://HOST:PORT or unix://PATH, got #{health_bind.inspect}") unless health_bind.is_a?(String)
+        validate_bind(health_bind, :health_bind)
+      end
+      unless health_check_path.nil? || (health_check_path.is_a?(String) && health_check_path.match?(%r{\A/[!$&'()*+,;=:@%A-Za-z0-9._~/-]{0,254}\z}))
+        invalid(:health_check_path, "health_check_path must be a path such as \"/up\" (no query, at most 255 bytes), " \
+                                    "got #{health_check_path.inspect}")
+      end
+      return if drain_delay.is_a?(Numeric) && drain_delay >= 0 && drain_delay.finite?
+
+      invalid(:drain_delay, "drain_delay must be a number of seconds >= 0, got #{drain_delay.inspect}")
     end
 
     def validate_remote_address

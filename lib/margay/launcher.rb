@@ -112,7 +112,7 @@ module Margay
     def announce(runner, description)
       require_relative "control/operations"
       @ops = Operations.start(@config, @log, runner, on_halt: method(:remove_pidfile))
-      banner(description, runner.addresses)
+      banner(description, runner.addresses, runner.health_listeners.map(&:url))
       Process.setproctitle(Runner.title(@config, runner.addresses))
       @ops
     end
@@ -160,7 +160,7 @@ module Margay
       raise AppLoadError, "cannot load #{path}"
     end
 
-    def banner(description, addresses)
+    def banner(description, addresses, health)
       min, max = @config.min_threads, @config.max_threads
       lines = ["Margay #{VERSION} (ruby #{RUBY_VERSION}-p#{RUBY_PATCHLEVEL}) pid #{Process.pid}",
                "* Environment: #{@config.environment}",
@@ -170,6 +170,7 @@ module Margay
       lines << "* Workers: #{@config.workers} (preload_app: #{@config.preload_app?})" if @config.workers.positive?
       lines << "* Pidfile: #{@config.pidfile}" if @config.pidfile
       lines.concat(addresses.map { |address| "* Listening on #{address}" })
+      lines.concat(health.map { |address| "* Health on #{address} (/livez, /readyz, /metrics)" })
       lines << "Use Ctrl-C to stop"
       @log.info(lines.join("\n"))
     end

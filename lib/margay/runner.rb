@@ -16,6 +16,11 @@ module Margay
 
     attr_reader :config, :listeners
 
+    # The health listeners (health_bind: the engine answers /livez, /readyz, /metrics), [] without.
+    def health_listeners
+      @health_listeners || []
+    end
+
     # The process title, like Puma's: "margay VERSION (BINDS) [TAG]"; the
     # tag defaults to the directory's name, as in Puma.
     def self.title(config, addresses)
@@ -27,16 +32,20 @@ module Margay
     # @param log [Log]
     # @param listeners [Array<Binder::Listener>, nil] already bound listeners
     #   (a cluster worker's, inherited from the master); nil: bind config.binds
-    def initialize(config, log:, listeners: nil)
+    # @param health_listeners [Array<Binder::Listener>, nil] already bound health
+    #   listeners (a cluster worker's); nil: bind config.health_bind
+    def initialize(config, log:, listeners: nil, health_listeners: nil)
       @config = config
       @log = log
       @listeners = listeners
+      @health_listeners = health_listeners
     end
 
-    # Open every listener in config.binds (or take over inherited ones) unless
-    # they are open already. Returns self.
+    # Open every listener in config.binds (or take over inherited ones) and the
+    # health listener, unless they are open already. Returns self.
     def bind
       @listeners ||= Binder.open(@config.binds, backlog: @config.backlog)
+      @health_listeners ||= bind_health
       self
     end
 
@@ -55,9 +64,25 @@ module Margay
     end
 
     # Replace this process (same pid) by the restart command, with the
-    # listeners inherited (Reexec.exec). Returns only when exec fails.
+    # listeners and the health listeners inherited (Reexec.exec). Returns only when exec fails.
     def reexec(argv, env: {}, fds: {})
-      Reexec.exec(@config, @listeners, argv, env: env, fds: fds)
+      health = health_listeners.reject { |l| l.io.closed? }
+      env = env.merge(Binder::INHERIT_HEALTH_ENV => (health.map { |l| "#{l.bind}=#{l.io.fileno}" }.join(",") unless health.empty?))
+      Reexec.exec(@config, @listeners, argv, env: env, fds: fds.merge(health.to_h { |l| [l.io.fileno, l.io.fileno] }))
+    end
+
+    private
+
+    # The health listeners of config.health_bind (those a hot restart handed over, else bound
+    # now); a warning when one listens beyond the host.
+    def bind_health
+      inherited = ENV.delete(Binder::INHERIT_HEALTH_ENV) # one no longer configured is closed
+      listeners = Binder.new([@config.health_bind].compact, backlog: @config.backlog, inherited: inherited).bind
+      listeners.reject { |l| l.unix || l.io.local_address.ipv4_loopback? || l.io.local_address.ipv6_loopback? }.each do |l|
+        @log.warn("health_bind #{l.url} is not a loopback address: /livez, /readyz and /metrics answer anyone " \
+                  "who can reach it (keep the port off public networks)")
+      end
+      listeners
     end
   end
 end

@@ -39,9 +39,11 @@ module Margay
     # @param idle_board [Array(Native::IdleBoard, Integer), nil] a cluster
     #   worker's board and slot: its waiting threads are counted there, and
     #   it balances load only when another worker has a thread free
+    # @param health_listeners [Array<Binder::Listener>, nil] a cluster worker's
+    #   health listeners, inherited from the master; nil: bind config.health_bind
     def initialize(app, config, log: Log.new(quiet: config.silent), listeners: nil, on_tick: nil, on_stuck: nil,
-                   idle_board: nil)
-      super(config, log: log, listeners: listeners)
+                   idle_board: nil, health_listeners: nil)
+      super(config, log: log, listeners: listeners, health_listeners: health_listeners)
       @idle_board = idle_board
       @app = app
       @owns_listeners = listeners.nil?
@@ -55,6 +57,7 @@ module Margay
       @stop_r, @stop_w = IO.pipe
       @started_at = nil
       @oob_lock = Mutex.new
+      @drain_until = nil
     end
 
     # Serve until #stop is called (or idle_timeout passed without a
@@ -66,7 +69,9 @@ module Margay
       @engine = Native::Engine.new(@config.to_h.values_at(*Native::Engine::SETTINGS),
                                    RequestHandler.env_template(@config))
       @listeners.each { |l| @engine.add_listener(l.io.fileno, l.unix, l.server_name, l.server_port) }
+      health_listeners.each { |l| @engine.add_health_listener(l.io.fileno) }
       @engine.publish_idle(*@idle_board) if @idle_board
+      @engine.drain if @drain_until # TERM came while booting
       fibers = fiber_mode?
       # Fiber mode: FiberDeadline (a waiting fiber by its scheduler's timer, a computing one by Thread#raise).
       deadline = ((fibers ? FiberDeadline : Deadline).new(@config.request_timeout, log: @log, on_stuck: @on_stuck) if @config.request_timeout)
@@ -79,10 +84,12 @@ module Margay
                              idle_timeout: @config.thread_idle_timeout, max_io: @config.max_io_threads, log: @log,
                              &work)
       io_bound&.pool = @pool
-      @supervisor = Supervisor.new(pool: @pool, engine: @engine, deadline: deadline, on_tick: @on_tick,
+      ticks = [@on_tick, metrics_publisher&.method(:tick)].compact
+      on_tick = ticks.size > 1 ? -> { ticks.each(&:call) } : ticks.first
+      @supervisor = Supervisor.new(pool: @pool, engine: @engine, deadline: deadline, on_tick: on_tick,
                                    watchdog: (Systemd.watchdog_interval if @owns_listeners),
                                    idle_timeout: (@config.idle_timeout if @owns_listeners), log: @log,
-                                   in_flight: in_flight)
+                                   in_flight: in_flight, due: -> { @drain_until && Clock.now >= @drain_until })
       @started_at = Clock.now
       @engine.start
       @pool.start
@@ -99,6 +106,17 @@ module Margay
       @stop_w.write_nonblock(".", exception: false)
       nil
     rescue IOError, Errno::EPIPE # stopped already: the read end is closed
+      nil
+    end
+
+    # Drain, then stop (trap-safe): not ready from now on (the health answers say 503), every
+    # response closes its connection, the listeners keep accepting and every request is served;
+    # after +seconds+ the graceful stop (#stop) begins.
+    def drain(seconds)
+      @drain_until = Clock.now + seconds
+      @engine&.drain
+      nil
+    rescue IOError # the engine is closed: the server has stopped
       nil
     end
 
@@ -181,6 +199,15 @@ module Margay
       end
     end
 
+    # GET /metrics on the health listener: this process's Metrics.snapshot, at most once a
+    # second, in a standalone server (a cluster's master publishes one for all its workers).
+    def metrics_publisher
+      return if !@owns_listeners || @idle_board || health_listeners.empty?
+
+      require_relative "metrics"
+      Metrics::Publisher.new(self) { |text| @engine.metrics_text = text }
+    end
+
     # sd_notify, from a standalone server only (a cluster's master speaks for its workers).
     def notify(state)
       Systemd.notify(state) if @owns_listeners
@@ -201,6 +228,7 @@ module Margay
         @pool.force_stop unless @pool.join(1)
       end
       @engine.close
+      health_listeners.each { |l| l.io.close unless l.io.closed? } if @close_listeners_on_stop
       @stop_r.close
       @stop_w.close
       nil

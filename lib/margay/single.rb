@@ -28,6 +28,7 @@ module Margay
       @server = nil
       @restart = nil
       @stop_requested = false
+      @draining = false
     end
 
     # Serve until TERM or INT. Yields the bound server before serving when a
@@ -65,7 +66,15 @@ module Margay
 
       @restart = true
       @server.keep_listeners_on_stop!
-      @server.stop
+      if @config.drain_delay.positive?
+        # unready and connection: close first, as before a stop: the balancer takes this
+        # instance out and its kept-alive connections close after a response, none cut while
+        # idle. A TERM meanwhile stops at once, as a second TERM does after a drain's.
+        @draining = true
+        @server.drain(@config.drain_delay)
+      else
+        @server.stop
+      end
       true
     end
 
@@ -139,7 +148,8 @@ module Margay
       phased = " (no phased restart in single mode: restarting)" if signal == "USR1"
       return say("SIG#{signal} ignored: no command line to re-execute") unless @restart_argv
 
-      say("SIG#{signal} received#{phased}: finishing requests in flight, then restarting in place")
+      drain = " draining for #{@config.drain_delay}s (not ready, connection: close)," if @config.drain_delay.positive?
+      say("SIG#{signal} received#{phased}:#{drain} finishing requests in flight, then restarting in place")
       restart
     end
 
@@ -150,8 +160,11 @@ module Margay
       Log.reopen_later(@config, @log, "")
     end
 
-    # Trap context: no mutexes. Server#stop is trap-safe; the log line is best effort.
+    # Trap context: no mutexes. Server#stop and #drain are trap-safe; the log line is best effort.
+    # TERM with drain_delay drains first (a second TERM, or INT, stops at once).
     def graceful_stop(signal)
+      return drain if signal == "TERM" && @config.drain_delay.positive? && !@draining && @server
+
       @stop_requested = true
       restarting = @restart
       @restart = false # a restart under way becomes a stop (as in a cluster)
@@ -161,6 +174,15 @@ module Margay
           "#{'; Ctrl-C again to force' if signal == 'INT'})")
       @server.close_listeners_on_stop! if restarting # they were to stay open for the new process
       @server.stop
+    end
+
+    def drain
+      @draining = @stop_requested = true
+      @server.close_listeners_on_stop! if @restart # they were to stay open for the new process
+      @restart = false
+      say("SIGTERM received: draining for #{@config.drain_delay}s (not ready, connection: close), then stopping " \
+          "gracefully; TERM again to stop now")
+      @server.drain(@config.drain_delay)
     end
 
     def force_exit

@@ -71,6 +71,13 @@ class CLITest < Minitest::Test
     assert cli("app.ru").rackup_given?
   end
 
+  def test_health_and_drain_flags
+    c = config("--health-bind", "tcp://127.0.0.1:9393", "--health-check-path", "/up", "--drain-delay", "5")
+    assert_equal ["tcp://127.0.0.1:9393", "/up", 5], [c.health_bind, c.health_check_path, c.drain_delay]
+    assert_equal 0.5, config("--drain-delay=0.5").drain_delay
+    assert_match(/invalid --drain-delay "-1"/, assert_usage_error("--drain-delay", "-1"))
+  end
+
   # Puma 8's flags set the same settings Puma's do.
   def test_puma_flags
     c = config("--control-url", "tcp://127.0.0.1:9293", "--control-token", "tok", "-S", "tmp/puma.state",

@@ -73,6 +73,25 @@ class ConfigurationTest < Minitest::Test
     assert_equal ["tmp_restart"], config.plugins
   end
 
+  def test_settings_behind_a_load_balancer_are_validated
+    {
+      { health_bind: "http://x" } => /invalid bind "http:\/\/x"/,
+      { health_bind: 9393 } => /health_bind must be tcp:\/\/HOST:PORT or unix:\/\/PATH/,
+      { health_check_path: "up" } => /health_check_path must be a path such as "\/up"/,
+      { health_check_path: "/up?x=1" } => /health_check_path must be a path/,
+      { health_check_path: "/#{'a' * 255}" } => /at most 255 bytes/,
+      { drain_delay: -1 } => /drain_delay must be a number of seconds >= 0/,
+      { drain_delay: "5" } => /drain_delay must be a number of seconds >= 0/,
+      { drain_delay: Float::INFINITY } => /drain_delay must be a number of seconds >= 0/
+    }.each do |settings, pattern|
+      error = assert_raises(Margay::ConfigError, settings.inspect) { Configuration.new(**settings) }
+      assert_match pattern, error.message
+    end
+    config = Configuration.new(health_bind: "tcp://127.0.0.1:9393", health_check_path: "/up", drain_delay: 2.5)
+    assert_equal ["tcp://127.0.0.1:9393", "/up", 2.5], [config.health_bind, config.health_check_path, config.drain_delay]
+    assert_equal [nil, nil, 0], Configuration.new.to_h.values_at(:health_bind, :health_check_path, :drain_delay)
+  end
+
   def test_mistakes_are_config_errors
     {
       { nope: 1 } => /unknown setting\(s\): nope/,

@@ -3,8 +3,8 @@
 require "test_helper"
 require "margay/runner"
 
-# What single and cluster mode share: the process title and the grace period
-# after a stop.
+# What single and cluster mode share: the process title, the grace period
+# after a stop, and the health listener's bind.
 class RunnerTest < Minitest::Test
   Runner = Margay::Runner
 
@@ -30,5 +30,18 @@ class RunnerTest < Minitest::Test
     assert_equal 5, Example.new(config(force_shutdown_after: 5), log: log).grace_period
     assert_equal 0, Example.new(config(force_shutdown_after: 0), log: log).grace_period
     assert_equal Float::INFINITY, Example.new(config(force_shutdown_after: -1), log: log).grace_period
+  end
+
+  # health_bind beyond loopback is said once at bind; on loopback (or a unix socket) nothing.
+  def test_a_health_listener_beyond_loopback_is_warned_about
+    [["tcp://0.0.0.0:0", 1], ["tcp://127.0.0.1:0", 0]].each do |url, warnings|
+      out = StringIO.new
+      runner = Example.new(config(binds: ["tcp://127.0.0.1:0"], health_bind: url), log: Margay::Log.new(out: out, err: out))
+      runner.bind
+      assert_equal 1, runner.health_listeners.size
+      assert_equal warnings, out.string.scan(/health_bind .* is not a loopback address/).size, out.string
+    ensure
+      (runner.listeners + runner.health_listeners).each { |l| l.io.close } if runner&.listeners
+    end
   end
 end

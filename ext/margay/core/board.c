@@ -60,3 +60,10 @@ int mg_board_handoff_quota(const mg_engine *e) {
   int gap = mine - fewest;
   return gap >= 4 && gap >= mine / 4 ? gap / 2 : 0;
 }
+
+int mg_board_any_ready(const mg_engine *e) {
+  if (!e->board_slots || atomic_load(mg_board_drain_flag(e->board_slots, e->board_n))) return 0;
+  for (int i = 0; i < e->board_n; i++)
+    if (atomic_load(mg_board_cell(e->board_slots, e->board_n, MG_BOARD_READY, i)) > 0) return 1;
+  return 0;
+}

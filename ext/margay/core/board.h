@@ -9,12 +9,23 @@
 #include <stdatomic.h>
 #include "core/engine.h"
 
-/* The board's rows of counters, one counter per worker index in each. */
-enum { MG_BOARD_WAITING, MG_BOARD_CONNS, MG_BOARD_ROWS };
+/* The board's rows of counters, one counter per worker index in each (READY: 1 while the
+ * worker's engine serves and neither drains nor stops), then one cell for the whole cluster:
+ * its drain flag, which the master sets. */
+enum { MG_BOARD_WAITING, MG_BOARD_CONNS, MG_BOARD_READY, MG_BOARD_ROWS };
+
+/* The ints a board of +n+ slots holds. */
+static inline size_t mg_board_cells(int n) { return (size_t)MG_BOARD_ROWS * (size_t)n + 1; }
 
 /* The counter of worker +i+ in +row+ on a board of +n+ slots (the one place
- * that knows the layout: row after row). */
+ * that knows the layout: row after row, then the drain flag). */
 static inline _Atomic int *mg_board_cell(_Atomic int *slots, int n, int row, int i) { return &slots[row * n + i]; }
+static inline _Atomic int *mg_board_drain_flag(_Atomic int *slots, int n) { return &slots[MG_BOARD_ROWS * n]; }
+
+/* Set this worker's READY cell (nothing without a board). */
+static inline void mg_board_ready(mg_engine *e, int ready) {
+  if (e->board_slots) atomic_store(mg_board_cell(e->board_slots, e->board_n, MG_BOARD_READY, e->board_index), ready);
+}
 
 /* Add +delta+ to this worker's counter in +row+ (nothing without a board). */
 static inline void mg_board_count(mg_engine *e, int row, int delta) {
@@ -30,5 +41,7 @@ static inline int mg_board_others_idle(const mg_engine *e) { return mg_board_oth
 int mg_board_accept_share(const mg_engine *e, int queued);
 /* How many idle connections this worker should hand to less loaded ones (0 without a board). */
 int mg_board_handoff_quota(const mg_engine *e);
+/* Whether some worker's READY cell is set and the cluster does not drain. */
+int mg_board_any_ready(const mg_engine *e);
 
 #endif

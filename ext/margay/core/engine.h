@@ -28,7 +28,7 @@
   X(max_chunk_extensions) X(header_timeout) X(body_timeout) X(keepalive_timeout) X(write_timeout) \
   X(max_keepalive_requests) X(response_buffer_limit) X(max_connections) X(tmpdir) X(event_backend) \
   X(supported_http_methods) X(remote_address) X(remote_address_header) X(proxy_protocol)           \
-  X(queue_timeout) X(queue_time_header)
+  X(health_check_path) X(queue_timeout) X(queue_time_header)
 #define MG_SETTING_INDEX(name) MG_SET_##name,
 enum mg_setting { MG_ENGINE_SETTINGS(MG_SETTING_INDEX) MG_SETTINGS_COUNT };
 #undef MG_SETTING_INDEX
@@ -48,6 +48,7 @@ typedef struct {
   int proxy_protocol;         /* 1: each connection starts with a PROXY v1 line (http/proxy.h) */
   char remote_value[256];     /* REMOTE_ADDR of every request when not "" (remote_address) */
   char remote_header[256];    /* REMOTE_ADDR from this field when not "": lowercase, '_' as '-' */
+  char health_path[256];      /* health_check_path: the engine answers GET/HEAD of it; "": off */
   int64_t queue_timeout_ns;   /* shed a request complete longer ago than this when taken; 0: never */
   int queue_time_header;      /* add X-Request-Start (the arrival) to an env without one */
 } mg_settings;
@@ -58,6 +59,9 @@ typedef struct {
 } mg_listener;
 
 #define MG_MAX_LISTENERS 16
+#define MG_MAX_HEALTH_LISTENERS 4
+
+struct mg_text;
 
 struct mg_conn;
 
@@ -116,6 +120,17 @@ typedef struct mg_engine {
   int stash_head, stash_len;   /* under stash_lock */
   int stash_reserved;          /* room promised to waits under way, under stash_lock */
   _Atomic int watcher;         /* the standby that ticks (core/loop.c), changed under standby_lock */
+  /* Health (core/health.h): readiness is started, not draining and not stopping (in a
+   * cluster, the board's view); the health listeners are served by their own thread. */
+  _Atomic int started;         /* Engine#start was called */
+  _Atomic int draining;        /* Engine#drain: not ready, every response closes its connection */
+  int health_fds[MG_MAX_HEALTH_LISTENERS];
+  int nhealth;
+  int health_running;          /* the health thread runs (joined by mg_health_stop) */
+  pthread_t health_thread;
+  mg_wake health_wake;         /* tells the health thread to end */
+  _Atomic(struct mg_text *) metrics; /* what GET /metrics answers (NULL: 404) */
+  struct mg_text *own_metrics; /* this engine's own text (single mode), unmapped at close */
 } mg_engine;
 
 /* Event data: the wake fd, a listener (its index in the low bits), or a connection

@@ -9,6 +9,7 @@
 #include "core/loop.h"
 #include "core/accept.h"
 #include "core/board.h"
+#include "core/health.h"
 #include "core/input.h"
 #include "core/sweep.h"
 #include <unistd.h>
@@ -77,6 +78,23 @@ static int abandoned(const mg_conn *c, uint32_t events, int fresh) {
   return fresh && !c->pipelines && (events & MG_EV_HUP) && c->btotal == 0 && c->rlen == c->req.head_len;
 }
 
+/* health_check_path: a GET or HEAD of it is answered here, never handed to the app nor counted
+ * in its requests. Returns 1 when +c+ (a complete request) was such a probe: answered, and then
+ * either with the loop again or holding its next pipelined request (*again). */
+static int answer_probe(mg_engine *e, mg_conn *c, int *again) {
+  const mg_request *r = &c->req;
+  *again = 0;
+  if (!mg_health_is_probe(e, c->rbuf + r->method.off, r->method.len, c->rbuf + r->path.off, r->path.len)) return 0;
+  atomic_fetch_sub(&e->requests, 1);
+  c->keep_alive = c->keep_alive && !mg_health_closing(e) && c->requests + 1 < e->cfg.max_keepalive_requests;
+  char buf[512];
+  size_t n = mg_health_probe_answer(buf, sizeof buf, mg_health_ready(e), c->head_request, c->keep_alive, c->minor);
+  mg_input_consume_head(c);
+  mg_out_queue(&c->out, buf, n);
+  *again = mg_conn_complete(e, c) && mg_input_continue(e, c);
+  return 1;
+}
+
 int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out) {
   if (ev->data & MG_DATA_WAKE) {
     mg_wake_drain(&e->wake);
@@ -105,6 +123,11 @@ int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out) {
     atomic_fetch_sub(&e->requests, 1); /* counted when its head completed; it never ran */
     mg_conn_close(e, c);
     return 0;
+  }
+  if (e->cfg.health_path[0]) {
+    int again;
+    while (answer_probe(e, c, &again))
+      if (!again) return 0;
   }
   if (!mg_timing_admit(e, c)) return 0;
   begin_turn(c);

@@ -48,8 +48,8 @@ static VALUE engine_saturated_ms(VALUE self) {
 }
 
 /* Engine#publish_idle(board, index): count this engine's waiting threads and
- * connections into slot +index+ of the cluster's IdleBoard (ruby/board.c).
- * Call before #start. */
+ * connections into slot +index+ of the cluster's IdleBoard (ruby/board.c), and its readiness;
+ * from now on its health answers are the cluster's (core/health.h). Call before #start. */
 static VALUE engine_publish_idle(VALUE self, VALUE board, VALUE index) {
   mg_rb_engine *rb = mg_rb_engine_get(self);
   mg_engine *e = &rb->core;
@@ -58,6 +58,8 @@ static VALUE engine_publish_idle(VALUE self, VALUE board, VALUE index) {
   if (!slots || i < 0 || i >= n) rb_raise(rb_eIndexError, "no slot %d on the board", i);
   atomic_store(mg_board_cell(slots, n, MG_BOARD_WAITING, i), atomic_load(&e->idle_waiters));
   atomic_store(mg_board_cell(slots, n, MG_BOARD_CONNS, i), atomic_load(&e->nconns));
+  atomic_store(mg_board_cell(slots, n, MG_BOARD_READY, i), 0); /* ready once #start is called */
+  atomic_store(&e->metrics, mg_board_metrics(board));
   rb->board = board; /* marked with the engine */
   e->board_n = n;
   e->board_index = i;

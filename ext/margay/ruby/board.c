@@ -11,11 +11,13 @@
  */
 #include "ruby/board.h"
 #include "core/board.h"
+#include "core/health.h"
 #include <sys/mman.h>
 
 typedef struct {
   _Atomic int *slots;
   int n;
+  mg_text *metrics; /* the cluster's metrics text (core/health.h), shared like the counters */
 } mg_board;
 
 static void board_free(void *p) {
@@ -51,8 +53,10 @@ static VALUE board_initialize(VALUE self, VALUE nv) {
   mg_board *b = board_get(self);
   int n = NUM2INT(nv);
   if (n <= 0 || n > 4096) rb_raise(rb_eArgError, "slots must be 1..4096");
-  void *mem = mmap(NULL, MG_BOARD_ROWS * (size_t)n * sizeof(_Atomic int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void *mem = mmap(NULL, mg_board_cells(n) * sizeof(_Atomic int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) rb_sys_fail("Margay::Native::IdleBoard#initialize: mmap");
+  b->metrics = mg_text_map();
+  if (!b->metrics) rb_sys_fail("Margay::Native::IdleBoard#initialize: mmap");
   b->slots = mem;
   b->n = n;
   return self;
@@ -84,8 +88,39 @@ static VALUE board_clear(VALUE self, VALUE iv) {
   int i = slot_index(b, iv);
   atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_WAITING, i), 0);
   atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_CONNS, i), 0);
+  atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_READY, i), 0);
   return Qnil;
 }
+
+/* #ready?(index): that worker's engine serves, neither draining nor stopping. */
+static VALUE board_ready_p(VALUE self, VALUE iv) { return NUM2INT(board_read(self, iv, MG_BOARD_READY)) > 0 ? Qtrue : Qfalse; }
+
+/* #drain!: the whole cluster drains: no worker is ready, every response closes its connection
+ * (each worker's engine reads the flag). Trap-safe. */
+static VALUE board_drain(VALUE self) {
+  mg_board *b = board_get(self);
+  atomic_store(mg_board_drain_flag(b->slots, b->n), 1);
+  return Qnil;
+}
+
+/* #draining?: #drain! was called. */
+static VALUE board_draining_p(VALUE self) {
+  mg_board *b = board_get(self);
+  return atomic_load(mg_board_drain_flag(b->slots, b->n)) ? Qtrue : Qfalse;
+}
+
+/* #metrics_text=(text): what GET /metrics on the cluster's health listener answers from now on
+ * (any worker answers it; at most 4 MiB). */
+static VALUE board_set_metrics_text(VALUE self, VALUE text) {
+  mg_board *b = board_get(self);
+  StringValue(text);
+  if (mg_text_set(b->metrics, RSTRING_PTR(text), (size_t)RSTRING_LEN(text)) != 0)
+    rb_raise(rb_eArgError, "metrics text: at most %u bytes", MG_TEXT_CAP);
+  return text;
+}
+
+/* The board's metrics text. */
+mg_text *mg_board_metrics(VALUE board) { return board_get(board)->metrics; }
 
 /* The board's counters and their number (*n), or NULL when it has none. */
 _Atomic int *mg_board_slots(VALUE board, int *n) {
@@ -102,4 +137,8 @@ void mg_board_init(VALUE mNative) {
   rb_define_method(c, "[]", board_aref, 1);
   rb_define_method(c, "connections", board_connections, 1);
   rb_define_method(c, "clear", board_clear, 1);
+  rb_define_method(c, "ready?", board_ready_p, 1);
+  rb_define_method(c, "drain!", board_drain, 0);
+  rb_define_method(c, "draining?", board_draining_p, 0);
+  rb_define_method(c, "metrics_text=", board_set_metrics_text, 1);
 }

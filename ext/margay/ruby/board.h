@@ -10,5 +10,7 @@ void mg_board_init(VALUE mNative);
 /* The board's counters and their number of slots (*n), or NULL when it has none. Raises
  * TypeError unless +board+ is an IdleBoard. */
 _Atomic int *mg_board_slots(VALUE board, int *n);
+/* The board's metrics text (core/health.h). */
+struct mg_text *mg_board_metrics(VALUE board);
 
 #endif

@@ -11,6 +11,8 @@
 #include "ruby/engine.h"
 #include "ruby/request.h"
 #include "ruby/settings.h"
+#include "core/board.h"
+#include "core/health.h"
 #include "core/listeners.h"
 #include <fcntl.h>
 #include <math.h>
@@ -20,8 +22,12 @@ VALUE mg_eClientGone, mg_eInvalidResponse;
 static void engine_release(mg_engine *e) {
   if (e->closed) return;
   e->closed = 1;
+  mg_health_stop(e);
+  mg_board_ready(e, 0);
   mg_conn_close_all(e);
   mg_engine_close(e);
+  atomic_store(&e->metrics, NULL);
+  if (e->own_metrics) { mg_text_unmap(e->own_metrics); e->own_metrics = NULL; }
 }
 
 static void engine_free(void *p) {
@@ -58,6 +64,7 @@ static VALUE engine_alloc(VALUE klass) {
   mg_rb_engine *rb;
   VALUE obj = TypedData_Make_Struct(klass, mg_rb_engine, &engine_type, rb);
   rb->core.wake = MG_WAKE_NONE;
+  rb->core.health_wake = MG_WAKE_NONE;
   rb->env_template = Qnil;
   rb->board = Qnil;
   rb->core.closed = 1; /* until initialize succeeds */
@@ -109,10 +116,58 @@ static VALUE engine_add_listener(VALUE self, VALUE fd, VALUE is_unix, VALUE name
   return INT2FIX(e->nlisteners++);
 }
 
-/* Engine#start: begin accepting on every listener. */
-static VALUE engine_start(VALUE self) {
-  if (mg_listeners_start(mg_rb_engine_core(self)) != 0) rb_sys_fail("Margay::Native::Engine#start: arm listener");
+/* Engine#add_health_listener(fd): a listener the engine's health thread serves (GET /livez,
+ * /readyz, /metrics; core/health.c), from #start until #close. Ruby keeps owning the fd. */
+static VALUE engine_add_health_listener(VALUE self, VALUE fd) {
+  mg_engine *e = mg_rb_engine_core(self);
+  if (e->nhealth >= MG_MAX_HEALTH_LISTENERS) rb_raise(rb_eArgError, "at most %d health listeners", MG_MAX_HEALTH_LISTENERS);
+  if (e->health_running) rb_raise(rb_eArgError, "add health listeners before #start");
+  int f = NUM2INT(fd);
+  int flags = fcntl(f, F_GETFL);
+  if (flags < 0 || fcntl(f, F_SETFL, flags | O_NONBLOCK) != 0) rb_sys_fail("Margay::Native::Engine#add_health_listener: fcntl");
+  e->health_fds[e->nhealth++] = f;
   return self;
+}
+
+/* Engine#start: begin accepting on every listener; ready from now on (until #drain or #stop). */
+static VALUE engine_start(VALUE self) {
+  mg_engine *e = mg_rb_engine_core(self);
+  if (mg_listeners_start(e) != 0) rb_sys_fail("Margay::Native::Engine#start: arm listener");
+  if (mg_health_start(e) != 0) rb_sys_fail("Margay::Native::Engine#start: health thread");
+  atomic_store(&e->started, 1);
+  if (!atomic_load(&e->draining) && !atomic_load(&e->stopping)) mg_board_ready(e, 1);
+  return self;
+}
+
+/* Engine#drain: not ready from now on (the health answers say 503), and every response closes
+ * its connection; the listeners keep accepting and every request is served. Trap-safe. */
+static VALUE engine_drain(VALUE self) {
+  mg_engine *e = mg_rb_engine_core(self);
+  atomic_store(&e->draining, 1);
+  mg_board_ready(e, 0);
+  return Qnil;
+}
+
+/* Engine#draining?: #drain was called, or the cluster drains (the board's flag). */
+static VALUE engine_draining_p(VALUE self) {
+  mg_engine *e = mg_rb_engine_core(self);
+  return atomic_load(&e->draining) || (e->board_slots && atomic_load(mg_board_drain_flag(e->board_slots, e->board_n))) ? Qtrue : Qfalse;
+}
+
+/* Engine#metrics_text=(text): what GET /metrics on the health listener answers from now on (a
+ * copy; at most 4 MiB). A cluster worker's engine writes the board's shared text. */
+static VALUE engine_set_metrics_text(VALUE self, VALUE text) {
+  mg_engine *e = mg_rb_engine_core(self);
+  StringValue(text);
+  mg_text *t = atomic_load(&e->metrics);
+  if (!t) {
+    if (!(t = mg_text_map())) rb_sys_fail("Margay::Native::Engine#metrics_text=: mmap");
+    e->own_metrics = t;
+    atomic_store(&e->metrics, t);
+  }
+  if (mg_text_set(t, RSTRING_PTR(text), (size_t)RSTRING_LEN(text)) != 0)
+    rb_raise(rb_eArgError, "metrics text: at most %u bytes", MG_TEXT_CAP);
+  return text;
 }
 
 /* Engine#stop(force = false): stop accepting; idle connections close at once,
@@ -126,6 +181,7 @@ static VALUE engine_stop(int argc, VALUE *argv, VALUE self) {
   int was = atomic_load(&e->stopping);
   if (was < level) atomic_store(&e->stopping, level);
   if (was == MG_RUNNING) mg_listeners_stop(e); /* later calls: the listeners may be closed (and their numbers reused) */
+  mg_board_ready(e, 0);
   atomic_store(&e->next_sweep_ms, 0);
   mg_engine_wake(e);
   return Qnil;
@@ -151,9 +207,10 @@ static VALUE histogram_hash(mg_histogram *hist) {
 }
 
 /* Engine#stats -> {connections:, waiting_threads:, requests:, abandoned:, max_connections:,
- * event_backend:, polling:, standing_by:, shed:, queue_time_seconds:, request_duration_seconds:}
- * (requests: heads read, less the abandoned and the shed; shed: answered 503 for waiting over
- * queue_timeout; the two histograms: histogram_hash; abandoned:
+ * event_backend:, polling:, standing_by:, ready:, shed:, queue_time_seconds:,
+ * request_duration_seconds:} (requests: heads read, less the abandoned, the shed and the
+ * health_check_path probes; ready: what /readyz answers, core/health.h; shed: answered 503 for
+ * waiting over queue_timeout; the two histograms: histogram_hash; abandoned:
  * requests not run because their client had closed its side first; polling and standing_by: of
  * the waiting threads, the one blocked in the event set and those standing by, core/loop.c) */
 static VALUE engine_stats(VALUE self) {
@@ -173,6 +230,7 @@ static VALUE engine_stats(VALUE self) {
   int standbys = e->standbys;
   pthread_mutex_unlock(&e->standby_lock);
   rb_hash_aset(h, ID2SYM(rb_intern("standing_by")), INT2NUM(standbys));
+  rb_hash_aset(h, ID2SYM(rb_intern("ready")), mg_health_ready(e) ? Qtrue : Qfalse);
   return h;
 }
 
@@ -199,7 +257,11 @@ VALUE mg_engine_init(VALUE mMargay, VALUE mNative) {
   mg_settings_init(cEngine);
   rb_define_method(cEngine, "initialize", engine_initialize, 2);
   rb_define_method(cEngine, "add_listener", engine_add_listener, 4);
+  rb_define_method(cEngine, "add_health_listener", engine_add_health_listener, 1);
   rb_define_method(cEngine, "start", engine_start, 0);
+  rb_define_method(cEngine, "drain", engine_drain, 0);
+  rb_define_method(cEngine, "draining?", engine_draining_p, 0);
+  rb_define_method(cEngine, "metrics_text=", engine_set_metrics_text, 1);
   rb_define_method(cEngine, "stop", engine_stop, -1);
   rb_define_method(cEngine, "stopping?", engine_stopping_p, 0);
   rb_define_method(cEngine, "stats", engine_stats, 0);

@@ -3,6 +3,7 @@
  * Runs with the GVL: it reads Ruby objects (and header values' to_s may run app code).
  */
 #include "ruby/head.h"
+#include "core/health.h"
 #include "http/bytes.h"
 #include "http/status.h"
 #include "ruby/engine.h"
@@ -184,7 +185,7 @@ void mg_rb_head_finish(mg_engine *e, mg_head *h, mg_conn *c, int status, int64_t
   }
   int framed = mg_bodyless(status) || c->head_request || h->resp_chunked || h->has_te ||
                h->content_length >= 0 || body_len >= 0;
-  int keep = c->keep_alive && !h->app_close && framed && !atomic_load(&e->stopping) &&
+  int keep = c->keep_alive && !h->app_close && framed && !mg_health_closing(e) &&
              c->requests + 1 < e->cfg.max_keepalive_requests && status != 101;
   c->keep_alive = keep;
   if (status != 101) {

@@ -23,7 +23,7 @@ static void mg_rb_copy_setting(char *out, size_t cap, VALUE v, const char *what)
 
 /* The wire's rules and REMOTE_ADDR's source: supported_http_methods (:any or Strings),
  * remote_address (:socket, :localhost or a String), remote_address_header (nil or a field name),
- * proxy_protocol (nil or :v1). */
+ * proxy_protocol (nil or :v1); health_check_path (nil or a path the engine answers itself). */
 static void mg_rb_wire_settings(mg_settings *s, VALUE values) {
   VALUE m = setting(values, MG_SET_supported_http_methods);
   s->methods[0] = '\0';
@@ -56,6 +56,9 @@ static void mg_rb_wire_settings(mg_settings *s, VALUE values) {
   if (!NIL_P(pp) && !(SYMBOL_P(pp) && SYM2ID(pp) == rb_intern("v1")))
     rb_raise(rb_eArgError, "proxy_protocol: nil or :v1");
   s->proxy_protocol = !NIL_P(pp);
+  VALUE hp = setting(values, MG_SET_health_check_path);
+  s->health_path[0] = '\0';
+  if (!NIL_P(hp)) mg_rb_copy_setting(s->health_path, sizeof s->health_path, hp, "health_check_path");
 }
 
 /* queue_timeout (nil: off, else positive seconds) and queue_time_header (true or false). */

@@ -40,6 +40,7 @@ module Margay
       READ_SIZE = 65_536
       MAX_FRAME = 2048
       BECOME_MOLD = "mold"
+      DRAIN = "drain"
       SERVE = "serve"
       FORK = "fork "
       FORK_LINE = /\A#{FORK}(\d+)/
@@ -126,10 +127,18 @@ module Margay
         @ctl.write("#{BECOME_MOLD}\n")
       end
 
-      # Worker: whether the master asked it to become the mold (never blocks).
-      def asked_to_become_mold?
+      # Master: ask the worker to drain, then stop (it is replaced: drain_delay).
+      def ask_to_drain
+        @ctl.write("#{DRAIN}\n")
+      end
+
+      # Worker: what the master asked since the last look (never blocks): :mold (stop serving
+      # and become the mold), :drain (drain, then stop).
+      def asked
         command = @ctl.read_nonblock(64, exception: false)
-        command.is_a?(String) && command.include?(BECOME_MOLD)
+        return [] unless command.is_a?(String)
+
+        { BECOME_MOLD => :mold, DRAIN => :drain }.filter_map { |word, ask| ask if command.include?(word) }
       end
 
       # Master: order the mold to fork worker +index+.

@@ -23,11 +23,14 @@ module Margay
       # @param app [#call, nil] the app, when the master preloaded it
       # @param app_loader [#call] loads the app in each new worker otherwise
       # @param forwarder [Balancer::Forwarder] its held connections are the master's alone
-      def initialize(config:, log:, listeners:, roster:, signals:, board:, app:, app_loader:, forwarder:)
+      # @param health_listeners [Array<Binder::Listener>] the master's health listeners, inherited too
+      def initialize(config:, log:, listeners:, roster:, signals:, board:, app:, app_loader:, forwarder:,
+                     health_listeners: [])
         @forwarder = forwarder
         @config = config
         @log = log
         @listeners = listeners
+        @health_listeners = health_listeners
         @roster = roster
         @signals = signals
         @board = board
@@ -86,7 +89,7 @@ module Margay
         @forwarder.close_held # a copy here would keep those sockets open after their worker closed them
         @signals.in_worker(mark)
         Worker.new(index: index, app: @app, app_loader: @app_loader, config: @config, log: @log, listeners: @listeners,
-                   board: @board, channel: channel).run
+                   health_listeners: @health_listeners, board: @board, channel: channel).run
       rescue Exception => e # rubocop:disable Lint/RescueException -- a child must never return into the master's code
         @log.exception(e.cause || e, "worker #{index} failed to boot")
         exit!(1)

@@ -36,14 +36,16 @@ module Margay
       # @param resumed [Boolean] the mold serving again (Puma's worker 0 after
       #   a refork): before_worker_boot ran in this process already
       # @param hook_data [Hash] the per-key hook data of this process so far
+      # @param health_listeners [Array<Binder::Listener>] the master's health listeners, inherited
       def initialize(index:, app:, config:, log:, listeners:, channel:, board: nil, app_loader: nil, resumed: false,
-                     hook_data: {})
+                     hook_data: {}, health_listeners: [])
         @index = index
         @app = app
         @app_loader = app_loader
         @config = config
         @log = log
         @listeners = listeners
+        @health_listeners = health_listeners
         @channel = channel
         @board = board
         @server = nil
@@ -68,7 +70,8 @@ module Margay
         @app ||= @app_loader.call
         idle_board = [@board, @index] if @board && @index < @board.size
         @server = Server.new(@app, @config, log: @log, listeners: @listeners, on_tick: method(:tick),
-                                            on_stuck: -> { @server.stop }, idle_board: idle_board)
+                                            on_stuck: -> { @server.stop }, idle_board: idle_board,
+                                            health_listeners: @health_listeners)
         @balancer = Balancer.new(server: @server, channel: @channel, log: @log, index: @index)
         Stats.source = Stats::WorkerSource.new(@server, @config.max_threads) # Margay.stats_hash here
         Signals::STOP.each { |sig| trap(sig) { terminate } }
@@ -131,6 +134,14 @@ module Margay
         @server.stop
       end
 
+      # The master replaces this worker (drain_delay): unready, every response closes its
+      # connection, the listeners stay with the others; after drain_delay the graceful stop.
+      def drain
+        @terminating = true
+        @server.close_listeners_on_stop!
+        @server.drain(@config.drain_delay)
+      end
+
       # From the server's supervisor, about every 5 ms.
       def tick
         now = Clock.now
@@ -139,7 +150,9 @@ module Margay
           @last_beat = now
           report_refork_due
         end
-        if @channel.asked_to_become_mold?
+        asked = @channel.asked
+        drain if asked.include?(:drain)
+        if asked.include?(:mold)
           @mold_requested = true # before balancing: a mold-to-be takes no more hand-overs
           return @server.stop
         end
@@ -200,10 +213,10 @@ module Margay
                         hook_data: @hook_data)
         mold.run do |index, channel|
           Worker.new(index: index, app: @app, config: @config, log: @log, listeners: @listeners, channel: channel,
-                     board: @board).run
+                     board: @board, health_listeners: @health_listeners).run
         end
         Worker.new(index: @index, app: @app, config: @config, log: @log, listeners: @listeners, channel: @channel,
-                   board: @board, resumed: true, hook_data: @hook_data).run
+                   board: @board, resumed: true, hook_data: @hook_data, health_listeners: @health_listeners).run
       end
     end
   end

@@ -12,6 +12,8 @@ module Margay
   class Binder
     # "bind-url=fd,bind-url=fd": listeners a re-executed master inherits.
     INHERIT_ENV = "MARGAY_INHERIT_FDS"
+    # "bind-url=fd": the health listener (health_bind) a re-executed process inherits.
+    INHERIT_HEALTH_ENV = "MARGAY_INHERIT_HEALTH_FDS"
     # "fd:k,fd:n": client connections a re-executed cluster master inherits
     # (held for its workers during the hot restart; Cluster::Balancer::Forwarder).
     INHERIT_CONNECTIONS_ENV = "MARGAY_INHERIT_CONNECTIONS"

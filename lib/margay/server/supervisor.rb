@@ -32,9 +32,11 @@ module Margay
       # @param in_flight [FiberLoop::InFlight, nil] fiber mode: no growth while it has no room
       #   (the threads are not saturated, the cap is: another thread would take nothing)
       # @param clock [#now, #cpu, #run_delay] Margay::Clock (a test gives its own)
+      # @param due [#call, nil] return once it answers true (a drain's end)
       def initialize(pool:, engine:, deadline: nil, on_tick: nil, watchdog: nil, idle_timeout: nil, log: nil,
-                     in_flight: nil, clock: Clock)
+                     in_flight: nil, clock: Clock, due: nil)
         @clock = clock
+        @due = due
         @pool = pool
         @in_flight = in_flight
         @engine = engine
@@ -59,7 +61,7 @@ module Margay
       end
 
       # Tick until +stop+ (an IO) becomes readable, idle_timeout passed
-      # without a request, or the main thread is interrupted (Ctrl-C outside a trap).
+      # without a request, +due+ says so, or the main thread is interrupted (Ctrl-C outside a trap).
       def run(stop)
         @cpu = @clock.cpu
         @wall = @clock.now
@@ -67,7 +69,7 @@ module Margay
         @active_at = @wall
         until stop.wait_readable(INTERVAL)
           tick
-          break if guarded { idle_too_long? }
+          break if guarded { idle_too_long? } || @due&.call
         end
       rescue Interrupt
         nil

@@ -38,11 +38,14 @@ class ChannelTest < Minitest::Test
     assert_raises(Errno::EPIPE) { @worker.report(:alive) }
   end
 
-  def test_become_the_mold
-    refute @worker.asked_to_become_mold?
+  def test_become_the_mold_and_drain
+    assert_empty @worker.asked
     @master.ask_to_become_mold
-    assert @worker.asked_to_become_mold?
-    refute @worker.asked_to_become_mold?, "asked once"
+    assert_equal [:mold], @worker.asked
+    assert_empty @worker.asked, "asked once"
+    @master.ask_to_drain
+    @master.ask_to_become_mold
+    assert_equal %i[mold drain], @worker.asked
   end
 
   def test_fork_orders
