@@ -197,6 +197,15 @@ module Margay
         setting(:idle_timeout, seconds)
       end
       o.on("--tag NAME", "Extra text in the process title") { |v| setting(:tag, v) }
+      o.on("--queue-timeout SECONDS", "503 (retry-after: 1) for a request that waited longer for a thread") do |v|
+        seconds = Float(v) if v.match?(/\A\d+(\.\d+)?\z/)
+        raise UsageError, "invalid --queue-timeout #{v.inspect}: a positive number of seconds" unless seconds&.positive?
+
+        setting(:queue_timeout, seconds)
+      end
+      o.on("--queue-time-header", "Add X-Request-Start: t=<arrival> to requests without one") do
+        setting(:queue_time_header, true)
+      end
     end
 
     def output_flags(o)

@@ -98,6 +98,8 @@ module Margay
       remote_address: :socket,        # REMOTE_ADDR: :socket, :localhost, or a fixed String
       remote_address_header: nil,     # REMOTE_ADDR from this request header (e.g. "X-Forwarded-For")
       proxy_protocol: nil,            # :v1: each connection starts with a PROXY v1 line
+      queue_timeout: nil,             # seconds a complete request may wait for a thread: then 503 (nil: off)
+      queue_time_header: false,       # add X-Request-Start: t=<arrival> to a request without one
       idle_timeout: nil,              # stop after this many seconds without a request (nil: never)
       # Behind a load balancer (docs/OPERATIONS.md):
       health_bind: nil,               # the engine's health listener (/livez, /readyz, /metrics), "tcp://HOST:PORT" (nil: off)
@@ -234,7 +236,7 @@ module Margay
       out_of_band_gc: "a positive number of requests"
     }.freeze
     BOOLEANS = %i[quiet log_requests silent balance_keepalive redirect_append
-                  compact_before_fork].freeze
+                  compact_before_fork queue_time_header].freeze
     # Strings or nil.
     STRINGS = %i[pidfile state_path redirect_stdout redirect_stderr tag directory restart_command
                  control_token remote_address_header].freeze
@@ -263,6 +265,9 @@ module Margay
       end
       unless request_timeout.nil? || (request_timeout.is_a?(Numeric) && request_timeout.positive?)
         invalid(:request_timeout, "request_timeout must be a positive number of seconds or nil")
+      end
+      unless queue_timeout.nil? || (queue_timeout.is_a?(Numeric) && queue_timeout.positive? && queue_timeout.finite?)
+        invalid(:queue_timeout, "queue_timeout must be a positive number of seconds or nil, got #{queue_timeout.inspect}")
       end
       OPTIONAL_POSITIVE_INTEGERS.each do |key, what|
         value = public_send(key)

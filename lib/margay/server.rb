@@ -137,14 +137,18 @@ module Margay
     # (its ServerPluginControl).
     ThreadControl = Struct.new(:min_threads, :max_threads)
 
-    # Live counters for the demo app and monitoring.
-    def stats
+    # Live counters for the demo app and monitoring. +backlog+: count the
+    # requests waiting for a thread (a look at every connection while all
+    # threads are busy: for the stats, not for every tick).
+    def stats(backlog: true)
       base = { requests: 0, connections: 0, threads: 0, busy_threads: 0, errors: @counters[:errors],
                busy_ms: @supervisor ? @supervisor.busy_ms : 0 }
       return base unless @engine && @pool
 
       engine = @engine.stats
-      base.merge(requests: engine[:requests], abandoned: engine[:abandoned], connections: engine[:connections],
+      base.merge(requests: engine[:requests], abandoned: engine[:abandoned], shed: engine[:shed],
+                 backlog: backlog ? @engine.backlog : 0, queue_time_seconds: engine[:queue_time_seconds],
+                 request_duration_seconds: engine[:request_duration_seconds], connections: engine[:connections],
                  threads: @pool.size, busy_threads: @pool.busy, event_backend: engine[:event_backend],
                  max_connections: engine[:max_connections], uptime: (Clock.now - @started_at).round(1))
     rescue IOError

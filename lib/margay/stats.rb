@@ -13,9 +13,8 @@ module Margay
   #             worker_status: [{started_at, pid, index, phase, booted,
   #             last_checkin, last_status: {the COUNTERS}}], versions}
   #
-  # Every key Puma 8 answers is there. backlog and backlog_max are 0:
-  # requests a thread has not claimed yet wait in the engine, which does not
-  # count them apart from the connections; io_threads is 0 (the pool counts
+  # Every key Puma 8 answers is there. backlog: the requests accepted that
+  # wait for a thread (Engine#backlog); backlog_max is 0; io_threads is 0 (the pool counts
   # the threads marked I/O-bound for its growth only, and Server#stats does
   # not pass that count on); reactor_max is the connections the engine holds
   # now (docs/CONTROL.md).
@@ -25,10 +24,21 @@ module Margay
                   reactor_max].freeze
     # Margay's own counters of a serving process, beyond Puma's: requests
     # whose app failed (errors), requests not run because their client had
-    # gone (abandoned), the thread-milliseconds its threads spent on
-    # requests (busy_ms). Not in Puma's stats keys; Metrics renders them,
+    # gone (abandoned), the thread-milliseconds its threads spent on requests
+    # (busy_ms), requests answered 503 for waiting over queue_timeout (shed). Not in Puma's stats keys; Metrics renders them,
     # and a cluster worker's travel in its status frame.
-    OWN_COUNTERS = %i[errors abandoned busy_ms].freeze
+    OWN_COUNTERS = %i[errors abandoned busy_ms shed].freeze
+    # A serving process's histograms (Server#stats: {buckets: {le => cumulative count, ...,
+    # Float::INFINITY => count}, sum: seconds, count:}) and their bucket bounds, the engine's
+    # (OpenTelemetry's default HTTP buckets).
+    HISTOGRAMS = %i[queue_time_seconds request_duration_seconds].freeze
+    HISTOGRAM_BOUNDS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                        Float::INFINITY].freeze
+    # The HISTOGRAMS as integers, for a cluster worker's status frame: per histogram, each
+    # bound's cumulative count (name_b0 ...), then the sum in microseconds (name_sum_us).
+    HISTOGRAM_KEYS = HISTOGRAMS.flat_map do |name|
+      Array.new(HISTOGRAM_BOUNDS.size) { |i| :"#{name}_b#{i}" } + [:"#{name}_sum_us"]
+    end.freeze
     # The Puma release whose stats, control app and plugin API Margay answers
     # like (versions.puma; Puma::Const::VERSION under Margay's plugin shim).
     PUMA_API_VERSION = "8.0.2"
@@ -138,7 +148,7 @@ module Margay
       # The COUNTERS of a serving process from its Server#stats and its max_threads.
       def counters(server_stats, max_threads)
         busy = server_stats[:busy_threads].to_i
-        { backlog: 0, running: server_stats[:threads].to_i, pool_capacity: [max_threads - busy, 0].max,
+        { backlog: server_stats[:backlog].to_i, running: server_stats[:threads].to_i, pool_capacity: [max_threads - busy, 0].max,
           busy_threads: busy, io_threads: 0, backlog_max: 0, max_threads: max_threads,
           requests_count: server_stats[:requests].to_i, reactor_max: server_stats[:connections].to_i }
       end
@@ -146,6 +156,28 @@ module Margay
       # The OWN_COUNTERS of a serving process from its Server#stats.
       def own_counters(server_stats)
         OWN_COUNTERS.to_h { |k| [k, server_stats[k].to_i] }
+      end
+
+      # The HISTOGRAMS of a Server#stats as HISTOGRAM_KEYS (zeros for one it does not have).
+      def histogram_integers(server_stats)
+        HISTOGRAMS.each_with_object({}) do |name, out|
+          hist = server_stats[name]
+          buckets = hist.is_a?(Hash) ? hist[:buckets] || {} : {}
+          HISTOGRAM_BOUNDS.each_with_index { |le, i| out[:"#{name}_b#{i}"] = buckets[le].to_i }
+          out[:"#{name}_sum_us"] = hist.is_a?(Hash) ? (hist[:sum].to_f * 1_000_000).round : 0
+        end
+      end
+
+      # The HISTOGRAMS back from +status+'s HISTOGRAM_KEYS (a worker's last status frame):
+      # those it carries, in Server#stats's shape.
+      def histograms_from(status)
+        HISTOGRAMS.each_with_object({}) do |name, out|
+          next unless status.key?(:"#{name}_sum_us")
+
+          buckets = HISTOGRAM_BOUNDS.each_with_index.to_h { |le, i| [le, status[:"#{name}_b#{i}"].to_i] }
+          out[name] = { buckets: buckets, sum: status[:"#{name}_sum_us"].to_i / 1_000_000.0,
+                        count: buckets[Float::INFINITY] }
+        end
       end
 
       # Single mode: the server's counters.

@@ -157,6 +157,22 @@ class CLITest < Minitest::Test
     assert_match(/unknown option "bogus"/, assert_usage_error("-b", "tcp://127.0.0.1:0?bogus=1"))
   end
 
+  def test_queue_flags
+    assert_nil config.queue_timeout, "off by default"
+    refute config.queue_time_header
+    c = config("--queue-timeout", "2.5", "--queue-time-header")
+    assert_in_delta 2.5, c.queue_timeout
+    assert c.queue_time_header
+    assert_match(/invalid --queue-timeout "0"/, assert_usage_error("--queue-timeout", "0"))
+    assert_match(/invalid --queue-timeout "soon"/, assert_usage_error("--queue-timeout", "soon"))
+    with_config_file("queue_timeout 10\nqueue_time_header true\n") do |path|
+      c = config("-C", path)
+      assert_equal [10, true], [c.queue_timeout, c.queue_time_header]
+    end
+    assert_raises(Margay::ConfigError) { Margay::Configuration.new(queue_timeout: -1) }
+    assert_raises(Margay::ConfigError) { Margay::Configuration.new(queue_time_header: "yes") }
+  end
+
   def test_version_and_help_exit_zero
     assert_equal 0, cli("-V").run
     assert_equal "margay version #{Margay::VERSION}\n", @out.string

@@ -49,6 +49,13 @@ typedef struct mg_conn {
   size_t scanned;         /* head bytes already known to contain no complete head */
   mg_request req;         /* valid from HEAD complete until the env is built */
   int head_done;
+  /* times (core/timing.h): wall-clock ns, except taken_mono_ns */
+  int64_t rx_ns;          /* when the data of the latest read arrived */
+  int64_t arrival_ns;     /* the request's first bytes */
+  int64_t head_ns;        /* its head complete */
+  int64_t ready_ns;       /* its body complete: the request is ready for a thread */
+  int64_t taken_ns;       /* a thread took it */
+  int64_t taken_mono_ns;  /* the same, monotonic; 0 once its duration is counted */
   int pipelines;          /* this client has sent a request before the previous one was framed (or
                            * filled a read): its requests are never taken for abandoned (loop.c) */
 

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "core/output.h"
+#include "core/timing.h"
 #include "ev/ev.h"
 #include "ev/wake.h"
 
@@ -26,8 +27,8 @@
   X(max_request_target) X(max_header_size) X(max_headers) X(max_body_size) X(body_buffer_size)  \
   X(max_chunk_extensions) X(header_timeout) X(body_timeout) X(keepalive_timeout) X(write_timeout) \
   X(max_keepalive_requests) X(response_buffer_limit) X(max_connections) X(tmpdir) X(event_backend) \
-  X(supported_http_methods) X(remote_address) X(remote_address_header) X(proxy_protocol)         \
-  X(health_check_path) X(max_threads)
+  X(supported_http_methods) X(remote_address) X(remote_address_header) X(proxy_protocol)           \
+  X(health_check_path) X(max_threads) X(queue_timeout) X(queue_time_header)
 #define MG_SETTING_INDEX(name) MG_SET_##name,
 enum mg_setting { MG_ENGINE_SETTINGS(MG_SETTING_INDEX) MG_SETTINGS_COUNT };
 #undef MG_SETTING_INDEX
@@ -49,6 +50,8 @@ typedef struct {
   char remote_header[256];    /* REMOTE_ADDR from this field when not "": lowercase, '_' as '-' */
   char health_path[256];      /* health_check_path: the engine answers GET/HEAD of it; "": off */
   int max_threads;            /* the app's threads: the agent's capacity (core/health.c) */
+  int64_t queue_timeout_ns;   /* shed a request complete longer ago than this when taken; 0: never */
+  int queue_time_header;      /* add X-Request-Start (the arrival) to an env without one */
 } mg_settings;
 
 typedef struct {
@@ -82,6 +85,8 @@ typedef struct mg_engine {
   _Atomic int listener_users; /* loop threads accepting or arming a listener */
   _Atomic uint64_t requests; /* completed request heads, less the abandoned ones (core/loop.c) */
   _Atomic uint64_t abandoned; /* requests not run: the client closed its side first (core/loop.c) */
+  _Atomic uint64_t shed;      /* requests answered 503 for waiting over queue_timeout (core/timing.c) */
+  mg_histogram queue_hist, duration_hist; /* core/timing.h */
   _Atomic int accept_paused; /* enum mg_accept_paused: why the listeners are not armed */
   _Atomic int64_t resume_accept_ms;
   _Atomic int64_t early_accept_us; /* when mg_accept_early last looked at the backlogs */

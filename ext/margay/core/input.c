@@ -105,6 +105,7 @@ static int process_input(mg_engine *e, mg_conn *c) {
     if (c->rlen == 0) return MG_IN_AGAIN;
     if (c->phase == MG_PH_IDLE) {
       c->phase = MG_PH_HEAD;
+      c->arrival_ns = c->rx_ns;
       c->deadline_ms = mg_now_ms() + e->cfg.header_timeout_ms;
     }
     if (c->proxy_pending) {
@@ -129,6 +130,7 @@ static int process_input(mg_engine *e, mg_conn *c) {
       return MG_IN_AGAIN;
     }
     c->head_done = 1;
+    c->head_ns = c->rx_ns;
     atomic_fetch_add(&e->requests, 1);
     int st = start_body(e, c);
     if (st < 0) { mg_conn_close(e, c); return MG_IN_DONE; }
@@ -159,6 +161,7 @@ static int process_input(mg_engine *e, mg_conn *c) {
   if (c->bfd >= 0) lseek(c->bfd, 0, SEEK_SET);
   if (c->rlen > c->req.head_len) c->pipelines = 1; /* the next request is already here */
   c->phase = MG_PH_APP;
+  c->ready_ns = c->rx_ns;
   c->deadline_ms = 0;
   return MG_IN_READY;
 }
@@ -195,7 +198,7 @@ int mg_input_read(mg_engine *e, mg_conn *c) {
       continue;
     }
     size_t space = c->rcap - c->rlen;
-    ssize_t n = recv(c->fd, c->rbuf + c->rlen, space, MSG_DONTWAIT);
+    ssize_t n = mg_timing_recv(c->fd, c->rbuf + c->rlen, space, &c->rx_ns);
     if (n > 0) {
       c->rlen += (size_t)n;
       if ((size_t)n == space) c->pipelines = 1; /* more may follow: maybe requests sent back to back */

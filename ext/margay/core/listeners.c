@@ -5,8 +5,10 @@
 #include <sched.h>
 
 int mg_listeners_start(mg_engine *e) {
-  for (int i = 0; i < e->nlisteners; i++)
+  for (int i = 0; i < e->nlisteners; i++) {
+    if (!e->listeners[i].is_unix) mg_timing_listen(e->listeners[i].fd);
     if (mg_ev_arm(e->ev, e->listeners[i].fd, MG_EV_IN, MG_DATA_LISTENER | (uint64_t)i) != 0) return -1;
+  }
   return 0;
 }
 

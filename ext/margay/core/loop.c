@@ -129,6 +129,7 @@ int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out) {
     while (answer_probe(e, c, &again))
       if (!again) return 0;
   }
+  if (!mg_timing_admit(e, c)) return 0;
   begin_turn(c);
   *out = c;
   return 1;

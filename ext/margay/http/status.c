@@ -66,13 +66,15 @@ size_t mg_date_header(char *out) {
   return cached_len;
 }
 
-size_t mg_status_page(char *out, size_t cap, int status) {
+size_t mg_status_page(char *out, size_t cap, int status) { return mg_status_page_with(out, cap, status, ""); }
+
+size_t mg_status_page_with(char *out, size_t cap, int status, const char *fields) {
   char date[64];
   const char *reason = mg_reason(status);
   size_t dlen = mg_date_header(date);
   int n = snprintf(out, cap,
                    "HTTP/1.1 %d %s\r\ncontent-type: text/plain\r\ncontent-length: %zu\r\n"
-                   "connection: close\r\n%.*s\r\n%s\n",
-                   status, reason, strlen(reason) + 1, (int)dlen, date, reason);
+                   "connection: close\r\n%s%.*s\r\n%s\n",
+                   status, reason, strlen(reason) + 1, fields, (int)dlen, date, reason);
   return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 }

@@ -15,6 +15,7 @@
 #include "core/health.h"
 #include "core/listeners.h"
 #include <fcntl.h>
+#include <math.h>
 
 VALUE mg_eClientGone, mg_eInvalidResponse;
 
@@ -203,9 +204,27 @@ static VALUE engine_stop(int argc, VALUE *argv, VALUE self) {
 /* Engine#stopping?: whether #stop was called (graceful or forced). */
 static VALUE engine_stopping_p(VALUE self) { return atomic_load(&mg_rb_engine_core(self)->stopping) ? Qtrue : Qfalse; }
 
+/* A histogram (core/timing.h) as Ruby: {buckets: {le => cumulative count, ..., Infinity => count},
+ * sum: seconds, count:}. */
+static VALUE histogram_hash(mg_histogram *hist) {
+  VALUE buckets = rb_hash_new();
+  uint64_t n = 0;
+  for (int i = 0; i <= MG_HIST_BUCKETS; i++) {
+    n += atomic_load_explicit(&hist->buckets[i], memory_order_relaxed);
+    rb_hash_aset(buckets, DBL2NUM(i < MG_HIST_BUCKETS ? mg_hist_bounds[i] : HUGE_VAL), ULL2NUM(n));
+  }
+  VALUE h = rb_hash_new();
+  rb_hash_aset(h, ID2SYM(rb_intern("buckets")), buckets);
+  rb_hash_aset(h, ID2SYM(rb_intern("sum")), DBL2NUM((double)atomic_load(&hist->sum_ns) / 1e9));
+  rb_hash_aset(h, ID2SYM(rb_intern("count")), ULL2NUM(n));
+  return h;
+}
+
 /* Engine#stats -> {connections:, waiting_threads:, requests:, abandoned:, max_connections:,
- * event_backend:, polling:, standing_by:, ready:} (requests: heads read, less the abandoned and
- * the health_check_path probes; ready: what /readyz answers, core/health.h; abandoned:
+ * event_backend:, polling:, standing_by:, ready:, shed:, queue_time_seconds:,
+ * request_duration_seconds:} (requests: heads read, less the abandoned, the shed and the
+ * health_check_path probes; ready: what /readyz answers, core/health.h; shed: answered 503 for
+ * waiting over queue_timeout; the two histograms: histogram_hash; abandoned:
  * requests not run because their client had closed its side first; polling and standing_by: of
  * the waiting threads, the one blocked in the event set and those standing by, core/loop.c) */
 static VALUE engine_stats(VALUE self) {
@@ -215,6 +234,9 @@ static VALUE engine_stats(VALUE self) {
   rb_hash_aset(h, ID2SYM(rb_intern("waiting_threads")), INT2NUM(atomic_load(&e->idle_waiters)));
   rb_hash_aset(h, ID2SYM(rb_intern("requests")), ULL2NUM(atomic_load(&e->requests)));
   rb_hash_aset(h, ID2SYM(rb_intern("abandoned")), ULL2NUM(atomic_load(&e->abandoned)));
+  rb_hash_aset(h, ID2SYM(rb_intern("shed")), ULL2NUM(atomic_load(&e->shed)));
+  rb_hash_aset(h, ID2SYM(rb_intern("queue_time_seconds")), histogram_hash(&e->queue_hist));
+  rb_hash_aset(h, ID2SYM(rb_intern("request_duration_seconds")), histogram_hash(&e->duration_hist));
   rb_hash_aset(h, ID2SYM(rb_intern("max_connections")), INT2NUM(e->cfg.max_connections));
   rb_hash_aset(h, ID2SYM(rb_intern("event_backend")), rb_str_new_cstr(e->ev->ops->name));
   rb_hash_aset(h, ID2SYM(rb_intern("polling")), INT2NUM(atomic_load(&e->pollers)));
@@ -225,6 +247,10 @@ static VALUE engine_stats(VALUE self) {
   rb_hash_aset(h, ID2SYM(rb_intern("ready")), mg_health_ready(e) ? Qtrue : Qfalse);
   return h;
 }
+
+/* Engine#backlog -> requests accepted that wait for a thread (mg_timing_backlog: one look per
+ * connection while every thread is busy; for the stats, not for every tick). */
+static VALUE engine_backlog(VALUE self) { return INT2NUM(mg_timing_backlog(mg_rb_engine_core(self))); }
 
 /* Engine#close: close every connection and free the engine (after the threads are gone). */
 static VALUE engine_close(VALUE self) {
@@ -254,6 +280,7 @@ VALUE mg_engine_init(VALUE mMargay, VALUE mNative) {
   rb_define_method(cEngine, "stop", engine_stop, -1);
   rb_define_method(cEngine, "stopping?", engine_stopping_p, 0);
   rb_define_method(cEngine, "stats", engine_stats, 0);
+  rb_define_method(cEngine, "backlog", engine_backlog, 0);
   rb_define_method(cEngine, "close", engine_close, 0);
   mg_request_init(cEngine);
   return cEngine;

@@ -11,7 +11,7 @@
 
 static VALUE k_REQUEST_METHOD, k_PATH_INFO, k_QUERY_STRING, k_REQUEST_URI, k_SERVER_PROTOCOL,
     k_SERVER_NAME, k_SERVER_PORT, k_REMOTE_ADDR, k_CONTENT_LENGTH, k_CONTENT_TYPE, k_HTTP_HOST,
-    k_HTTP_COOKIE, k_rack_input;
+    k_HTTP_COOKIE, k_rack_input, k_queue_time, k_body_wait, k_HTTP_X_REQUEST_START;
 static VALUE v_HTTP_1_1, v_HTTP_1_0, v_port80, v_port443, v_localhost, v_star;
 static VALUE cStringIO;
 static ID id_for_fd;
@@ -151,7 +151,23 @@ static void set_server(pairs *pp, const char *p, size_t n, int https) {
 }
 
 /* The fixed pairs, the SERVER_* and CONTENT_LENGTH pairs and rack.input besides the fields. */
-#define MG_ENV_FIXED_PAIRS 16
+#define MG_ENV_FIXED_PAIRS 19
+
+/* margay.queue_time (seconds from the first byte to a thread taking the request),
+ * puma.request_body_wait (Puma's meaning: milliseconds from the head complete to the body
+ * complete) and, with queue_time_header, X-Request-Start as nginx writes it (t=${msec}: the
+ * arrival in seconds with 3 decimals) when the request has none. */
+static void put_times(pairs *p, const mg_settings *cfg, const mg_conn *c) {
+  int64_t queued = c->taken_ns - c->arrival_ns, body = c->ready_ns - c->head_ns; /* < 0: the clock was set back */
+  put(p, k_queue_time, DBL2NUM(queued > 0 ? (double)queued / 1e9 : 0.0));
+  put(p, k_body_wait, DBL2NUM(body > 0 ? (double)body / 1e6 : 0.0));
+  if (cfg->queue_time_header && !find(p, k_HTTP_X_REQUEST_START)) {
+    char t[40];
+    int64_t ms = c->arrival_ns / 1000000;
+    int n = snprintf(t, sizeof t, "t=%lld.%03lld", (long long)(ms / 1000), (long long)(ms % 1000));
+    put(p, k_HTTP_X_REQUEST_START, rb_str_new(t, n));
+  }
+}
 
 VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_settings *cfg, mg_conn *c) {
   const char *b = c->rbuf;
@@ -213,6 +229,7 @@ VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_set
     put(&p, k_SERVER_NAME, server->server_name);
     put(&p, k_SERVER_PORT, server->server_port);
   }
+  put_times(&p, cfg, c);
   VALUE input = make_input(c);
   if (input != Qundef) put(&p, k_rack_input, input);
   VALUE env = rb_hash_dup(env_template);
@@ -235,6 +252,9 @@ void mg_env_init(void) {
   k_HTTP_HOST = interned("HTTP_HOST");
   k_HTTP_COOKIE = interned("HTTP_COOKIE");
   k_rack_input = interned("rack.input");
+  k_queue_time = interned("margay.queue_time");
+  k_body_wait = interned("puma.request_body_wait");
+  k_HTTP_X_REQUEST_START = interned("HTTP_X_REQUEST_START");
   v_HTTP_1_1 = interned("HTTP/1.1");
   v_HTTP_1_0 = interned("HTTP/1.0");
   v_port80 = interned("80");

@@ -94,7 +94,7 @@ static VALUE engine_next_request(int argc, VALUE *argv, VALUE self) {
   if (!NIL_P(cont)) {
     mg_conn *c = mg_rb_token_lookup(e, cont, MG_PH_IDLE);
     if (c && !mg_loop_turn_left(c)) mg_loop_requeue(e, c);
-    else if (c && mg_input_continue(e, c)) return mg_rb_ready(rb, c);
+    else if (c && mg_input_continue(e, c) && mg_timing_admit(e, c)) return mg_rb_ready(rb, c);
   }
   /* Ready work first, keeping the GVL: no hand-off, no wake of another thread (core/loop.h). */
   mg_conn *c;
@@ -123,6 +123,7 @@ static VALUE engine_next_request(int argc, VALUE *argv, VALUE self) {
 static VALUE engine_abort(VALUE self, VALUE token) {
   mg_engine *e = mg_rb_engine_core(self);
   mg_conn *c = mg_rb_token_lookup(e, token, MG_PH_APP);
+  if (c) mg_timing_done(e, c);
   if (!c) c = mg_rb_token_lookup(e, token, MG_PH_IDLE);
   if (c) mg_conn_close(e, c);
   return Qnil;
@@ -133,6 +134,7 @@ static VALUE engine_hijack(VALUE self, VALUE token) {
   mg_engine *e = mg_rb_engine_core(self);
   mg_conn *c = mg_rb_request_conn(e, token);
   VALUE rest = rb_str_new(c->rbuf, (long)c->rlen);
+  mg_timing_done(e, c);
   int fd = mg_conn_forget(e, c);
   return rb_assoc_new(INT2FIX(fd), rest);
 }
@@ -143,6 +145,7 @@ static VALUE engine_error_response(VALUE self, VALUE token, VALUE status) {
   mg_conn *c = mg_rb_request_conn(e, token);
   mg_conn_simple_response(c, NUM2INT(status));
   c->resp_started = 1;
+  mg_timing_done(e, c);
   mg_conn_complete(e, c);
   return Qnil;
 }

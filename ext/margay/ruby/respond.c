@@ -33,6 +33,7 @@ int mg_rb_respond_send(mg_conn *c) {
  * request (returns the token) or hand the connection to the event loop. */
 VALUE mg_respond_complete(mg_engine *e, mg_conn *c) {
   if (c->stream_left > 0) c->keep_alive = 0; /* fewer bytes than announced: only closing frames it */
+  mg_timing_done(e, c);
   return mg_conn_complete(e, c) ? mg_request_token(c) : Qnil;
 }
 

@@ -61,6 +61,13 @@ static void mg_rb_wire_settings(mg_settings *s, VALUE values) {
   if (!NIL_P(hp)) mg_rb_copy_setting(s->health_path, sizeof s->health_path, hp, "health_check_path");
 }
 
+/* queue_timeout (nil: off, else positive seconds) and queue_time_header (true or false). */
+static void mg_rb_queue_settings(mg_settings *s, VALUE values) {
+  VALUE qt = setting(values, MG_SET_queue_timeout);
+  s->queue_timeout_ns = NIL_P(qt) ? 0 : (int64_t)(NUM2DBL(qt) * 1e9);
+  s->queue_time_header = RTEST(setting(values, MG_SET_queue_time_header));
+}
+
 void mg_rb_settings_read(mg_settings *s, VALUE values) {
   if (RARRAY_LEN(values) != MG_SETTINGS_COUNT)
     rb_raise(rb_eArgError, "expected %d settings (Engine::SETTINGS), got %ld", MG_SETTINGS_COUNT, RARRAY_LEN(values));
@@ -85,6 +92,7 @@ void mg_rb_settings_read(mg_settings *s, VALUE values) {
   snprintf(s->tmpdir, sizeof s->tmpdir, "%s", StringValueCStr(tmp));
   s->max_threads = NUM2INT(setting(values, MG_SET_max_threads));
   mg_rb_wire_settings(s, values);
+  mg_rb_queue_settings(s, values);
 }
 
 int mg_rb_settings_max_connections(VALUE values, int ceiling) {

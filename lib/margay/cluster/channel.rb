@@ -12,7 +12,8 @@ module Margay
     #
     # - beat, a pipe, worker to master: one byte per report (REPORTS), each
     #   followed by the worker's status (STATUS_KEYS: Stats::COUNTERS, its
-    #   memory, Stats::Memory::KEYS, then Stats::OWN_COUNTERS) in one frame: "S" + the values
+    #   memory, Stats::Memory::KEYS, Stats::OWN_COUNTERS, then its histograms,
+    #   Stats::HISTOGRAM_KEYS) in one frame: "S" + the values
     #   joined by "," + "\n". Every message is one write
     #   of less than PIPE_BUF bytes, so it arrives whole or not at all. EOF
     #   tells the master the worker is gone; a broken pipe tells the worker
@@ -34,10 +35,10 @@ module Margay
       REPORTS = { booted: "r", alive: ".", refork_due: "R", mold_ready: "M" }.freeze
       # A status frame: STATUS, the values in STATUS_KEYS order, a newline.
       STATUS = "S"
-      STATUS_KEYS = (Stats::COUNTERS + Stats::Memory::KEYS + Stats::OWN_COUNTERS).freeze
+      STATUS_KEYS = (Stats::COUNTERS + Stats::Memory::KEYS + Stats::OWN_COUNTERS + Stats::HISTOGRAM_KEYS).freeze
       STATUS_FRAME = /#{STATUS}(\d+(?:,\d+)*)\n/
       READ_SIZE = 65_536
-      MAX_FRAME = 256
+      MAX_FRAME = 2048
       BECOME_MOLD = "mold"
       DRAIN = "drain"
       SERVE = "serve"

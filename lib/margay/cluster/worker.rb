@@ -168,7 +168,7 @@ module Margay
       # waits for its end: the GVL is held). Memory freed in this process
       # goes back to the system instead of waiting for a GC under load.
       def out_of_band_gc
-        stats = @server.stats
+        stats = @server.stats(backlog: false)
         return if stats[:requests] - @gc_requests < @config.out_of_band_gc || stats[:busy_threads].positive?
 
         @gc_requests = stats[:requests]
@@ -178,7 +178,7 @@ module Margay
 
       def report_refork_due
         limit = @config.refork_after
-        return if @refork_reported || limit.nil? || @server.stats[:requests] < limit
+        return if @refork_reported || limit.nil? || @server.stats(backlog: false)[:requests] < limit
 
         @refork_reported = true
         report(:refork_due)
@@ -190,7 +190,8 @@ module Margay
       def report(report)
         stats = @server.stats
         @channel.report(report, Stats.counters(stats, @config.max_threads)
-                                     .merge(Stats.own_counters(stats), Stats::Memory.current))
+                                     .merge(Stats.own_counters(stats), Stats::Memory.current,
+                                            Stats.histogram_integers(stats)))
       rescue Errno::EPIPE, IOError
         return if @orphaned
 

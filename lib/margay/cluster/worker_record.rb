@@ -133,7 +133,7 @@ module Margay
         status = @channel.last_status || {}
         { started_at: Stats.iso8601(@started_at), pid: @pid, index: @index, phase: retiring? ? phase - 1 : phase,
           booted: booted?, last_checkin: Stats.iso8601(@channel.last_checkin || @started_at),
-          last_status: all ? status.except(*Stats::Memory::KEYS) : status.slice(*Stats::COUNTERS) }
+          last_status: all ? all_status(status) : status.slice(*Stats::COUNTERS) }
       end
 
       # Its entry in the cluster's memory report (Stats.memory_report): a
@@ -164,6 +164,11 @@ module Margay
       end
 
       private
+
+      # Every figure of +status+ for Metrics: the counters, and the histograms rebuilt.
+      def all_status(status)
+        status.except(*Stats::Memory::KEYS, *Stats::HISTOGRAM_KEYS).merge(Stats.histograms_from(status))
+      end
 
       # Where /proc cannot be read: ps's answer, nil without one (no ps, or no
       # descriptor or process to run it).

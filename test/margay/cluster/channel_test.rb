@@ -138,7 +138,8 @@ class ChannelTest < Minitest::Test
 
   STATUS = { backlog: 0, running: 3, pool_capacity: 2, busy_threads: 3, io_threads: 0, backlog_max: 0, max_threads: 5,
              requests_count: 12_345, reactor_max: 17, rss_kib: 81_000, pss_kib: 40_500, boot_rss_kib: 70_000,
-             boot_pss_kib: 30_000, errors: 2, abandoned: 1, busy_ms: 123_456 }.freeze
+             boot_pss_kib: 30_000, errors: 2, abandoned: 1, busy_ms: 123_456, shed: 7 }
+           .merge(Margay::Stats::HISTOGRAM_KEYS.each_with_index.to_h { |k, i| [k, i * 1_000_003] }).freeze
 
   def test_a_report_carries_the_workers_status_to_the_master
     assert_nil @master.last_status, "no status before the first report"
@@ -161,12 +162,25 @@ class ChannelTest < Minitest::Test
     @worker.beat.write(".S0,1,4,1,0,0,5,")
     assert_equal [:alive], @master.read_reports
     assert_nil @master.last_status, "half a frame is kept, not parsed"
-    @worker.beat.write("99,2,81000,40500,70000,30000,4,5,6\n")
+    @worker.beat.write("99,2,81000,40500,70000,30000,4,5,6,7\n")
     assert_equal [], @master.read_reports
     assert_equal 99, @master.last_status[:requests_count]
     assert_equal 1, @master.last_status[:running]
     assert_equal 40_500, @master.last_status[:pss_kib], "the worker's memory follows its counters"
-    assert_equal [4, 5, 6], @master.last_status.values_at(:errors, :abandoned, :busy_ms), "then Margay's own counters"
+    assert_equal [4, 5, 6, 7], @master.last_status.values_at(:errors, :abandoned, :busy_ms, :shed), "then Margay's own counters"
+  end
+
+  def test_a_status_carries_the_histograms_within_one_pipe_write
+    histogram = { buckets: Margay::Stats::HISTOGRAM_BOUNDS.each_with_index.to_h { |le, i| [le, 10**12 + i] },
+                  sum: 123_456.789012, count: 10**12 + 14 }
+    server_stats = { queue_time_seconds: histogram, request_duration_seconds: histogram }
+    status = STATUS.merge(Margay::Stats.histogram_integers(server_stats))
+    @worker.report(:alive, status)
+    frame = Margay::Stats::HISTOGRAM_KEYS.map { |k| status[k] }.join(",")
+    assert_operator frame.bytesize * 2, :<, Margay::Cluster::Channel::MAX_FRAME, "the largest figures fit a frame"
+    @master.read_reports
+    assert_equal({ queue_time_seconds: histogram, request_duration_seconds: histogram },
+                 Margay::Stats.histograms_from(@master.last_status), "the master rebuilds them")
   end
 
   def test_a_status_is_integers_only

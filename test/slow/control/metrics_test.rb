@@ -47,7 +47,17 @@ class SlowMetricsTest < Minitest::Test
       assert_includes text.lines, %(margay_worker_restarts_total{index="#{i}"} 0\n)
       assert_includes text.lines, %(margay_worker_booted{index="#{i}"} 1\n)
       assert_match(/^margay_busy_thread_seconds_total\{index="#{i}"\} \d/, text, "with the worker's status")
+      assert_match(/^margay_requests_shed_total\{index="#{i}"\} 0$/, text)
     end
+    # each worker's histograms travel with its heartbeat: every request the workers counted
+    counted = %w[margay_queue_time_seconds http_server_request_duration_seconds].map do |name|
+      text.scan(/^#{name}_count\{index="[01]"\} (\d+)$/).flatten.map(&:to_i).sum
+    end
+    requests = text.scan(/^puma_requests_count\{index="[01]"\} (\d+)$/).flatten.map(&:to_i).sum
+    assert_operator counted[0], :>=, 12, "queue times of the 12 requests"
+    assert_operator counted[1], :>=, 12, "durations of the 12 requests"
+    assert_operator counted.max, :<=, requests
+    assert_match(/^margay_queue_time_seconds_bucket\{index="0",le="\+Inf"\} \d+$/, text)
 
     victim = pumactl_json("-S", @state, "stats")["worker_status"].find { |w| w["index"] == 1 }["pid"]
     Process.kill(:KILL, victim)

@@ -10,6 +10,8 @@ run lambda { |env|
     sleep 5
   when "/pid"
     return [200, { "content-type" => "text/plain" }, [Process.pid.to_s]]
+  when "/queue_time"
+    return [200, { "content-type" => "text/plain" }, [env["margay.queue_time"].inspect]]
   when "/slow_in" # sleeps only in the worker whose pid is the query
     sleep 5 if env["QUERY_STRING"].to_i == Process.pid
   when "/stuck" # a request that ignores request_timeout's interrupt
