@@ -23,7 +23,7 @@ require "time"
 require "tmpdir"
 require_relative "lib/procs"
 require_relative "lib/stats"
-require_relative "lib/machine"
+require_relative "lib/result_files"
 require_relative "lib/wrk"
 
 module MargayBench
@@ -68,8 +68,7 @@ module MargayBench
       side = Env.free_port
       argv, env = command(server, port, side, workers)
       log = File.join(tmp, "#{server}-#{mode}.log")
-      pid = Process.spawn(env, *argv, chdir: ROOT, unsetenv_others: true, pgroup: true, in: File::NULL,
-                                      %i[out err] => [log, "w"])
+      pid = Procs.spawn_server(env, argv, log, chdir: ROOT)
       begin
         wait_ready(port, log)
         health_path = server == "margay" ? "/readyz" : "/stats?token=#{TOKEN}"
@@ -152,13 +151,7 @@ module MargayBench
     end
 
     def write
-      FileUtils.mkdir_p(@o[:results_dir])
-      base = File.join(@o[:results_dir], "probes-#{Time.now.utc.strftime('%Y%m%dT%H%M%SZ')}")
-      head = { "options" => @o.except(:results_dir), "machine" => Machine.describe, "commit" => Machine.commit }
-      File.write("#{base}.json", JSON.pretty_generate(head.merge("rows" => @rows)))
-      File.write("#{base}.md", markdown)
-      puts markdown
-      warn "[probes] wrote #{base}.json and .md"
+      ResultFiles.write("probes", @o, @rows, markdown)
     end
 
     def markdown

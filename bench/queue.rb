@@ -27,6 +27,7 @@ require_relative "lib/procs"
 require_relative "lib/servers"
 require_relative "lib/stats"
 require_relative "lib/machine"
+require_relative "lib/result_files"
 require_relative "lib/wrk"
 
 module MargayBench
@@ -74,8 +75,7 @@ module MargayBench
       port = Env.free_port
       argv, chdir, env = command(name, port)
       log = File.join(tmp, "#{name}-#{port}.log")
-      pid = Process.spawn(env, *argv, chdir: chdir, unsetenv_others: true, pgroup: true, in: File::NULL,
-                                      %i[out err] => [log, "w"])
+      pid = Procs.spawn_server(env, argv, log, chdir: chdir)
       begin
         wait_ready(port, log)
         sampler = Thread.new { sample(port) }
@@ -157,15 +157,8 @@ module MargayBench
     end
 
     def write
-      FileUtils.mkdir_p(@o[:results_dir])
-      stamp = Time.now.utc.strftime("%Y%m%dT%H%M%SZ")
-      base = File.join(@o[:results_dir], "queue-#{@o[:load]}-#{stamp}")
-      head = { "options" => @o.except(:results_dir), "machine" => Machine.describe, "commit" => Machine.commit,
-               "baseline_commit" => (@o[:baseline] && Machine.commit(@o[:baseline])) }
-      File.write("#{base}.json", JSON.pretty_generate(head.merge("rows" => @rows)))
-      File.write("#{base}.md", markdown)
-      puts markdown
-      warn "[queue] wrote #{base}.json and .md"
+      ResultFiles.write("queue-#{@o[:load]}", @o, @rows, markdown,
+                        head: { "baseline_commit" => (@o[:baseline] && Machine.commit(@o[:baseline])) })
     end
 
     def markdown
@@ -178,7 +171,8 @@ module MargayBench
                         r["p50_ms"], r["p99_ms"], r["p99_ms"] / r["p50_ms"], r["conns_median"].join(", "),
                         r["backlog_median"], r["backlog_max"], r["failed"] + r["non_2xx"])
       end
-      lines + ["", "Margay / Puma per round (p99 ratio at req/s ratio): " + ratios.join("; ")]
+      lines += ["", "Margay / Puma per round (p99 ratio at req/s ratio): #{ratios.join('; ')}"]
+      "#{lines.join("\n")}\n"
     end
 
     def ratios

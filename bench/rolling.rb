@@ -28,7 +28,7 @@ require "time"
 require "tmpdir"
 require_relative "lib/procs"
 require_relative "lib/servers"
-require_relative "lib/machine"
+require_relative "lib/result_files"
 require_relative "lib/wrk"
 require_relative "lib/hosts"
 require_relative "lib/balancers"
@@ -289,14 +289,7 @@ module MargayBench
     end
 
     def write
-      FileUtils.mkdir_p(@o[:results_dir])
-      stamp = Time.now.utc.strftime("%Y%m%dT%H%M%SZ")
-      base = File.join(@o[:results_dir], "rolling-#{stamp}")
-      head = { "options" => @o.except(:results_dir), "machine" => Machine.describe, "commit" => Machine.commit }
-      File.write("#{base}.json", JSON.pretty_generate(head.merge("rows" => @rows)))
-      File.write("#{base}.md", markdown)
-      puts markdown
-      warn "[rolling] wrote #{base}.json and .md"
+      ResultFiles.write("rolling", @o, @rows, markdown)
     end
 
     def markdown

@@ -122,6 +122,12 @@ module MargayBench
 
     # #stop, then KILL for whatever is left in +pid+'s process group (workers that outlived
     # their master).
+    # A server (+argv+ with +env+ only) in its own process group, its output in +log+; its pid.
+    def spawn_server(env, argv, log, chdir:)
+      Process.spawn(env, *argv, chdir: chdir, unsetenv_others: true, pgroup: true, in: File::NULL,
+                                %i[out err] => [log, "w"])
+    end
+
     def stop_group(pid, grace: 10)
       how = stop(pid, grace: grace)
       begin
