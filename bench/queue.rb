@@ -102,20 +102,11 @@ module MargayBench
     def wait_ready(port, log)
       deadline = Procs.now + 60
       until Procs.now > deadline
-        return if ok?(port)
+        return if Env.ok?("127.0.0.1", port)
 
         sleep 0.1
       end
       abort "bench/queue.rb: server on #{port} never answered; its log:\n#{File.read(log).lines.last(15).join}"
-    end
-
-    def ok?(port)
-      Socket.tcp("127.0.0.1", port, connect_timeout: 1) do |s|
-        s.write("GET / HTTP/1.0\r\n\r\n")
-        s.read.to_s.start_with?("HTTP/1.1 200", "HTTP/1.0 200")
-      end
-    rescue SystemCallError, IOError
-      false
     end
 
     # [[per-process connection counts], backlog] every SAMPLE_EVERY until killed.

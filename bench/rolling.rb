@@ -89,12 +89,7 @@ module MargayBench
       private
 
       def ok?
-        Socket.tcp(@address, PORT, connect_timeout: 1) do |s|
-          s.write("GET / HTTP/1.0\r\n\r\n")
-          s.read.to_s.start_with?("HTTP/1.1 200", "HTTP/1.0 200")
-        end
-      rescue SystemCallError, IOError
-        false
+        Env.ok?(@address, PORT)
       end
     end
 
@@ -210,21 +205,11 @@ module MargayBench
     def wait_routed(lb, instances, seconds = 30)
       deadline = Procs.now + seconds
       loop do
-        ready = lb.respond_to?(:status) ? lb.status.values.count { |s| s == "UP" } == instances.size : answers?(lb.port)
-        return if ready
+        return if lb.respond_to?(:status) ? lb.status.values.count("UP") == instances.size : Env.ok?("127.0.0.1", lb.port)
         raise "the balancer never routed to every instance: #{lb.respond_to?(:status) && lb.status}" if Procs.now > deadline
 
         sleep 0.1
       end
-    end
-
-    def answers?(port)
-      Socket.tcp("127.0.0.1", port, connect_timeout: 1) do |s|
-        s.write("GET / HTTP/1.0\r\n\r\n")
-        s.read.to_s.start_with?("HTTP/1.1 200")
-      end
-    rescue SystemCallError, IOError
-      false
     end
 
     # wrk through the balancer while the block restarts the instances (2 s of load before and

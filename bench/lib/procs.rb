@@ -254,6 +254,16 @@ module MargayBench
       dirs.map { |d| File.join(d, cmd) }.find { |p| File.file?(p) && File.executable?(p) }
     end
 
+    # Whether GET / on +host+:+port+ (a new connection, HTTP/1.0) answers 200.
+    def ok?(host, port)
+      Socket.tcp(host, port, connect_timeout: 1) do |s|
+        s.write("GET / HTTP/1.0\r\n\r\n")
+        s.read.to_s.start_with?("HTTP/1.1 200", "HTTP/1.0 200")
+      end
+    rescue SystemCallError, IOError
+      false
+    end
+
     def free_port
       server = TCPServer.new("127.0.0.1", 0)
       server.addr[1]
