@@ -207,7 +207,8 @@ class HealthProcessTest < Minitest::Test
     end
     assert closed, "no kept-alive connection was answered by a draining worker\n#{log_text}"
     wait_for_log(/booted/, count: 4)
-    wait_until(4 * DRAIN + 10) { !old.include?(get(@port, "/pid")[2].to_i) }
+    wait_until(4 * DRAIN + 10, "every old worker gone") { old.none? { |pid| File.exist?("/proc/#{pid}") } }
+    refute_includes old, get(@port, "/pid")[2].to_i
   ensure
     conns&.each(&:close)
   end
