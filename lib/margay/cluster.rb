@@ -13,6 +13,7 @@ require_relative "cluster/balancer"
 require_relative "cluster/exits"
 require_relative "cluster/health"
 require_relative "cluster/heap"
+require_relative "cluster/restarts"
 require_relative "cluster/roster"
 require_relative "cluster/queue_report"
 require_relative "metrics"
@@ -228,10 +229,7 @@ module Margay
     end
 
     def signal_workers(sig)
-      @workers.each do |w|
-        w.stopping!(Clock.now) if sig == :TERM
-        w.kill(sig)
-      end
+      @workers.each { |w| sig == :TERM ? stop_worker(w) : w.kill(sig) }
     end
 
     def shrink
@@ -251,82 +249,6 @@ module Margay
       signal_workers(:HUP)
     end
 
-    # USR1: replace workers one at a time. The mold goes too, so that new
-    # workers load the app anew (unless it is preloaded in the master).
-    def phased_restart
-      return if @stopping || @drain_until
-
-      @log.info("master: phased restart of #{@workers.serving.size} workers")
-      Systemd.notify("RELOADING=1")
-      @phase += 1
-      @ready = false
-      @auto_reforked = false
-      @workers.each { |w| w.mold? ? retire(w) : w.retire_later! }
-    end
-
-    # USR2: stop the workers gracefully, then re-execute the master with the
-    # listening sockets inherited, so no connection is refused: they wait in
-    # the listen backlog until the new workers accept them.
-    def hot_restart
-      return if @stopping || @drain_until
-      return @log.warn("master: USR2 ignored: no command line to re-execute") unless @restart_argv
-
-      @log.info("master: hot restart")
-      Operations.fire(:before_restart) # plugins' event (Puma fires it on a hot restart only)
-      Systemd.notify("RELOADING=1")
-      return abandon_hot_restart unless drain_before_restart
-
-      signal_workers(:TERM)
-      deadline = Clock.now + grace_period + 5
-      until @workers.empty?
-        force_stop if Clock.now > deadline
-        wait_for_events
-        @exits.reap(stopping: @stopping)
-        watchdog_ping
-        return abandon_hot_restart if @signals.stop_queued?
-      end
-      @exits.report(flush: true)
-      hook(:before_restart, @launcher) # Puma's moment: the workers are gone, the exec is next
-      reexec
-    end
-
-    # drain_delay: the whole cluster drains before a hot restart, as before a stop (the
-    # balancer takes this instance out until the new workers are ready). False: a stop came.
-    def drain_before_restart
-      return true unless @config.drain_delay.positive?
-
-      @log.info("master: draining for #{@config.drain_delay}s (not ready, connection: close) before restarting")
-      @board.drain!
-      deadline = Clock.now + @config.drain_delay
-      while Clock.now < deadline
-        wait_for_events(deadline - Clock.now)
-        @exits.reap(stopping: @stopping)
-        watchdog_ping
-        return false if @signals.stop_queued?
-      end
-      true
-    end
-
-    # Replace this process by a new master that inherits the listeners (and
-    # the connections the Forwarder holds). If
-    # that fails (the Ruby binary or the script was removed, say), the master
-    # carries on: the supervision loop starts new workers.
-    def reexec
-      held_env, held_fds = @forwarder.exec_handover # connections handed over as the workers stopped
-      Systemd.notify("WATCHDOG=1")
-      super(@restart_argv, env: held_env, fds: held_fds)
-    rescue SystemCallError => e
-      @log.error("master: hot restart failed: cannot re-execute (#{e.message}); starting workers again")
-      @ready = false
-    end
-
-    # A stop asked for while the old workers were finishing: stop instead of
-    # re-executing (the new process would not know it was asked to stop).
-    def abandon_hot_restart
-      @log.info("master: stop requested during the hot restart: stopping instead")
-      begin_stop
-    end
-
     # ---- workers ----
 
     def maintain
@@ -339,15 +261,6 @@ module Margay
       return if @workers.serving.size + (mold ? 1 : 0) >= @target || @back_off.waiting?
 
       spawn_worker
-    end
-
-    # One retiring worker at a time, and only while every other worker is up.
-    def step_phased_restart
-      return if @workers.serving.any? { |w| !w.booted? }
-      return if @workers.any? { |w| w.retiring? && w.stopping? }
-
-      old = @workers.serving.find(&:retiring?)
-      retire(old) if old
     end
 
     def spawn_worker

@@ -128,18 +128,11 @@ module Margay
 
       # TERM/INT/QUIT: stop serving, and do not become the mold either, if that
       # was asked for (the master is stopping or replacing this worker).
-      def terminate
+      # +drain+: for that many seconds first (the master replaces this worker: drain_delay).
+      def terminate(drain: 0)
         @terminating = true
         @server.close_listeners_on_stop!
-        @server.stop
-      end
-
-      # The master replaces this worker (drain_delay): unready, every response closes its
-      # connection, the listeners stay with the others; after drain_delay the graceful stop.
-      def drain
-        @terminating = true
-        @server.close_listeners_on_stop!
-        @server.drain(@config.drain_delay)
+        drain.positive? ? @server.drain(drain) : @server.stop
       end
 
       # From the server's supervisor, about every 5 ms.
@@ -151,7 +144,7 @@ module Margay
           report_refork_due
         end
         asked = @channel.asked
-        drain if asked.include?(:drain)
+        terminate(drain: @config.drain_delay) if asked.include?(:drain)
         if asked.include?(:mold)
           @mold_requested = true # before balancing: a mold-to-be takes no more hand-overs
           return @server.stop
