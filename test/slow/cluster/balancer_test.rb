@@ -32,16 +32,16 @@ class ClusterBalancerTest < Minitest::Test
     start_cluster(2, min_threads: 1, max_threads: 1)
     pids = Array.new(40) { get_pid }.uniq
     assert_equal 2, pids.size, "both workers answer"
-    # New connections, silent so far, until one at least is held by each worker. A connection
-    # still in the listen backlog has no owner yet (nil), nor one the master holds on its way
-    # between workers: wait for it rather than count it.
+    # New connections, silent so far, until one at least is held by each worker, or 20 held by
+    # one (which worker the kernel wakes for each is its choice; under load it can be the same
+    # one every time, and the connections held by the worker made busy below are what counts).
+    # A connection still in the listen backlog has no owner yet (nil), nor one the master holds
+    # on its way between workers: wait for it rather than count it.
     fresh = [TCPSocket.new("127.0.0.1", @port)]
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
     loop do
       owners = fresh.map { |sock| owner(sock, pids) }
-      break if owners.none?(&:nil?) && owners.uniq.size == 2
-
-      flunk "new connections all went to one worker" if fresh.size == 20
+      break if owners.none?(&:nil?) && (owners.uniq.size == 2 || fresh.size == 20)
       if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
         flunk "a new connection has no worker after 30 s: owners #{fresh.map { |s| owner(s, pids + [@master]) }.inspect} " \
               "(workers #{pids.inspect}, master #{@master})\n#{`ss -tanoie '( sport = :#{@port} )' 2>&1`}\n#{log_text}"
