@@ -5,6 +5,7 @@
 #include "core/accept.h"
 #include "core/board.h"
 #include "core/conn.h"
+#include "core/health.h"
 #include "core/listeners.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -48,9 +49,13 @@ static void no_delay(int fd) {
  * connections (those the serving workers hold plus the backlog): the others take theirs at
  * their next pass, and each worker's queue stays as long as the others'. Taking the whole
  * backlog would leave one worker with a queue the others cannot serve. This thread is free, so
- * it always takes at least the one it serves at once. */
+ * it always takes at least the one it serves at once.
+ * A draining cluster worker takes only that one: a worker may be killed mid-drain, and a client
+ * it accepted but has not read dies with it, while one left in the backlog is taken by another
+ * worker (the listener is shared). */
 static int batch_size(mg_engine *e, const mg_listener *l) {
   if (!e->board_slots) return ACCEPT_DRAIN;
+  if (mg_health_closing(e)) return 1;
   int batch;
   if (mg_board_others_idle(e)) {
     batch = atomic_load(&e->idle_waiters);
@@ -160,9 +165,10 @@ int mg_accept_adopted(mg_engine *e, int fd, int kept_alive) {
  * from a request first takes this worker's share of each TCP backlog (at most every
  * EARLY_EVERY_US per worker) and registers them behind what is already ready: the backlog stays
  * short, and the requests wait in the workers' ready lists, each as long as the others'.
- * (Unix sockets do not say how many wait: their clients are taken at the listener's event.) */
+ * (Unix sockets do not say how many wait: their clients are taken at the listener's event.)
+ * Not while draining: then a worker holds no client it has no thread for (batch_size). */
 void mg_accept_early(mg_engine *e) {
-  if (!e->board_slots || atomic_load(&e->stopping) || atomic_load(&e->accept_paused)) return;
+  if (!e->board_slots || mg_health_closing(e) || atomic_load(&e->accept_paused)) return;
   int64_t now = mg_now_us(), last = atomic_load(&e->early_accept_us);
   if (now - last < EARLY_EVERY_US || !atomic_compare_exchange_strong(&e->early_accept_us, &last, now)) return;
   mg_listeners_enter(e);

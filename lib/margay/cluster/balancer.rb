@@ -17,6 +17,12 @@ module Margay
     # Hand-overs go through the master (Balancer::Forwarder); connections
     # handed to this worker are adopted. Nothing is lost: a request already
     # sent waits in the socket's kernel buffer.
+    #
+    # While the cluster drains (and whatever balance_keepalive says), a
+    # saturated worker hands over every connection whose request waits unread,
+    # also when no worker has a thread free: the master holds it until one
+    # has. A worker may be killed mid-drain (a deploy, the OOM killer), and a
+    # request it holds unread would be reset with it.
     class Balancer
       # How long every thread must have been busy before a request waiting on
       # one of our connections is handed to a worker with a free thread
@@ -25,6 +31,9 @@ module Margay
       PENDING_AFTER_MS = 1
       EVEN_OUT_AFTER_MS = 5
       EVEN_OUT_INTERVAL = 0.01
+      # While draining: connections with a request waiting handed over per
+      # tick at most (Engine#detach_idle looks at 64 per call).
+      DRAIN_HANDOFF = 64
 
       # @param server [Server] the worker's server (its engine does the work)
       # @param channel [Channel] the worker's side of its links to the master
@@ -40,15 +49,19 @@ module Margay
 
       # One look, from the worker's tick (+now+: Clock.now): hand idle
       # connections over if this worker is saturated, adopt those handed to it.
-      def balance(now)
+      # +keepalive+ (balance_keepalive): balance outside a drain too.
+      def balance(now, keepalive: true)
         engine = @server.engine
         return unless engine # the server has not started: nothing to balance
 
+        draining = engine.draining?
+        return unless keepalive || draining
+
         saturated = engine.saturated_ms
-        free = engine.others_waiting if saturated >= PENDING_AFTER_MS
+        free = (draining ? DRAIN_HANDOFF : engine.others_waiting) if saturated >= PENDING_AFTER_MS
         if free&.positive?
           engine.detach_idle(free, true).each { |fd, kept_alive| pass_on(engine, fd, kept_alive) }
-        elsif saturated >= EVEN_OUT_AFTER_MS && now - @last_handoff >= EVEN_OUT_INTERVAL
+        elsif saturated >= EVEN_OUT_AFTER_MS && now - @last_handoff >= EVEN_OUT_INTERVAL && !draining
           quota = engine.handoff_quota
           if quota.positive?
             @last_handoff = now
@@ -103,7 +116,10 @@ module Margay
       # worker is stopping, and a connection handed over just before is held
       # here, at most MAX_HELD, until a worker serves again; across the hot
       # restart's exec the held connections go to the new master with the
-      # listeners (INHERIT_ENV).
+      # listeners (INHERIT_ENV). While the cluster drains, a connection goes
+      # only to a worker with a thread waiting (the board says), else it is
+      # held here until one has: a worker killed mid-drain then holds no
+      # request it has not started.
       class Forwarder
         MAX_HELD = 256
         INHERIT_ENV = Binder::INHERIT_CONNECTIONS_ENV
@@ -186,6 +202,7 @@ module Margay
         def place(io, kept_alive, from)
           others = @roster.serving.select(&:booted?) - [from]
           others << from if from && others.empty? && !from.stopping? && !from.mold?
+          others.select! { |w| waiting_in(w).positive? } if @board.draining?
           return false if others.empty?
 
           others.rotate!((@turn += 1) % others.size)
@@ -212,6 +229,10 @@ module Margay
 
         def connections_of(worker)
           worker.index < @board.size ? @board.connections(worker.index) : 0
+        end
+
+        def waiting_in(worker)
+          worker.index < @board.size ? @board[worker.index] : 0
         end
       end
     end

@@ -151,7 +151,7 @@ module Margay
         end
         # A worker told to stop (or to become the mold) hands nothing over:
         # the master may have no serving worker left to take it.
-        @balancer.balance(now) if @config.balance_keepalive && !@mold_requested && !@terminating
+        @balancer.balance(now, keepalive: @config.balance_keepalive) if !@mold_requested && !@terminating
         out_of_band_gc if @config.out_of_band_gc && !@mold_requested && !@terminating
       end
 

@@ -13,7 +13,7 @@ class BalancerTest < Minitest::Test
 
   # An engine that answers as told and records what it was asked.
   class FakeEngine
-    attr_accessor :saturated_ms, :others_waiting, :handoff_quota, :failure
+    attr_accessor :saturated_ms, :others_waiting, :handoff_quota, :failure, :draining
     attr_reader :detach_calls, :adopted
 
     def initialize
@@ -29,6 +29,8 @@ class BalancerTest < Minitest::Test
     def hold(*connections)
       @idle.concat(connections)
     end
+
+    def draining? = !!draining
 
     def detach_idle(max, pending_only)
       raise IOError, "closed engine" if @failure
@@ -50,8 +52,9 @@ class BalancerTest < Minitest::Test
   end
 
   FakeServer = Struct.new(:engine)
-  # A board with fixed connection counts per worker index.
-  FakeBoard = Struct.new(:counts) do
+  # A board with fixed connection counts per worker index (and, when given,
+  # threads waiting per worker and the cluster's drain flag).
+  FakeBoard = Struct.new(:counts, :waiting, :draining) do
     def size
       counts.size
     end
@@ -59,6 +62,12 @@ class BalancerTest < Minitest::Test
     def connections(index)
       counts.fetch(index)
     end
+
+    def [](index)
+      (waiting || []).fetch(index, 0)
+    end
+
+    def draining? = !!draining
   end
 
   def setup
@@ -87,8 +96,7 @@ class BalancerTest < Minitest::Test
     engine, balancer, master = worker_side(saturated_ms: 1, others_waiting: 2)
     engine.hold(connection(true), connection(false), connection(true))
     balancer.balance(1.0)
-    assert_equal [[2, true]], engine.detach_calls, "as many as the threads waiting elsewhere, pending ones only"
-    assert_equal [true, false], received_kinds(master), @log_io.string
+    assert_handed_over [[2, true]], [true, false], engine, master, "as many as the threads waiting elsewhere, pending ones only"
   end
 
   def test_saturated_workers_even_out_at_most_every_10_ms
@@ -98,11 +106,32 @@ class BalancerTest < Minitest::Test
     balancer.balance(1.005)
     assert_equal [[1, false]], engine.detach_calls, "once within 10 ms"
     balancer.balance(1.011)
-    assert_equal [[1, false], [1, false]], engine.detach_calls
-    assert_equal [true, true], received_kinds(master), @log_io.string
+    assert_handed_over [[1, false], [1, false]], [true, true], engine, master
     engine.saturated_ms = 4
     balancer.balance(1.1)
     assert_equal 2, engine.detach_calls.size, "not before 5 ms saturated"
+  end
+
+  # Draining: a worker killed now would take the requests it holds unread
+  # with it, so they all leave, also when no other worker has a thread free
+  # (the master holds them); evening out stops (nothing is kept alive).
+  def test_draining_every_waiting_request_leaves_a_saturated_worker
+    engine, balancer, master = worker_side(saturated_ms: 5, handoff_quota: 3, draining: true)
+    engine.hold(connection(true), connection(false))
+    balancer.balance(1.0, keepalive: false)
+    assert_handed_over [[Cluster::Balancer::DRAIN_HANDOFF, true]], [true, false], engine, master,
+                       "pending ones, whatever balance_keepalive says"
+    engine.saturated_ms = 0
+    balancer.balance(1.1)
+    assert_equal 1, engine.detach_calls.size, "nothing while a thread is free"
+  end
+
+  def test_without_balance_keepalive_nothing_moves_outside_a_drain
+    engine, balancer, master = worker_side(saturated_ms: 5, others_waiting: 2, handoff_quota: 3)
+    engine.hold(connection(true))
+    balancer.balance(1.0, keepalive: false)
+    assert_empty engine.detach_calls
+    refute master.connection_waiting?
   end
 
   def test_a_connection_the_master_cannot_take_is_served_here
@@ -215,6 +244,28 @@ class BalancerTest < Minitest::Test
     assert_match(/WARN: master: no worker took a handed-over connection and 1 wait already: closed/, @log_io.string)
   end
 
+  # While the cluster drains a connection goes only to a worker with a thread
+  # waiting (it starts the request at once), however few connections the
+  # others hold; with none it waits in the master until one has.
+  def test_draining_it_goes_only_where_a_thread_waits
+    roster, ends = workers(3)
+    board = FakeBoard.new([9, 0, 0], [1, 0, 0], true)
+    forwarder = Cluster::Balancer::Forwarder.new(roster: roster, board: board, log: @log)
+    hand_over(ends[1], kept_alive: false)
+    forwarder.forward(roster.to_a[1])
+    assert_equal [[false], [], []], ends.map { |e| received_kinds(e) }
+    board.waiting = [0, 0, 0]
+    hand_over(ends[0], kept_alive: true)
+    forwarder.forward(roster.to_a[0])
+    forwarder.place_held
+    assert_equal [[], [], []], ends.map { |e| received_kinds(e) }, "no thread waits: held"
+    assert_equal 1, forwarder.held
+    board.waiting = [0, 0, 2]
+    forwarder.place_held
+    assert_equal [[], [], [true]], ends.map { |e| received_kinds(e) }
+    assert_equal 0, forwarder.held
+  end
+
   def test_a_worker_about_to_be_forgotten_is_drained
     roster, ends = workers(2)
     forwarder = Cluster::Balancer::Forwarder.new(roster: roster, board: FakeBoard.new([0, 0]), log: @log)
@@ -308,6 +359,13 @@ class BalancerTest < Minitest::Test
     client, server = tcp_pair
     @closables << client << server
     assert side.send_connection_nonblock(server, kept_alive)
+  end
+
+  # The engine was asked to detach +calls+ ([max, pending_only] each), and the
+  # master received connections of +kinds+ (kept alive or not).
+  def assert_handed_over(calls, kinds, engine, master, message = nil)
+    assert_equal calls, engine.detach_calls, message
+    assert_equal kinds, received_kinds(master), @log_io.string
   end
 
   # The kinds of the connections waiting on +side+ (received and closed).

@@ -12,6 +12,10 @@ run lambda { |env|
     return [200, { "content-type" => "text/plain" }, [Process.pid.to_s]]
   when "/queue_time"
     return [200, { "content-type" => "text/plain" }, [env["margay.queue_time"].inspect]]
+  when "/second" # a 1 s request that says where it ran (its query names it)
+    puts "second #{env["QUERY_STRING"]} in #{Process.pid}"
+    sleep 1
+    return [200, { "content-type" => "text/plain" }, [Process.pid.to_s]]
   when "/slow_in" # sleeps only in the worker whose pid is the query
     sleep 5 if env["QUERY_STRING"].to_i == Process.pid
   when "/stuck" # a request that ignores request_timeout's interrupt
