@@ -286,6 +286,7 @@ module Margay
 
       worker.stopping!(Clock.now + drain) # its grace period starts once the drain is over
       worker.channel.ask_to_drain
+      @log.info("master: worker #{worker.index} (pid #{worker.pid}) draining for #{drain}s, then stopping")
     rescue SystemCallError, IOError # it is gone: its exit is reaped as usual
       stop_worker(worker)
     end

@@ -120,6 +120,11 @@ module Margay
       nil
     end
 
+    # Between #drain and the graceful stop it leads to.
+    def draining?
+      !@drain_until.nil? && Clock.now < @drain_until
+    end
+
     # A cluster worker that stops for good closes its copies of the listeners
     # as it stops, like a standalone server (trap-safe). Not so a worker that
     # stops to become the mold: the workers it forks need them.

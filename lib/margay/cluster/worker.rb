@@ -150,8 +150,12 @@ module Margay
           return @server.stop
         end
         # A worker told to stop (or to become the mold) hands nothing over:
-        # the master may have no serving worker left to take it.
-        @balancer.balance(now, keepalive: @config.balance_keepalive) if !@mold_requested && !@terminating
+        # the master may have no serving worker left to take it. One replaced
+        # with a drain does, until the drain ends: the others serve, and a
+        # request it holds unread would be lost if it were killed meanwhile.
+        if !@mold_requested && (!@terminating || @server.draining?)
+          @balancer.balance(now, keepalive: @config.balance_keepalive)
+        end
         out_of_band_gc if @config.out_of_band_gc && !@mold_requested && !@terminating
       end
 
