@@ -76,7 +76,7 @@ class ControlListenerTest < Minitest::Test
     end
     client.connect(address)
     client.write("GET /after-emfile HTTP/1.0\r\n\r\n")
-    Timeout.timeout(5) { sleep 0.02 until @log_io.string.include?("accept failed") }
+    Timeout.timeout(20) { sleep 0.02 until @log_io.string.include?("accept failed") }
     held.each(&:close)
     held.clear
     assert_equal "/after-emfile?", read_all(client).split("\r\n").last
