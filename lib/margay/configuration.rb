@@ -42,6 +42,7 @@ module Margay
     # Every setting with its default. Sizes are bytes, times are seconds.
     DEFAULTS = {
       binds: ["tcp://#{(host = default_host).include?(':') ? "[#{host}]" : host}:9292"].freeze,
+      ssl_pems: [].freeze,            # PEM text given to ssl_bind (cert_pem, key_pem); its ssl:// binds say store:N
       rackup: "config.ru",
       environment: nil, # resolved from APP_ENV / RACK_ENV / RAILS_ENV / "development", as Puma 8 does
       min_threads: 0,   # like Puma; one thread always waits for connections

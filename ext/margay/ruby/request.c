@@ -133,6 +133,8 @@ static VALUE engine_abort(VALUE self, VALUE token) {
 static VALUE engine_hijack(VALUE self, VALUE token) {
   mg_engine *e = mg_rb_engine_core(self);
   mg_conn *c = mg_rb_request_conn(e, token);
+  /* the socket carries TLS records: handing it out would give the app ciphertext */
+  if (c->tls.ssl) rb_raise(rb_eNotImpError, "rack.hijack is not available on a TLS connection");
   VALUE rest = rb_str_new(c->rbuf, (long)c->rlen);
   mg_timing_done(e, c);
   int fd = mg_conn_forget(e, c);

@@ -119,9 +119,11 @@ module Margay
         started = Clock.now if @access_log
         input = env[Rack::RACK_INPUT]
         hijack = Hijack.new(@engine, token, env)
-        env[Rack::RACK_HIJACK] = hijack
+        tls = env[Rack::RACK_IS_HIJACK] == false # the engine's TLS connections: no socket to hand out
+        env[Rack::RACK_HIJACK] = hijack unless tls
+        env[PUMA_PEERCERT] = OpenSSL::X509::Certificate.new(env[PUMA_PEERCERT]) if tls && env.key?(PUMA_PEERCERT)
         env[RACK_EARLY_HINTS] = EarlyHints.new(@engine, token)
-        Upgrade.prepare(env) if env.key?("HTTP_UPGRADE")
+        Upgrade.prepare(env) if !tls && env.key?("HTTP_UPGRADE")
         callbacks = env[Rack::RACK_RESPONSE_FINISHED] = []
         status = headers = body = error = nil
         continue_with = nil
@@ -197,6 +199,9 @@ module Margay
 
       # Bodies of unknown length, streaming bodies and partial hijack.
       def stream(token, env, status, headers, body)
+        if env[Rack::RACK_IS_HIJACK] == false && (hijack_header?(headers) || (!body.respond_to?(:each) && Upgrade.response?(status, headers, env)))
+          raise InvalidResponse, "rack.hijack is not available on a TLS connection (the socket carries TLS records)"
+        end
         return partial_hijack(token, status, headers) if hijack_header?(headers)
         return stream_each(token, status, headers, body) if body.respond_to?(:each)
         raise InvalidResponse, "body must respond to each or call, got #{body.class}" unless body.respond_to?(:call)
