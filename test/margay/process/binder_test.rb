@@ -98,8 +98,12 @@ class BinderTest < Minitest::Test
       "unix:///tmp/u.sock?mode=999" => /mode must be an octal mode/,
       "tcp://127.0.0.1:1?backlog=1&backlog=2" => /backlog given twice/,
       "tcp://127.0.0.1:65536" => /port 65536 is not in 0\.\.65535/,
-      "ssl://127.0.0.1:1?key=k&cert=c" => /Margay does not speak TLS yet, and will not serve plain HTTP/,
-      "http://127.0.0.1:1" => /expected tcp:\/\/HOST:PORT or unix:\/\/PATH/
+      "ssl://127.0.0.1:1?cert=c" => /cert and key are needed/,
+      "ssl://127.0.0.1:1?key=k&cert=c&keystore=x" => /unknown TLS option "keystore"/,
+      "ssl://127.0.0.1:1?key=k&cert=c&verify_mode=peer" => /verify_mode=peer needs ca=FILE/,
+      "ssl://127.0.0.1:1?key=k&cert=c&verify_mode=always" => /bad value "always" for verify_mode/,
+      "ssl://127.0.0.1:1?key=k&cert=c&verification_flags=NOPE" => /unknown verification flag "NOPE"/,
+      "http://127.0.0.1:1" => %r{expected tcp://HOST:PORT, ssl://HOST:PORT\?cert=\.\.\.&key=\.\.\. or unix://PATH}
     }.each do |bind, pattern|
       error = assert_raises(Margay::ConfigError, bind) { Binder.parse(bind) }
       assert_match pattern, error.message
