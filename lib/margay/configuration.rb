@@ -372,6 +372,9 @@ module Margay
       # Both together is a chain (a PROXY v1 balancer in front of an HTTP proxy): the
       # header's address wins where the request has one, else the PROXY line's.
       invalid(:proxy_protocol, "proxy_protocol must be nil or :v1, got #{proxy_protocol.inspect}") unless [nil, :v1].include?(proxy_protocol)
+      return unless proxy_protocol && binds.any? { |url| url.to_s.start_with?("ssl://") }
+
+      invalid(:proxy_protocol, "proxy_protocol :v1 with an ssl:// bind is not supported yet (the PROXY line comes before the TLS handshake)")
     end
 
     def validate_hooks

@@ -13,6 +13,11 @@ module Margay
 
     module_function
 
+    # Whether the openssl command is on PATH (the tests that need it skip without it).
+    def cli?
+      system("openssl", "version", out: File::NULL, err: File::NULL) == true
+    end
+
     def dir
       @dir ||= make
     end

@@ -23,6 +23,7 @@ class TLSTest < Minitest::Test
 
   def setup
     skip "built without OpenSSL" unless Margay::Native::TLS
+    skip "no openssl command" unless CERTS.cli?
   end
 
   # A server on an ssl:// bind at port 0 with the RSA certificate (+query+: more options).
@@ -235,6 +236,23 @@ class TLSTest < Minitest::Test
       cert = pop_within(seen)
       assert_instance_of OpenSSL::X509::Certificate, cert
       assert_equal OpenSSL::X509::Certificate.new(File.read(CERTS.path("client.pem"))).to_der, cert.to_der
+    end
+  end
+
+  # Keep-alive balancing passes sockets between workers; a TLS session cannot follow.
+  def test_tls_connections_are_never_detached_for_another_worker
+    with_tls_server(HELLO) do |port, server|
+      kept = tls_socket(port)
+      kept.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_equal "HTTP/1.1 200 OK", read_tls_response(kept)[0]
+      fresh = TCPSocket.new("127.0.0.1", port) # accepted, nothing sent yet
+      Timeout.timeout(5) { sleep 0.01 until server.stats[:connections] == 2 }
+      assert_equal [], server.engine.detach_idle(10, false)
+      kept.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_equal "HTTP/1.1 200 OK", read_tls_response(kept)[0], "still served here"
+    ensure
+      kept&.close
+      fresh&.close
     end
   end
 

@@ -44,7 +44,8 @@ module Margay
                            "which also makes waits yield the thread",
         io_selector_backend: "Margay's event loop is native; see event_backend (:auto, :epoll, :poll)",
         clean_thread_locals: "not available: thread locals live as long as the pool thread",
-        rack_url_scheme: "rack.url_scheme is http (Margay does not speak TLS; a proxy's X-Forwarded-Proto is for the app)",
+        rack_url_scheme: "rack.url_scheme is http on tcp:// and unix:// binds and https on ssl:// binds " \
+                         "(a proxy's X-Forwarded-Proto is for the app)",
         mutate_stdout_and_stderr_to_sync_on_write: "Margay writes each log line with one write call",
         state_permission: "the state file is created with the process umask",
         daemonize: "Margay does not daemonize: run it under a process manager (systemd, foreman, a container)",
