@@ -145,6 +145,20 @@ class TLSTest < Minitest::Test
     file&.close!
   end
 
+  # Fiber mode's threads look for work with the GVL too (a wait of 0): a handshake is still left
+  # to a wait without it.
+  def test_fiber_mode
+    skip "fiber mode needs epoll" unless BACKEND == :auto || BACKEND == :epoll
+    with_tls_server(->(env) { [200, { "content-type" => "text/plain" }, [env["rack.url_scheme"]]] }, fiber_scheduler: true) do |port|
+      3.times { assert_equal "https", http(port).start { |h| h.get("/").body } }
+      ssl = tls_socket(port)
+      ssl.write("GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      2.times { assert_equal "https", read_tls_response(ssl)[2] }
+    ensure
+      ssl&.close
+    end
+  end
+
   def test_plain_http_to_the_tls_port_gets_400
     with_tls_server(HELLO) do |port|
       sock = TCPSocket.new("127.0.0.1", port)

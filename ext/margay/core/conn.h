@@ -118,8 +118,8 @@ static inline int mg_conn_owned(mg_conn *c) { return mg_state_st(atomic_load(&c-
 int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, socklen_t plen, int kept_alive);
 /* Hand the connection back to the event loop, waiting for +events+ (MG_EV_IN/OUT). Waiting for
  * input while its TLS session holds decrypted bytes (the socket's readiness does not show
- * them), it waits for output instead: a socket that can take bytes is ready at once, and the
- * reading phases read whatever the event. */
+ * them) or must first send bytes of its own, it waits for output instead: a socket that can
+ * take bytes is ready at once, and the reading phases read whatever the event. */
 void mg_conn_arm(mg_engine *e, mg_conn *c, uint32_t events);
 /* Take the connection out of the engine and return its fd, still open (a TLS session is
  * freed without a close_notify). */

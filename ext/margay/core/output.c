@@ -269,48 +269,43 @@ static int flush_file_tls(mg_out *o, mg_tls *tls, mg_seg *s) {
   return 1;
 }
 
-/* The memory segments at the head through TLS: a large one written from its own bytes, small
- * ones copied together into one record. */
-static int flush_memory_tls(mg_out *o, mg_tls *tls) {
+/* Through TLS: a large segment written from its own bytes, small ones copied together into one
+ * record. */
+static ssize_t write_memory_tls(mg_out *o, mg_tls *tls) {
   char buf[MG_OUT_RECORD];
-  while (o->head && o->head->file_fd < 0) {
-    mg_seg *s = o->head;
-    const char *data = s->data + s->off;
-    size_t len = s->len - s->off;
-    if (len < sizeof buf) {
-      len = 0;
-      for (mg_seg *t = s; t && t->file_fd < 0 && len < sizeof buf; t = t->next) {
-        size_t n = t->len - t->off;
-        if (n > sizeof buf - len) n = sizeof buf - len;
-        memcpy(buf + len, t->data + t->off, n);
-        len += n;
-      }
-      data = buf;
-    }
-    ssize_t w = mg_tls_write(tls, data, len);
-    if (w < 0) {
-      int r = write_failed();
-      if (r == 1) continue;
-      return r;
-    }
-    consume(o, (size_t)w);
+  mg_seg *s = o->head;
+  size_t len = s->len - s->off;
+  if (len >= sizeof buf) return mg_tls_write(tls, s->data + s->off, len);
+  len = 0;
+  for (mg_seg *t = s; t && t->file_fd < 0 && len < sizeof buf; t = t->next) {
+    size_t n = t->len - t->off;
+    if (n > sizeof buf - len) n = sizeof buf - len;
+    memcpy(buf + len, t->data + t->off, n);
+    len += n;
   }
-  return 1;
+  return mg_tls_write(tls, buf, len);
 }
 
-static int flush_memory(mg_out *o, int fd) {
+/* One write of the memory segments at the head of the queue: up to 16 of them in one sendmsg,
+ * or a record through TLS. */
+static ssize_t write_memory(mg_out *o, int fd, mg_tls *tls) {
+  if (tls) return write_memory_tls(o, tls);
+  struct iovec iov[16];
+  int n = 0;
+  for (mg_seg *t = o->head; t && t->file_fd < 0 && n < 16; t = t->next) {
+    iov[n].iov_base = t->data + t->off;
+    iov[n].iov_len = t->len - t->off;
+    n++;
+  }
+  struct msghdr msg = {0};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = (size_t)n;
+  return sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+static int flush_memory(mg_out *o, int fd, mg_tls *tls) {
   while (o->head && o->head->file_fd < 0) {
-    struct iovec iov[16];
-    int n = 0;
-    for (mg_seg *t = o->head; t && t->file_fd < 0 && n < 16; t = t->next) {
-      iov[n].iov_base = t->data + t->off;
-      iov[n].iov_len = t->len - t->off;
-      n++;
-    }
-    struct msghdr msg = {0};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = (size_t)n;
-    ssize_t w = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t w = write_memory(o, fd, tls);
     if (w < 0) {
       int r = write_failed();
       if (r == 1) continue;
@@ -334,7 +329,7 @@ int mg_out_flush(mg_out *o, int fd, mg_tls *tls) {
       close(s->file_fd);
       free(s);
     } else {
-      int r = tls ? flush_memory_tls(o, tls) : flush_memory(o, fd);
+      int r = flush_memory(o, fd, tls);
       if (r <= 0) return r;
     }
   }

@@ -178,6 +178,7 @@ static int classify(mg_tls *t, int r) {
   int saved = errno;
   int e = SSL_get_error(t->ssl, r);
   ERR_clear_error();
+  t->want_out = e == SSL_ERROR_WANT_WRITE;
   switch (e) {
   case SSL_ERROR_WANT_READ:
   case SSL_ERROR_WANT_WRITE:
@@ -217,6 +218,7 @@ int mg_tls_handshake(mg_tls *t, int fd) {
 ssize_t mg_tls_read(mg_tls *t, void *buf, size_t len) {
   if (t->state != MG_TLS_OPEN) { errno = EPIPE; return -1; }
   ERR_clear_error();
+  t->want_out = 0;
   size_t n = 0;
   if (SSL_read_ex(t->ssl, buf, len, &n) == 1) return (ssize_t)n;
   int err = classify(t, 0);
@@ -228,6 +230,7 @@ ssize_t mg_tls_read(mg_tls *t, void *buf, size_t len) {
 ssize_t mg_tls_write(mg_tls *t, const void *buf, size_t len) {
   if (t->state != MG_TLS_OPEN) { errno = EPIPE; return -1; }
   ERR_clear_error();
+  t->want_out = 0;
   size_t n = 0;
   if (SSL_write_ex(t->ssl, buf, len, &n) == 1) return (ssize_t)n;
   int err = classify(t, 0);

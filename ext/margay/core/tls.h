@@ -30,7 +30,8 @@ enum mg_tls_state {
 typedef struct {
   void *ssl;   /* SSL *, or NULL */
   int state;   /* enum mg_tls_state */
-  int want_out; /* the handshake waits for the socket to be writable (else readable) */
+  int want_out; /* the last handshake step or read waits for the socket to be writable (OpenSSL
+                 * has bytes of its own to send: a session ticket, a key update), else readable */
 } mg_tls;
 
 /* What a context is made of (Puma's ssl_bind options, read by the Ruby side). Strings are
@@ -78,7 +79,9 @@ int mg_tls_handshake(mg_tls *t, int fd);
  * the buffer (the queue only grows at its tail, core/output.c). */
 ssize_t mg_tls_read(mg_tls *t, void *buf, size_t len);
 ssize_t mg_tls_write(mg_tls *t, const void *buf, size_t len);
-/* Whether decrypted bytes wait inside the session: the socket's readiness does not show them. */
+/* Whether decrypted bytes wait inside the session: the socket's readiness does not show them.
+ * (SSL_pending, not SSL_has_pending: the part of a record not yet received is the socket's to
+ * announce.) */
 int mg_tls_pending(const mg_tls *t);
 /* One non-blocking close_notify, when the session is open (best effort: never waits). */
 void mg_tls_shutdown(mg_tls *t);

@@ -199,9 +199,7 @@ module Margay
 
       # Bodies of unknown length, streaming bodies and partial hijack.
       def stream(token, env, status, headers, body)
-        if env[Rack::RACK_IS_HIJACK] == false && (hijack_header?(headers) || (!body.respond_to?(:each) && Upgrade.response?(status, headers, env)))
-          raise InvalidResponse, "rack.hijack is not available on a TLS connection (the socket carries TLS records)"
-        end
+        refuse_tls_hijack(env, status, headers, body) if env[Rack::RACK_IS_HIJACK] == false
         return partial_hijack(token, status, headers) if hijack_header?(headers)
         return stream_each(token, status, headers, body) if body.respond_to?(:each)
         raise InvalidResponse, "body must respond to each or call, got #{body.class}" unless body.respond_to?(:call)
@@ -210,6 +208,14 @@ module Margay
         @engine.stream_start(token, status, headers)
         body.call(Stream.new(@engine, token, env[Rack::RACK_INPUT]))
         @engine.stream_finish(token)
+      end
+
+      # A TLS connection's socket carries records: a partial hijack or an upgrade (both hand the
+      # socket to the app) is a 500 before anything is sent.
+      def refuse_tls_hijack(env, status, headers, body)
+        return unless hijack_header?(headers) || (!body.respond_to?(:each) && Upgrade.response?(status, headers, env))
+
+        raise InvalidResponse, "rack.hijack is not available on a TLS connection (the socket carries TLS records)"
       end
 
       # The rack.hijack response header: send the head, then the app owns the
