@@ -124,11 +124,13 @@ module Margay
                          "bind it without socket activation"
     end
 
-    # {bind-url => fd} from an INHERIT_ENV value ({} for nil or "").
+    # {bind-url => fd} from an INHERIT_ENV value ({} for nil or ""). Pairs are split at a comma
+    # that starts the next URL: an ssl:// bind's query may hold commas of its own
+    # (verification_flags=A,B, reuse=100,60).
     def self.parse_inherited(value)
       return {} if value.nil? || value.empty?
 
-      value.split(",").to_h do |pair|
+      value.split(/,(?=(?:tcp|ssl|unix):)/).to_h do |pair|
         url, fd = pair.split(/=(?=\d+\z)/)
         [url, Integer(fd, 10)]
       end

@@ -111,6 +111,12 @@ class BinderTest < Minitest::Test
     end
   end
 
+  def test_inherited_ssl_binds_keep_the_commas_of_their_query
+    ssl = "ssl://127.0.0.1:1?cert=c&key=k&verification_flags=PARTIAL_CHAIN,X509_STRICT&reuse=100,60"
+    assert_equal({ ssl => 7, "tcp://127.0.0.1:2" => 8, "unix:/tmp/a,b.sock" => 9 },
+                 Binder.parse_inherited("#{ssl}=7,tcp://127.0.0.1:2=8,unix:/tmp/a,b.sock=9"))
+  end
+
   def test_unix_urls_as_puma_reads_them
     assert_equal "/tmp/a b.sock", Binder.parse("unix:///tmp/a%20b.sock").path
     assert_equal "/srv/app/puma.sock", Binder.parse("unix:/srv/app/puma.sock").path, "File.join(\"unix://\", dir) collapses the slashes"
