@@ -64,6 +64,23 @@ class TLSSlowTest < Minitest::Test
     end
   end
 
+  # A hot restart (USR2: exec with the listeners inherited) keeps the TLS port and serves HTTPS
+  # again with a new context made from the same bind, flags with commas in its query included.
+  def test_usr2_keeps_the_tls_listener
+    @runs = []
+    dir = SideBySide.app_dir
+    (@dirs ||= []) << dir
+    File.write(File.join(dir, "puma.rb"), config.sub("key: ", "verification_flags: %w[PARTIAL_CHAIN X509_STRICT], reuse: { size: 10, timeout: 60 }, key: "))
+    run = start(:margay, ["-C", "puma.rb"], dir: dir)
+    port = port_of(run)
+    pid = curl(port)[/\Aok (\d+) 200\z/, 1]
+    assert pid, run.output
+    Process.kill(:USR2, run.pid)
+    assert run.wait_for(/Use Ctrl-C to stop/, count: 2, timeout: 40), run.output
+    assert_equal "ok #{pid} 200", curl(port), "the same process, the same port, HTTPS again"
+    assert_equal 0, run.stop&.exitstatus
+  end
+
   # Every worker has the master's context: a session from one worker resumes on the other.
   def resumed_across_workers(port)
     sess = File.join(@dirs.last, "session.pem")
