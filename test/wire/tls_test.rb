@@ -159,6 +159,18 @@ class TLSTest < Minitest::Test
     end
   end
 
+  # Handshakes and requests from many clients at once, over a few app threads: every thread
+  # path (the fast path with the GVL leaves handshakes to the waits without it) serves them.
+  def test_many_clients_at_once
+    app = ->(env) { [200, { "content-type" => "text/plain" }, [env["PATH_INFO"]]] }
+    with_tls_server(app, max_threads: 3) do |port|
+      results = Array.new(24) do |i|
+        Thread.new { http(port).start { |h| Array.new(5) { |k| h.get("/#{i}/#{k}").body } } }
+      end.map(&:value)
+      assert_equal Array.new(24) { |i| Array.new(5) { |k| "/#{i}/#{k}" } }, results
+    end
+  end
+
   def test_plain_http_to_the_tls_port_gets_400
     with_tls_server(HELLO) do |port|
       sock = TCPSocket.new("127.0.0.1", port)
