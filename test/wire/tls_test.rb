@@ -74,14 +74,14 @@ class TLSTest < Minitest::Test
     [head.lines.first.strip, head, body]
   end
 
-  def test_https_env_and_no_hijack
+  def test_https_env
     with_tls_server(ECHO_ENV) do |port|
       body = http(port).start { |h| h.get("/").body }
       assert_includes body, %(rack.url_scheme="https")
       assert_includes body, %(HTTPS="https")
       assert_includes body, %(SERVER_PORT="#{port}")
-      assert_includes body, "rack.hijack?=false"
-      assert_includes body, "hijack=false"
+      assert_includes body, "rack.hijack?=true"
+      assert_includes body, "hijack=true"
       assert body.end_with?("peercert="), "no client certificate was asked for"
     end
   end
@@ -282,10 +282,65 @@ class TLSTest < Minitest::Test
     end
   end
 
-  def test_hijack_header_response_is_refused
-    app = ->(_env) { [200, { "rack.hijack" => ->(io) { io.close } }, []] }
+  # Everything the client reads until the server's close_notify (or the socket's end).
+  def read_tls_to_end(ssl)
+    data = +""
+    loop { data << ssl.readpartial(65_536) }
+  rescue EOFError, Errno::ECONNRESET
+    data
+  end
+
+  # rack.hijack on a TLS connection hands over the session: the app reads and writes plain text
+  # (bytes the client sent right after the request first), and its close sends close_notify.
+  def test_full_hijack_reads_and_writes_plain_text
+    app = lambda do |env|
+      io = env["rack.hijack"].call
+      io.write("HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n")
+      2.times { io.write("echo:#{io.readpartial(100)};") }
+      io.close
+      [200, {}, []]
+    end
     with_tls_server(app, lint: false) do |port|
-      assert_equal "500", http(port).start { |h| h.get("/").code }
+      ssl = tls_socket(port)
+      ssl.write("GET / HTTP/1.1\r\nHost: x\r\n\r\nping")
+      assert_equal "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\necho:ping;", ssl.readpartial(100) + ssl.readpartial(100)
+      ssl.write("pong")
+      assert_equal "echo:pong;", read_tls_to_end(ssl)
+    ensure
+      ssl&.close
+    end
+  end
+
+  def test_partial_hijack
+    app = ->(_env) { [200, { "rack.hijack" => ->(io) { io.write("from the app") && io.close } }, []] }
+    with_tls_server(app, lint: false) do |port|
+      ssl = tls_socket(port)
+      ssl.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      reply = read_tls_to_end(ssl)
+      assert_match(%r{\AHTTP/1.1 200 OK\r\n}, reply)
+      assert reply.end_with?("\r\n\r\nfrom the app"), reply
+    ensure
+      ssl&.close
+    end
+  end
+
+  # A 101 with a callable body (WebSocket's way in Rack 3) over TLS.
+  def test_upgrade_over_tls
+    app = lambda do |env|
+      return [426, {}, []] unless env["rack.protocol"]
+
+      [101, { "upgrade" => "echo", "connection" => "upgrade" }, ->(stream) { stream.write(stream.readpartial(10).upcase) }]
+    end
+    with_tls_server(app, lint: false) do |port|
+      ssl = tls_socket(port)
+      ssl.write("GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+      head = +""
+      head << ssl.readpartial(1) until head.end_with?("\r\n\r\n")
+      assert_match(%r{\AHTTP/1.1 101 }, head)
+      ssl.write("abc")
+      assert_equal "ABC", read_tls_to_end(ssl)
+    ensure
+      ssl&.close
     end
   end
 

@@ -12,7 +12,7 @@
 static VALUE k_REQUEST_METHOD, k_PATH_INFO, k_QUERY_STRING, k_REQUEST_URI, k_SERVER_PROTOCOL,
     k_SERVER_NAME, k_SERVER_PORT, k_REMOTE_ADDR, k_CONTENT_LENGTH, k_CONTENT_TYPE, k_HTTP_HOST,
     k_HTTP_COOKIE, k_rack_input, k_queue_time, k_body_wait, k_HTTP_X_REQUEST_START,
-    k_url_scheme, k_HTTPS, k_is_hijack, k_peercert;
+    k_url_scheme, k_HTTPS, k_peercert;
 static VALUE v_https, v_HTTP_1_1, v_HTTP_1_0, v_port80, v_port443, v_localhost, v_star;
 static VALUE cStringIO;
 static ID id_for_fd;
@@ -170,13 +170,12 @@ static void put_times(pairs *p, const mg_settings *cfg, const mg_conn *c) {
   }
 }
 
-/* A TLS connection's keys, as Puma sets them: rack.url_scheme and HTTPS "https", the client's
- * certificate (DER here; Ruby makes it the OpenSSL::X509::Certificate Puma gives, Server's
- * request handler), and no rack.hijack (the app would read ciphertext from the socket). */
+/* A TLS connection's keys, as Puma sets them: rack.url_scheme and HTTPS "https", and the
+ * client's certificate (DER here; Ruby makes it the OpenSSL::X509::Certificate Puma gives,
+ * Server's request handler). */
 static void put_tls(pairs *p, mg_conn *c) {
   put(p, k_url_scheme, v_https);
   put(p, k_HTTPS, v_https);
-  put(p, k_is_hijack, Qfalse);
   unsigned char *der;
   long n = mg_tls_peer_der(&c->tls, &der);
   if (n > 0) {
@@ -279,7 +278,6 @@ void mg_env_init(void) {
   v_https = interned("https");
   k_url_scheme = interned("rack.url_scheme");
   k_HTTPS = interned("HTTPS");
-  k_is_hijack = interned("rack.hijack?");
   k_peercert = interned("puma.peercert");
   v_localhost = interned("localhost");
   v_star = interned("*");

@@ -119,11 +119,10 @@ module Margay
         started = Clock.now if @access_log
         input = env[Rack::RACK_INPUT]
         hijack = Hijack.new(@engine, token, env)
-        tls = env[Rack::RACK_IS_HIJACK] == false # the engine's TLS connections: no socket to hand out
-        env[Rack::RACK_HIJACK] = hijack unless tls
-        env[PUMA_PEERCERT] = OpenSSL::X509::Certificate.new(env[PUMA_PEERCERT]) if tls && env.key?(PUMA_PEERCERT)
+        env[Rack::RACK_HIJACK] = hijack
+        env[PUMA_PEERCERT] = OpenSSL::X509::Certificate.new(env[PUMA_PEERCERT]) if env.key?(PUMA_PEERCERT) # DER from the engine
         env[RACK_EARLY_HINTS] = EarlyHints.new(@engine, token)
-        Upgrade.prepare(env) if !tls && env.key?("HTTP_UPGRADE")
+        Upgrade.prepare(env) if env.key?("HTTP_UPGRADE")
         callbacks = env[Rack::RACK_RESPONSE_FINISHED] = []
         status = headers = body = error = nil
         continue_with = nil
@@ -199,7 +198,6 @@ module Margay
 
       # Bodies of unknown length, streaming bodies and partial hijack.
       def stream(token, env, status, headers, body)
-        refuse_tls_hijack(env, status, headers, body) if env[Rack::RACK_IS_HIJACK] == false
         return partial_hijack(token, status, headers) if hijack_header?(headers)
         return stream_each(token, status, headers, body) if body.respond_to?(:each)
         raise InvalidResponse, "body must respond to each or call, got #{body.class}" unless body.respond_to?(:call)
@@ -208,14 +206,6 @@ module Margay
         @engine.stream_start(token, status, headers)
         body.call(Stream.new(@engine, token, env[Rack::RACK_INPUT]))
         @engine.stream_finish(token)
-      end
-
-      # A TLS connection's socket carries records: a partial hijack or an upgrade (both hand the
-      # socket to the app) is a 500 before anything is sent.
-      def refuse_tls_hijack(env, status, headers, body)
-        return unless hijack_header?(headers) || (!body.respond_to?(:each) && Upgrade.response?(status, headers, env))
-
-        raise InvalidResponse, "rack.hijack is not available on a TLS connection (the socket carries TLS records)"
       end
 
       # The rack.hijack response header: send the head, then the app owns the
