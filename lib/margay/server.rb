@@ -68,7 +68,7 @@ module Margay
       # The engine names the settings it reads; their values (and defaults) come from the configuration.
       @engine = Native::Engine.new(@config.to_h.values_at(*Native::Engine::SETTINGS),
                                    RequestHandler.env_template(@config))
-      @listeners.each { |l| @engine.add_listener(l.io.fileno, l.unix, l.server_name, l.server_port) }
+      @listeners.each { |l| @engine.add_listener(l.io.fileno, l.unix, l.server_name, l.server_port, l.tls) }
       health_listeners.each { |l| @engine.add_health_listener(l.io.fileno, agent_listener?(l)) }
       @engine.publish_idle(*@idle_board) if @idle_board
       @engine.drain if @drain_until # TERM came while booting
