@@ -2,7 +2,6 @@
 
 require "uri"
 require_relative "../errors"
-require_relative "../native"
 
 module Margay
   # Internal: the TLS side of a bind. Reads Puma's ssl:// query options (ssl_bind writes them)
@@ -125,6 +124,7 @@ module Margay
     # Files are read and the key password command run now; any failure is a ConfigError.
     # @return [Native::TLSContext]
     def context(url, options, pems)
+      require_relative "../native" # here, not at load: the CLI says once what to do when it is not built
       raise ConfigError, "bind #{url}: Margay was built without OpenSSL (install libssl-dev and reinstall margay)" unless Native::TLS
 
       require "openssl" if options[:verify_mode].to_s.end_with?("peer") # puma.peercert is an OpenSSL::X509::Certificate

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "margay/native"
 require "margay/process/tls"
 
 # Margay::TLS: an ssl:// bind's options as Puma reads them, and the context made of them.
