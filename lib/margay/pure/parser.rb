@@ -14,10 +14,16 @@ module Margay
       MAX_METHOD = 20
       TCHAR = "!#$%&'*+\\-.^_`|~0-9A-Za-z"
       TARGET = "!$&'()*+,\\-./0-9:;=?@A-Z\\[\\]_a-z~%"
-      REQUEST_LINE = /\A(?:\r\n)*([#{TCHAR}]+) ([#{TARGET}]+(?:#[#{TARGET}]*)?) HTTP\/(\d)\.(\d)\r\n/n
+      REQUEST_LINE = /\A([#{TCHAR}]+) ([#{TARGET}]+(?:#[#{TARGET}]*)?) HTTP\/(\d)\.(\d)\r\n/n
       FIELD = /\A([#{TCHAR}]+):[ \t]*([\t\x20-\x7e\x80-\xff]*?)[ \t]*\z/n
-      HOST = /\A(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~!$&'()*+,;=%]*)(?::\d*)?\z/n
-      CODING = /\A[#{TCHAR}]+(?:[ \t]*;[ \t]*[#{TCHAR}]+=(?:[#{TCHAR}]+|"(?:[^"\\]|\\.)*"))*\z/n
+      REGNAME = "A-Za-z0-9\\-._~!$&'()*+;="
+      # uri-host [ ":" port ] (RFC 9110 7.2): an IP-literal, or a reg-name without ',' (a list of
+      # hosts is a smuggling probe); absolute-form targets need a non-empty host.
+      HOST = /\A(?:\[(?:[vV]\h+\.[#{REGNAME}:]+|[\h.]*:[\h:.]*)\]|(?:[#{REGNAME}]|%\h\h)*)(?::\d*)?\z/n
+      NAMED_HOST = /\A(?:\[|(?:[#{REGNAME}]|%\h\h))/n
+      QUOTED = /"(?:[\t\x20\x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t\x20-\x7e\x80-\xff])*"/n
+      # One transfer-coding of a list: token *( OWS ";" OWS token BWS "=" BWS ( token / quoted-string ) ).
+      CODING = /\G([#{TCHAR}]+)((?:[ \t]*;[ \t]*[#{TCHAR}]+[ \t]*=[ \t]*(?:[#{TCHAR}]+|#{QUOTED}))*)[ \t]*(?:,|\z)/n
       CRLF2 = "\r\n\r\n".b.freeze
 
       module_function
@@ -28,10 +34,11 @@ module Margay
       # @param max_headers [Integer] max_headers (431 beyond)
       # @param methods [Array<String>, nil] supported_http_methods (501 for others)
       def parse(buf, max_head:, max_target:, max_headers:, methods: nil)
-        stop = buf.index(CRLF2)
+        lead = buf[/\A(?:\r\n)*/n].bytesize # empty lines before the request line (RFC 9112 2.2)
+        stop = buf.index(CRLF2, lead)
         return early(buf, max_head, max_target) if stop.nil? || stop + 4 > max_head
 
-        head = buf.byteslice(0, stop + 2)
+        head = buf.byteslice(lead, stop + 2 - lead)
         line = REQUEST_LINE.match(head)
         return line_error(head, max_target) unless line
 
@@ -81,7 +88,7 @@ module Margay
 
           request.path = "*"
         elsif (m = %r{\Ahttps?://([^/?]*)([^?]*)(?:\?(.*))?\z}ni.match(target))
-          return 400 if m[1].empty? || !HOST.match?(m[1])
+          return 400 unless HOST.match?(m[1]) && NAMED_HOST.match?(m[1])
 
           request.authority = m[1]
           request.path = m[2].empty? ? "/" : m[2]
@@ -108,7 +115,7 @@ module Margay
           request.fields << [m[1], value]
           case name
           when "host"
-            return 400 if request.host || !HOST.match?(value) || value.empty?
+            return 400 if request.host || !HOST.match?(value)
 
             request.host = value
           when "expect"
@@ -117,27 +124,45 @@ module Margay
 
             request.expect_continue = true
           when "content-length"
-            return 400 if request.content_length || te || !value.match?(/\A\d{1,18}\z/)
+            return 400 if request.content_length || te || !value.match?(/\A\d+\z/)
+            return 413 if value.sub(/\A0+/, "").size > 18
 
             request.content_length = value.to_i
           when "transfer-encoding"
             return 400 if request.minor.zero? || request.content_length
 
             te ||= []
-            value.split(",").each do |coding|
-              coding = coding.strip
-              return 400 unless CODING.match?(coding)
-
-              te << coding.split(";").first.strip.downcase
-            end
+            status = codings(value, te)
+            return status if status
           end
         end
         transfer_encoding(request, te)
       end
 
+      # Append the codings of one Transfer-Encoding value to +list+ ([name, parameters?] pairs).
+      # An error status, or nil.
+      def codings(value, list)
+        pos = 0
+        here = 0
+        loop do
+          pos += 1 while value[pos] == " " || value[pos] == "\t" || value[pos] == ","
+          break if pos >= value.bytesize
+
+          m = CODING.match(value, pos)
+          return 400 unless m&.begin(0) == pos
+
+          list << [m[1].downcase, !m[2].empty?]
+          here += 1
+          pos = m.end(0)
+        end
+        return 400 if here.zero? || list.count { |name, _| name == "chunked" } > 1
+
+        nil
+      end
+
       def transfer_encoding(request, codings)
         return nil unless codings
-        return 400 if codings.count("chunked") > 1 || codings.last != "chunked"
+        return 400 unless codings.last == ["chunked", false]
         return 501 if codings.size > 1
 
         request.chunked = true
