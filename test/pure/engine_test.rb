@@ -2,6 +2,7 @@
 
 require "test_helper"
 require "margay/pure"
+require "tempfile"
 
 module Margay
   # The pure-Ruby engine (lib/margay/pure/) over real sockets. On JRuby through
@@ -151,6 +152,38 @@ module Margay
       serve(app) do |port|
         assert_match(/\AHTTP\/1\.1 500 /, raw_get(port))
         assert raw_get(port).end_with?("ok")
+      end
+    end
+
+    def test_file_body_and_early_hints
+      tmp = Tempfile.new("pure")
+      tmp.write("from a file")
+      tmp.close
+      file = tmp.path
+      body = Struct.new(:to_path) do
+        def each = yield(File.read(to_path))
+      end
+      app = lambda do |env|
+        env["rack.early_hints"].call({ "link" => "</a.css>; rel=preload" })
+        [200, { "content-type" => "text/plain" }, body.new(file)]
+      end
+      serve(app) do |port|
+        response = raw_get(port)
+        assert_match(%r{\AHTTP/1\.1 103 Early Hints\r\nlink: </a.css>; rel=preload\r\n\r\nHTTP/1\.1 200 OK\r\n}, response)
+        assert_match(/^content-length: 11\r$/, response)
+        assert response.end_with?("\r\n\r\nfrom a file"), response
+      end
+    ensure
+      tmp&.close!
+    end
+
+    def test_body_past_max_body_size_is_a_413
+      serve(ECHO, max_body_size: 4) do |port|
+        response = raw_exchange(port, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n0123456789")
+        assert_match(/\AHTTP\/1\.1 413 /, response)
+        chunked = raw_exchange(port, "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" \
+                                     "a\r\n0123456789\r\n0\r\n\r\n")
+        assert_match(/\AHTTP\/1\.1 413 /, chunked)
       end
     end
   end
