@@ -59,6 +59,28 @@ have_header("sys/sendfile.h") && have_func("sendfile", "sys/sendfile.h")
 have_header("sys/prctl.h") # PR_SET_CHILD_SUBREAPER for the cluster master
 have_func("rb_thread_call_without_gvl", "ruby/thread.h") or abort("rb_thread_call_without_gvl is required")
 
+# TLS (core/tls.c) with OpenSSL 1.1.1 or later (libssl-dev on Debian). Without it the extension
+# still builds, Margay::Native::TLS is false and a TLS bind refuses to start. MARGAY_NO_TLS=1
+# builds without it on purpose (how that refusal is tested by hand).
+def openssl_found?
+  return false if ENV["MARGAY_NO_TLS"] == "1"
+
+  (pkg_config("openssl") || (have_library("crypto", "CRYPTO_malloc") && have_library("ssl", "SSL_new"))) &&
+    have_header("openssl/ssl.h") &&
+    try_compile(<<~C)
+      #include <openssl/ssl.h>
+      #if OPENSSL_VERSION_NUMBER < 0x10101000L
+      #error OpenSSL 1.1.1 or later is needed
+      #endif
+      int main(void) { return SSL_CTX_set_ciphersuites(0, "") + SSL_read_ex(0, 0, 0, 0); }
+    C
+end
+if openssl_found?
+  $defs << "-DMG_HAVE_TLS=1" # rubocop:disable Style/GlobalVars
+else
+  message "margay: built without OpenSSL: TLS binds will refuse to start\n"
+end
+
 create_makefile("margay/margay_native")
 
 # mkmf knows the headers of the top folder only: make every object depend on every header, so

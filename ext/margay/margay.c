@@ -23,6 +23,7 @@
 #include "ruby/respond.h"
 #include "ruby/stream.h"
 #include "ruby/testing.h"
+#include "ruby/tls.h"
 
 /* Native.child_subreaper -> true when this process now adopts its orphaned
  * descendants (Linux's PR_SET_CHILD_SUBREAPER), false where it cannot. A
@@ -70,4 +71,5 @@ void Init_margay_native(void) {
   mg_balance_init(cEngine);
   mg_env_init();
   mg_waits_init(mNative);
+  mg_tls_init(mNative);
 }

@@ -42,6 +42,7 @@ module Margay
     # Every setting with its default. Sizes are bytes, times are seconds.
     DEFAULTS = {
       binds: ["tcp://#{(host = default_host).include?(':') ? "[#{host}]" : host}:9292"].freeze,
+      ssl_pems: [].freeze,            # PEM text given to ssl_bind (cert_pem, key_pem); its ssl:// binds say store:N
       rackup: "config.ru",
       environment: nil, # resolved from APP_ENV / RACK_ENV / RAILS_ENV / "development", as Puma 8 does
       min_threads: 0,   # like Puma; one thread always waits for connections
@@ -371,6 +372,9 @@ module Margay
       # Both together is a chain (a PROXY v1 balancer in front of an HTTP proxy): the
       # header's address wins where the request has one, else the PROXY line's.
       invalid(:proxy_protocol, "proxy_protocol must be nil or :v1, got #{proxy_protocol.inspect}") unless [nil, :v1].include?(proxy_protocol)
+      return unless proxy_protocol && binds.any? { |url| url.to_s.start_with?("ssl://") }
+
+      invalid(:proxy_protocol, "proxy_protocol :v1 with an ssl:// bind is not supported yet (the PROXY line comes before the TLS handshake)")
     end
 
     def validate_hooks

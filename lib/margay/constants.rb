@@ -12,4 +12,7 @@ module Margay
   # The hijacked socket, set after a full hijack (Rack 2's key, which some
   # apps still read after calling rack.hijack).
   RACK_HIJACK_IO = "rack.hijack_io"
+
+  # A TLS client's verified certificate (an OpenSSL::X509::Certificate), Puma's key.
+  PUMA_PEERCERT = "puma.peercert"
 end

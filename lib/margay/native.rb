@@ -26,6 +26,14 @@ if RUBY_ENGINE == "jruby" # no C extensions there: the pure-Ruby engine (lib/mar
     module Native # the names the server uses
       Engine = Pure::Engine
       def self.malloc_trim = nil
+
+      # An ssl:// bind: refused at start with one line (the pure-Ruby engine has no TLS yet).
+      class TLSContext
+        def initialize(*)
+          raise ConfigError, "ssl:// binds: not on #{RUBY_ENGINE} yet (its pure-Ruby engine has no TLS); " \
+                             "terminate TLS in a proxy in front of Margay"
+        end
+      end
     end
   end
 else

@@ -50,7 +50,7 @@ module Margay
     # Open every listener in config.binds (or take over inherited ones) and the
     # health listener, unless they are open already. Returns self.
     def bind
-      @listeners ||= Binder.open(@config.binds, backlog: @config.backlog)
+      @listeners ||= Binder.open(@config.binds, backlog: @config.backlog, pems: @config.ssl_pems)
       @health_listeners ||= bind_health
       self
     end

@@ -153,8 +153,10 @@ int mg_accept_adopted(mg_engine *e, int fd, int kept_alive) {
   if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) { close(fd); return -1; }
   fcntl(fd, F_SETFD, FD_CLOEXEC);
   int is_unix = peer.ss_family == AF_UNIX;
-  int li = 0;
-  for (int i = 0; i < e->nlisteners; i++) if (e->listeners[i].is_unix == is_unix) { li = i; break; }
+  int li = -1; /* a plain listener of its kind: TLS connections never move (mg_conn_movable) */
+  for (int i = 0; i < e->nlisteners; i++) if (e->listeners[i].is_unix == is_unix && !e->listeners[i].tls) { li = i; break; }
+  for (int i = 0; i < e->nlisteners && li < 0; i++) if (!e->listeners[i].tls) li = i;
+  if (li < 0) { close(fd); return -1; }
   if (!is_unix) no_delay(fd);
   return mg_conn_start(e, fd, li, (struct sockaddr *)&peer, plen, kept_alive);
 }

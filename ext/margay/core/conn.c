@@ -46,6 +46,12 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
   c->proxy_addr[0] = '\0';
   c->peer_text[0] = '\0';
   c->deadline_ms = mg_now_ms() + (kept_alive ? e->cfg.keepalive_timeout_ms : e->cfg.header_timeout_ms);
+  /* the handshake counts against header_timeout: a client stalling in it is closed by the sweep */
+  if (e->listeners[li].tls && mg_tls_begin(&c->tls, e->listeners[li].tls, fd) != 0) {
+    atomic_store(&c->state, ((gen + 1) << 8) | MG_FREE);
+    close(fd);
+    return -1;
+  }
   atomic_fetch_add(&e->nconns, 1);
   mg_board_count(e, MG_BOARD_CONNS, 1);
   int hw = atomic_load(&e->hiwater);
@@ -65,6 +71,7 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
 void mg_conn_arm(mg_engine *e, mg_conn *c, uint32_t events) {
   assert(mg_conn_owned(c));
   int fd = c->fd;
+  if (events == MG_EV_IN && c->phase != MG_PH_LINGER && (c->tls.want_out || mg_tls_pending(&c->tls))) events = MG_EV_OUT;
   uint64_t gen = conn_gen(c) + 1;
   atomic_store(&c->state, (gen << 8) | MG_ARMING);
   int failed = mg_ev_arm(e->ev, fd, events, mg_conn_data(fd, gen)) != 0;
@@ -98,6 +105,7 @@ int mg_conn_forget(mg_engine *e, mg_conn *c) {
   assert(mg_conn_owned(c));
   int fd = c->fd;
   mg_ev_disarm(e->ev, fd);
+  mg_tls_free(&c->tls);
   mg_out_free(&c->out);
   mg_conn_reset_request(c);
   free(c->rbuf); c->rbuf = NULL; c->rlen = c->rcap = 0;
@@ -114,6 +122,7 @@ int mg_conn_forget(mg_engine *e, mg_conn *c) {
 }
 
 int mg_conn_has_pending_input(const mg_conn *c) {
+  if (mg_tls_pending(&c->tls)) return 1;
   char b;
   return recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
 }
@@ -121,6 +130,7 @@ int mg_conn_has_pending_input(const mg_conn *c) {
 void mg_conn_close(mg_engine *e, mg_conn *c) {
   /* Last: once the fd is closed, accept() may hand out the same number and
    * another thread reuses this struct, so nothing may touch it after close. */
+  mg_tls_shutdown(&c->tls);
   close(mg_conn_forget(e, c));
 }
 
@@ -145,6 +155,7 @@ void mg_conn_close_all(mg_engine *e) {
  * short while, so that closing does not turn into a reset that destroys the
  * response before the client read it (RFC 9112 9.6). */
 static void begin_close(mg_engine *e, mg_conn *c) {
+  mg_tls_shutdown(&c->tls);
   shutdown(c->fd, SHUT_WR);
   c->phase = MG_PH_LINGER;
   c->deadline_ms = mg_now_ms() + LINGER_MS;
@@ -185,7 +196,7 @@ void mg_conn_simple_response(mg_conn *c, int status) {
 
 int mg_conn_complete(mg_engine *e, mg_conn *c) {
   assert(mg_conn_owned(c));
-  int r = mg_out_flush(&c->out, c->fd);
+  int r = mg_out_flush(&c->out, c->fd, &c->tls);
   if (r < 0) { mg_conn_close(e, c); return 0; }
   if (r == 0) {
     c->phase = MG_PH_WRITE;

@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include "core/engine.h"
 #include "core/output.h"
+#include "core/tls.h"
 #include "http/chunked.h"
 #include "http/parser.h"
 #include "http/proxy.h"
@@ -77,6 +78,8 @@ typedef struct mg_conn {
   int head_request;       /* HEAD: no body bytes on the wire */
   int minor;
 
+  mg_tls tls;             /* a TLS listener's connection: its session (core/tls.h); else OFF */
+
   struct sockaddr_storage peer;
   socklen_t peer_len;
   /* proxy_protocol: the PROXY v1 line is read once, before the first request (never on a
@@ -93,11 +96,16 @@ static inline uint64_t mg_state_gen(uint64_t s) { return s >> 8; }
 static inline int mg_state_st(uint64_t s) { return (int)(s & 0xff); }
 
 /* Whether +c+ may be handed to another worker: not once a PROXY line gave it an address (the
- * adopting worker would not know it; the line is read only once). */
-static inline int mg_conn_movable(const mg_conn *c) { return c->proxy_addr[0] == '\0'; }
+ * adopting worker would not know it; the line is read only once), nor a TLS connection (its
+ * session lives in this process's memory). */
+static inline int mg_conn_movable(const mg_conn *c) { return c->proxy_addr[0] == '\0' && c->tls.state == MG_TLS_OFF; }
+/* Whether +c+'s TLS handshake is still to be done (only without the GVL: core/loop.c). */
+static inline int mg_conn_handshaking(const mg_conn *c) {
+  return c->tls.state == MG_TLS_HELLO || c->tls.state == MG_TLS_HANDSHAKE;
+}
 
 /* Whether the client of idle connection +c+ has sent bytes the engine has not read yet (its
- * next request, waiting in the kernel: a MSG_PEEK). */
+ * next request, waiting in the kernel: a MSG_PEEK; or decrypted inside its TLS session). */
 int mg_conn_has_pending_input(const mg_conn *c);
 
 /* Whether the calling thread may touch +c+: it must own it (checked in debug builds). */
@@ -108,10 +116,15 @@ static inline int mg_conn_owned(mg_conn *c) { return mg_state_st(atomic_load(&c-
  * an idle keep-alive connection, the keep-alive timeout runs). Returns 0, or
  * -1 if it was closed. */
 int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, socklen_t plen, int kept_alive);
-/* Hand the connection back to the event loop, waiting for +events+ (MG_EV_IN/OUT). */
+/* Hand the connection back to the event loop, waiting for +events+ (MG_EV_IN/OUT). Waiting for
+ * input while its TLS session holds decrypted bytes (the socket's readiness does not show
+ * them) or must first send bytes of its own, it waits for output instead: a socket that can
+ * take bytes is ready at once, and the reading phases read whatever the event. */
 void mg_conn_arm(mg_engine *e, mg_conn *c, uint32_t events);
-/* Take the connection out of the engine and return its fd, still open. */
+/* Take the connection out of the engine and return its fd, still open (a TLS session is
+ * freed without a close_notify). */
 int mg_conn_forget(mg_engine *e, mg_conn *c);
+/* Close it (an open TLS session sends its close_notify first, if the socket takes it). */
 void mg_conn_close(mg_engine *e, mg_conn *c);
 /* Close every connection and free its struct: the engine closes (no loop thread runs). */
 void mg_conn_close_all(mg_engine *e);

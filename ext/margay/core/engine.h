@@ -57,6 +57,7 @@ typedef struct {
 typedef struct {
   int fd;
   int is_unix;
+  struct mg_tls_ctx *tls;     /* its connections speak TLS (core/tls.h), or NULL */
 } mg_listener;
 
 #define MG_MAX_LISTENERS 16

@@ -79,7 +79,7 @@ static int start_body(mg_engine *e, mg_conn *c) {
     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
     mg_out_queue(&c->out, cont, sizeof cont - 1);
     c->sent_continue = 1;
-    if (mg_out_flush(&c->out, c->fd) < 0) return -1;
+    if (mg_out_flush(&c->out, c->fd, &c->tls) < 0) return -1;
   }
   return 0;
 }
@@ -180,6 +180,44 @@ static int ensure_room(mg_engine *e, mg_conn *c) {
   return 1;
 }
 
+/* Read into +buf+: the socket, or the TLS session over it (then the data's arrival is the time
+ * it was decrypted: the kernel's stamp is on the records, not on the request's bytes). */
+static ssize_t receive(mg_conn *c, char *buf, size_t len) {
+  if (!c->tls.ssl) return mg_timing_recv(c->fd, buf, len, &c->rx_ns);
+  ssize_t n = mg_tls_read(&c->tls, buf, len);
+  if (n > 0) c->rx_ns = mg_wall_ns();
+  return n;
+}
+
+/* What a TLS listener's client hears when it speaks plain HTTP (its first byte is not a TLS
+ * handshake record): an answer it can read, then the close. */
+static const char plain_to_tls[] =
+  "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: 51\r\nconnection: close\r\n\r\n"
+  "This port speaks HTTPS: send the request over TLS.\n";
+
+int mg_input_handshake(mg_engine *e, mg_conn *c) {
+  assert(mg_conn_owned(c) && mg_conn_handshaking(c));
+  switch (mg_tls_handshake(&c->tls, c->fd)) {
+  case MG_TLS_DONE:
+    return mg_input_read(e, c); /* a TLS 1.3 client may have sent its request with its Finished */
+  case MG_TLS_WANT_IN:
+    mg_conn_arm(e, c, MG_EV_IN);
+    return MG_IN_AGAIN;
+  case MG_TLS_WANT_OUT:
+    mg_conn_arm(e, c, MG_EV_OUT);
+    return MG_IN_AGAIN;
+  case MG_TLS_PLAIN:
+    mg_tls_free(&c->tls);
+    c->keep_alive = 0;
+    mg_out_queue(&c->out, plain_to_tls, sizeof plain_to_tls - 1);
+    mg_conn_complete(e, c); /* never 1: the answer closes the connection */
+    return MG_IN_DONE;
+  default:
+    mg_conn_close(e, c);
+    return MG_IN_DONE;
+  }
+}
+
 /* Up to READ_BUDGET bytes per turn: a client that sends as fast as the
  * connection is read (a large upload on loopback) then goes to the back of the
  * ready list instead of keeping this thread until its whole body is in, so
@@ -198,13 +236,14 @@ int mg_input_read(mg_engine *e, mg_conn *c) {
       continue;
     }
     size_t space = c->rcap - c->rlen;
-    ssize_t n = mg_timing_recv(c->fd, c->rbuf + c->rlen, space, &c->rx_ns);
+    ssize_t n = receive(c, c->rbuf + c->rlen, space);
     if (n > 0) {
       c->rlen += (size_t)n;
       if ((size_t)n == space) c->pipelines = 1; /* more may follow: maybe requests sent back to back */
       int r = process_input(e, c);
       if (r != MG_IN_AGAIN) return r;
-      if ((size_t)n < space) break; /* the socket is drained */
+      /* the socket is drained (a TLS read returns one record at most: it reads on until EAGAIN) */
+      if ((size_t)n < space && !c->tls.ssl) break;
       if ((size_t)n >= budget) break; /* its turn is over: re-armed, still readable */
       budget -= (size_t)n;
       continue;

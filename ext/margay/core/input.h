@@ -17,6 +17,9 @@ enum mg_input_result {
 
 /* Read what the socket has and frame it. MG_IN_AGAIN: re-armed for input. */
 int mg_input_read(mg_engine *e, mg_conn *c);
+/* Advance a TLS connection's handshake (without the GVL only); once complete, read as
+ * mg_input_read. A client speaking plain HTTP gets a plain 400 saying the port speaks HTTPS. */
+int mg_input_handshake(mg_engine *e, mg_conn *c);
 /* Frame what is buffered (a pipelined request). 1: a request is ready; 0: handed to the loop. */
 int mg_input_continue(mg_engine *e, mg_conn *c);
 /* Answer +status+ with the engine's error page, then close (lingering). Output still pending

@@ -46,8 +46,24 @@ void mg_loop_requeue(mg_engine *e, mg_conn *c) {
   mg_conn_arm(e, c, MG_EV_OUT);
 }
 
+/* Set while this thread holds the GVL in the loop (mg_loop_try, a fiber thread's look without
+ * waiting): a TLS handshake is not done then (core/tls.h). */
+static _Thread_local int gvl_held, deferred;
+
+void mg_loop_hold_gvl(int held) { gvl_held = held; deferred = 0; }
+
+int mg_loop_deferred(void) { return deferred; }
+
 /* The connection's event came: do what its phase calls for. */
 static int handle_conn(mg_engine *e, mg_conn *c) {
+  if (mg_conn_handshaking(c)) {
+    /* Public-key work takes a millisecond or more: never with the GVL. Armed again as it
+     * waited, the connection is ready at once for the next thread that waits without it. */
+    if (!gvl_held) return mg_input_handshake(e, c);
+    mg_conn_arm(e, c, c->tls.want_out ? MG_EV_OUT : MG_EV_IN);
+    deferred = 1; /* the caller stops taking events: the same one would come back at once */
+    return MG_IN_DONE;
+  }
   switch (c->phase) {
   case MG_PH_WRITE:
     c->deadline_ms = mg_now_ms() + e->cfg.write_timeout_ms;
@@ -185,7 +201,8 @@ int mg_loop_try(mg_engine *e, mg_conn **out) {
   int got = 0;
   int64_t now = mg_now_ms();
   if (now >= atomic_load(&e->next_sweep_ms)) mg_sweep(e, now);
-  for (int i = 0; i < MG_TRY_EVENTS && !got; i++) {
+  mg_loop_hold_gvl(1);
+  for (int i = 0; i < MG_TRY_EVENTS && !got && !deferred; i++) {
     mg_ev_event ev;
     if (mg_loop_take(e, &ev, 0) != 1) break;
     /* The wake fd is level-triggered: left unread, it is the blocking wait's to see (a stop,
@@ -193,6 +210,7 @@ int mg_loop_try(mg_engine *e, mg_conn **out) {
     if (ev.data & MG_DATA_WAKE) break;
     got = mg_loop_dispatch(e, &ev, out);
   }
+  mg_loop_hold_gvl(0);
   if (got) atomic_store(&e->visit_us, mg_now_us());
   leave(e);
   return got;

@@ -66,6 +66,14 @@ int mg_loop_try(mg_engine *e, mg_conn **out);
  * same mg_wait_args): makes that thread return MG_WAIT_INTR, standing by or polling. */
 void mg_loop_unblock(void *args);
 
+/* Whether the calling thread holds the GVL while it dispatches (mg_loop_try sets it itself;
+ * fiber mode's look without waiting, ruby/waits.c, around mg_waits_wait): TLS handshakes are
+ * then left to a thread without it. */
+void mg_loop_hold_gvl(int held);
+/* Whether, since mg_loop_hold_gvl(1), this thread left a TLS handshake to a thread without the
+ * GVL (re-armed, it is ready again at once: taking more events would take it again). */
+int mg_loop_deferred(void);
+
 /* A thread back from mg_wait_nogvl with MG_WAIT_READY holds the GVL again. */
 static inline void mg_loop_got_gvl(mg_engine *e) { atomic_fetch_sub(&e->gvl_waiters, 1); }
 

@@ -194,6 +194,27 @@ void mg_out_end_spill(mg_out *o) {
 
 /* ---- flushing ---- */
 
+/* The socket took +w+ bytes of the memory segments at the head of the queue. */
+static void consume(mg_out *o, size_t w) {
+  o->bytes -= w;
+  o->sent += w;
+  while (w && o->head && o->head->file_fd < 0) {
+    mg_seg *t = o->head;
+    size_t avail = t->len - t->off;
+    if (w < avail) { t->off += w; return; }
+    w -= avail;
+    o->head = t->next;
+    if (!o->head) o->tail = NULL;
+    free_seg(t);
+  }
+}
+
+/* A write's result: 1 go on, 0 the socket is full, -1 an error. */
+static int write_failed(void) {
+  if (errno == EINTR) return 1;
+  return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+}
+
 static int flush_file(mg_out *o, int fd, mg_seg *s) {
   while (s->file_left) {
     size_t want = s->file_left > (1u << 20) ? (1u << 20) : (size_t)s->file_left;
@@ -215,8 +236,9 @@ static int flush_file(mg_out *o, int fd, mg_seg *s) {
       }
     }
     if (n < 0) {
-      if (errno == EINTR) continue;
-      return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+      int r = write_failed();
+      if (r == 1) continue;
+      return r;
     }
     if (n == 0) return -1;
     s->file_left -= (uint64_t)n;
@@ -225,47 +247,91 @@ static int flush_file(mg_out *o, int fd, mg_seg *s) {
   return 1;
 }
 
-int mg_out_flush(mg_out *o, int fd) {
+/* A file through TLS: a record's worth read at the current offset and written; after EAGAIN
+ * the retry reads the same bytes again (the offset moves only with what was written). */
+static int flush_file_tls(mg_out *o, mg_tls *tls, mg_seg *s) {
+  char buf[MG_OUT_RECORD];
+  while (s->file_left) {
+    size_t want = s->file_left > sizeof buf ? sizeof buf : (size_t)s->file_left;
+    ssize_t n = pread(s->file_fd, buf, want, s->file_off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1; /* unreadable, or the file shrank */
+    ssize_t w = mg_tls_write(tls, buf, (size_t)n);
+    if (w < 0) {
+      int r = write_failed();
+      if (r == 1) continue;
+      return r;
+    }
+    s->file_off += w;
+    s->file_left -= (uint64_t)w;
+    o->sent += (uint64_t)w;
+  }
+  return 1;
+}
+
+/* Through TLS: a large segment written from its own bytes, small ones copied together into one
+ * record. */
+static ssize_t write_memory_tls(mg_out *o, mg_tls *tls) {
+  char buf[MG_OUT_RECORD];
+  mg_seg *s = o->head;
+  size_t len = s->len - s->off;
+  if (len >= sizeof buf) return mg_tls_write(tls, s->data + s->off, len);
+  len = 0;
+  for (mg_seg *t = s; t && t->file_fd < 0 && len < sizeof buf; t = t->next) {
+    size_t n = t->len - t->off;
+    if (n > sizeof buf - len) n = sizeof buf - len;
+    memcpy(buf + len, t->data + t->off, n);
+    len += n;
+  }
+  return mg_tls_write(tls, buf, len);
+}
+
+/* One write of the memory segments at the head of the queue: up to 16 of them in one sendmsg,
+ * or a record through TLS. */
+static ssize_t write_memory(mg_out *o, int fd, mg_tls *tls) {
+  if (tls) return write_memory_tls(o, tls);
+  struct iovec iov[16];
+  int n = 0;
+  for (mg_seg *t = o->head; t && t->file_fd < 0 && n < 16; t = t->next) {
+    iov[n].iov_base = t->data + t->off;
+    iov[n].iov_len = t->len - t->off;
+    n++;
+  }
+  struct msghdr msg = {0};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = (size_t)n;
+  return sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+static int flush_memory(mg_out *o, int fd, mg_tls *tls) {
+  while (o->head && o->head->file_fd < 0) {
+    ssize_t w = write_memory(o, fd, tls);
+    if (w < 0) {
+      int r = write_failed();
+      if (r == 1) continue;
+      return r;
+    }
+    consume(o, (size_t)w);
+  }
+  return 1;
+}
+
+int mg_out_flush(mg_out *o, int fd, mg_tls *tls) {
   if (o->broken) { errno = ENOMEM; return -1; }
+  if (tls && !tls->ssl) tls = NULL;
   while (o->head) {
     mg_seg *s = o->head;
     if (s->file_fd >= 0) {
-      int r = flush_file(o, fd, s);
+      int r = tls ? flush_file_tls(o, tls, s) : flush_file(o, fd, s);
       if (r <= 0) return r;
+      o->head = s->next;
+      if (!o->head) o->tail = NULL;
+      close(s->file_fd);
+      free(s);
     } else {
-      struct iovec iov[16];
-      int n = 0;
-      for (mg_seg *t = s; t && t->file_fd < 0 && n < 16; t = t->next) {
-        iov[n].iov_base = t->data + t->off;
-        iov[n].iov_len = t->len - t->off;
-        n++;
-      }
-      struct msghdr msg = {0};
-      msg.msg_iov = iov;
-      msg.msg_iovlen = (size_t)n;
-      ssize_t w = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
-      }
-      size_t left = (size_t)w;
-      o->bytes -= left;
-      o->sent += left;
-      while (left && o->head && o->head->file_fd < 0) {
-        mg_seg *t = o->head;
-        size_t avail = t->len - t->off;
-        if (left < avail) { t->off += left; left = 0; break; }
-        left -= avail;
-        o->head = t->next;
-        if (!o->head) o->tail = NULL;
-        free_seg(t);
-      }
-      continue;
+      int r = flush_memory(o, fd, tls);
+      if (r <= 0) return r;
     }
-    o->head = s->next;
-    if (!o->head) o->tail = NULL;
-    close(s->file_fd);
-    free(s);
   }
   return 1;
 }

@@ -1,7 +1,7 @@
 /*
  * core/output.h - an output queue drained into a socket: segments of memory (copied, or borrowed
  * from a caller's pinned string), files sent with sendfile, and the spill tempfile of streamed
- * bodies. It knows nothing of connections or Ruby: the engine embeds one per connection.
+ * bodies; through a TLS session (core/tls.h) when the connection has one. It knows nothing of connections or Ruby: the engine embeds one per connection.
  */
 #ifndef MARGAY_CORE_OUTPUT_H
 #define MARGAY_CORE_OUTPUT_H
@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include "core/tls.h"
 
 /* An opaque handle on whatever owns the bytes of a pinned segment (a frozen Ruby String: the
  * Ruby side stores it here and marks it; core only keeps and drops it). */
@@ -66,8 +67,11 @@ int mg_out_spill(mg_out *o, const char *tmpdir, const struct iovec *iov, int n);
 /* Close the spill file (queued segments hold their own descriptors). */
 void mg_out_end_spill(mg_out *o);
 
-/* Write what the socket +fd+ takes without blocking: 1 all sent, 0 it would block, -1 error. */
-int mg_out_flush(mg_out *o, int fd);
+/* Write what the socket +fd+ takes without blocking: 1 all sent, 0 it would block, -1 error.
+ * With +tls+ (an open session on +fd+) the bytes go through it: memory segments coalesced into
+ * records of up to MG_OUT_RECORD bytes, files read with pread and written as records. */
+int mg_out_flush(mg_out *o, int fd, mg_tls *tls);
+#define MG_OUT_RECORD 16384
 /* Drop everything queued. */
 void mg_out_free(mg_out *o);
 

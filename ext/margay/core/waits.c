@@ -123,6 +123,8 @@ static void take_requests(mg_waits_args *a) {
     if (mg_loop_dispatch(e, &ev, &c)) {
       a->conns[a->nconns++] = c;
       claimed = 0; /* the request's now: released when its fiber ends */
+    } else if (mg_loop_deferred()) {
+      break; /* a TLS handshake, left to a wait without the GVL */
     }
   }
   if (claimed) mg_waits_cap_release(a->w->cap);

@@ -11,6 +11,7 @@
 #include "ruby/engine.h"
 #include "ruby/request.h"
 #include "ruby/settings.h"
+#include "ruby/tls.h"
 #include "core/board.h"
 #include "core/health.h"
 #include "core/listeners.h"
@@ -46,6 +47,7 @@ static void engine_mark(void *p) {
   for (int i = 0; i < rb->core.nlisteners; i++) {
     rb_gc_mark(rb->servers[i].server_name);
     rb_gc_mark(rb->servers[i].server_port);
+    rb_gc_mark(rb->servers[i].tls);
   }
 }
 
@@ -100,8 +102,11 @@ static VALUE engine_initialize(VALUE self, VALUE values, VALUE env_template) {
   return self;
 }
 
-/* Engine#add_listener(fd, unix?, server_name, server_port) -> index */
-static VALUE engine_add_listener(VALUE self, VALUE fd, VALUE is_unix, VALUE name, VALUE port) {
+/* Engine#add_listener(fd, unix?, server_name, server_port, tls = nil) -> index; +tls+: a
+ * Native::TLSContext, and the listener's connections speak TLS. */
+static VALUE engine_add_listener(int argc, VALUE *argv, VALUE self) {
+  VALUE fd, is_unix, name, port, tls;
+  rb_scan_args(argc, argv, "41", &fd, &is_unix, &name, &port, &tls);
   mg_rb_engine *rb = mg_rb_engine_get(self);
   mg_engine *e = &rb->core;
   if (e->nlisteners >= MG_MAX_LISTENERS) rb_raise(rb_eArgError, "at most %d listeners", MG_MAX_LISTENERS);
@@ -111,6 +116,8 @@ static VALUE engine_add_listener(VALUE self, VALUE fd, VALUE is_unix, VALUE name
   l->is_unix = RTEST(is_unix);
   server->server_name = rb_str_new_frozen(StringValue(name));
   server->server_port = rb_str_new_frozen(StringValue(port));
+  l->tls = NIL_P(tls) ? NULL : mg_rb_tls_context(tls);
+  server->tls = tls;
   int flags = fcntl(l->fd, F_GETFL);
   if (flags < 0 || fcntl(l->fd, F_SETFL, flags | O_NONBLOCK) != 0) rb_sys_fail("Margay::Native::Engine#add_listener: fcntl");
   return INT2FIX(e->nlisteners++);
@@ -270,7 +277,7 @@ VALUE mg_engine_init(VALUE mMargay, VALUE mNative) {
   rb_gc_register_mark_object(mg_eInvalidResponse);
   mg_settings_init(cEngine);
   rb_define_method(cEngine, "initialize", engine_initialize, 2);
-  rb_define_method(cEngine, "add_listener", engine_add_listener, 4);
+  rb_define_method(cEngine, "add_listener", engine_add_listener, -1);
   rb_define_method(cEngine, "add_health_listener", engine_add_health_listener, -1);
   rb_define_method(cEngine, "busy_threads=", engine_set_busy_threads, 1);
   rb_define_method(cEngine, "start", engine_start, 0);

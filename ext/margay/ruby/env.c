@@ -11,8 +11,9 @@
 
 static VALUE k_REQUEST_METHOD, k_PATH_INFO, k_QUERY_STRING, k_REQUEST_URI, k_SERVER_PROTOCOL,
     k_SERVER_NAME, k_SERVER_PORT, k_REMOTE_ADDR, k_CONTENT_LENGTH, k_CONTENT_TYPE, k_HTTP_HOST,
-    k_HTTP_COOKIE, k_rack_input, k_queue_time, k_body_wait, k_HTTP_X_REQUEST_START;
-static VALUE v_HTTP_1_1, v_HTTP_1_0, v_port80, v_port443, v_localhost, v_star;
+    k_HTTP_COOKIE, k_rack_input, k_queue_time, k_body_wait, k_HTTP_X_REQUEST_START,
+    k_url_scheme, k_HTTPS, k_peercert;
+static VALUE v_https, v_HTTP_1_1, v_HTTP_1_0, v_port80, v_port443, v_localhost, v_star;
 static VALUE cStringIO;
 static ID id_for_fd;
 
@@ -151,7 +152,7 @@ static void set_server(pairs *pp, const char *p, size_t n, int https) {
 }
 
 /* The fixed pairs, the SERVER_* and CONTENT_LENGTH pairs and rack.input besides the fields. */
-#define MG_ENV_FIXED_PAIRS 19
+#define MG_ENV_FIXED_PAIRS 23
 
 /* margay.queue_time (seconds from the first byte to a thread taking the request),
  * puma.request_body_wait (Puma's meaning: milliseconds from the head complete to the body
@@ -166,6 +167,20 @@ static void put_times(pairs *p, const mg_settings *cfg, const mg_conn *c) {
     int64_t ms = c->arrival_ns / 1000000;
     int n = snprintf(t, sizeof t, "t=%lld.%03lld", (long long)(ms / 1000), (long long)(ms % 1000));
     put(p, k_HTTP_X_REQUEST_START, rb_str_new(t, n));
+  }
+}
+
+/* A TLS connection's keys, as Puma sets them: rack.url_scheme and HTTPS "https", and the
+ * client's certificate (DER here; Ruby makes it the OpenSSL::X509::Certificate Puma gives,
+ * Server's request handler). */
+static void put_tls(pairs *p, mg_conn *c) {
+  put(p, k_url_scheme, v_https);
+  put(p, k_HTTPS, v_https);
+  unsigned char *der;
+  long n = mg_tls_peer_der(&c->tls, &der);
+  if (n > 0) {
+    put(p, k_peercert, rb_str_new((const char *)der, n));
+    mg_tls_free_der(der);
   }
 }
 
@@ -224,12 +239,13 @@ VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_set
     int https = r->target.len > 5 && (b[r->target.off + 4] == 's' || b[r->target.off + 4] == 'S');
     set_server(&p, b + r->authority.off, r->authority.len, https);
   } else if (r->host.len) {
-    set_server(&p, b + r->host.off, r->host.len, 0);
+    set_server(&p, b + r->host.off, r->host.len, c->tls.ssl != NULL);
   } else {
     put(&p, k_SERVER_NAME, server->server_name);
     put(&p, k_SERVER_PORT, server->server_port);
   }
   put_times(&p, cfg, c);
+  if (c->tls.ssl) put_tls(&p, c);
   VALUE input = make_input(c);
   if (input != Qundef) put(&p, k_rack_input, input);
   VALUE env = rb_hash_dup(env_template);
@@ -259,6 +275,10 @@ void mg_env_init(void) {
   v_HTTP_1_0 = interned("HTTP/1.0");
   v_port80 = interned("80");
   v_port443 = interned("443");
+  v_https = interned("https");
+  k_url_scheme = interned("rack.url_scheme");
+  k_HTTPS = interned("HTTPS");
+  k_peercert = interned("puma.peercert");
   v_localhost = interned("localhost");
   v_star = interned("*");
   id_for_fd = rb_intern("for_fd");

@@ -11,6 +11,7 @@
 typedef struct {
   VALUE server_name;
   VALUE server_port;
+  VALUE tls;       /* the listener's Native::TLSContext, or nil: its requests are https */
 } mg_env_server;
 
 void mg_env_init(void);

@@ -6,6 +6,7 @@
  * request. #next_request waits for work without the GVL.
  */
 #include "ruby/request.h"
+#include "ruby/tls.h"
 #include "core/input.h"
 #include "core/loop.h"
 #include <ruby/thread.h>
@@ -129,14 +130,17 @@ static VALUE engine_abort(VALUE self, VALUE token) {
   return Qnil;
 }
 
-/* Engine#hijack(token) -> [fd, buffered_input]: the socket leaves the engine. */
+/* Engine#hijack(token) -> [fd, buffered_input]: the socket leaves the engine. On a TLS
+ * connection [Native::TLSSession, buffered_input]: the session goes with it (the socket alone
+ * would give the app ciphertext). */
 static VALUE engine_hijack(VALUE self, VALUE token) {
   mg_engine *e = mg_rb_engine_core(self);
   mg_conn *c = mg_rb_request_conn(e, token);
   VALUE rest = rb_str_new(c->rbuf, (long)c->rlen);
+  VALUE session = c->tls.ssl ? mg_rb_tls_session(&c->tls, c->fd) : Qnil; /* before forget frees it */
   mg_timing_done(e, c);
   int fd = mg_conn_forget(e, c);
-  return rb_assoc_new(INT2FIX(fd), rest);
+  return rb_assoc_new(NIL_P(session) ? INT2FIX(fd) : session, rest);
 }
 
 /* Engine#error_response(token, status): a plain-text error, then close. */

@@ -24,7 +24,7 @@ static int queue_string(mg_engine *e, mg_conn *c, VALUE str) {
 }
 
 int mg_rb_respond_send(mg_conn *c) {
-  int r = mg_out_flush(&c->out, c->fd);
+  int r = mg_out_flush(&c->out, c->fd, &c->tls);
   if (r < 0) rb_raise(mg_eClientGone, "client went away");
   return r;
 }

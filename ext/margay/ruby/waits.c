@@ -9,6 +9,7 @@
  */
 #include "ruby/waits.h"
 #include "ruby/request.h"
+#include "core/loop.h"
 #include "core/waits.h"
 #include <errno.h>
 #include <ruby/thread.h>
@@ -157,7 +158,11 @@ static VALUE waits_wait(VALUE self, VALUE timeout_ms, VALUE take, VALUE out, VAL
   a.nready = 0;
   a.mailbox = 0;
   a.nconns = 0;
-  if (a.timeout_ms == 0) mg_waits_wait(&a); /* never blocks: keep the GVL */
+  if (a.timeout_ms == 0) { /* never blocks: keep the GVL */
+    mg_loop_hold_gvl(1);
+    mg_waits_wait(&a);
+    mg_loop_hold_gvl(0);
+  }
   else rb_thread_call_without_gvl2(mg_waits_wait, &a, waits_ubf, rw->w);
   for (int i = 0; i < a.nready; i++) {
     rb_ary_push(out, INT2FIX(a.ready[i].fd));

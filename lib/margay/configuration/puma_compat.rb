@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "../process/tls"
+
 module Margay
   class Configuration
     # Directives that let an existing config/puma.rb run unchanged under
@@ -42,7 +44,8 @@ module Margay
                            "which also makes waits yield the thread",
         io_selector_backend: "Margay's event loop is native; see event_backend (:auto, :epoll, :poll)",
         clean_thread_locals: "not available: thread locals live as long as the pool thread",
-        rack_url_scheme: "rack.url_scheme is http (Margay does not speak TLS; a proxy's X-Forwarded-Proto is for the app)",
+        rack_url_scheme: "rack.url_scheme is http on tcp:// and unix:// binds and https on ssl:// binds " \
+                         "(a proxy's X-Forwarded-Proto is for the app)",
         mutate_stdout_and_stderr_to_sync_on_write: "Margay writes each log line with one write call",
         state_permission: "the state file is created with the process umask",
         daemonize: "Margay does not daemonize: run it under a process manager (systemd, foreman, a container)",
@@ -79,11 +82,21 @@ module Margay
       # See silence_single_worker_warning.
       def silence_fork_callback_warning(*) = nil
 
-      # Puma's TLS listener. Margay does not speak TLS yet, and serving plain
-      # HTTP where TLS was asked for is never right: the start is refused.
-      def ssl_bind(*_args, **_opts)
-        raise_here "ssl_bind: Margay does not speak TLS yet, and will not serve plain HTTP where TLS was " \
-                   "asked for; terminate TLS in a proxy in front of Margay and bind plain tcp:// instead"
+      # Puma's TLS listener: the ssl:// bind Puma's DSL makes of +opts+ (cert, key, cert_pem,
+      # key_pem, key_password_command, ca, verify_mode, ...; docs/CONFIGURATION.md "TLS").
+      # PEM text stays out of the URL: it goes to ssl_pems, and the URL says store:N.
+      def ssl_bind(host, port, opts = {})
+        raise_here "ssl_bind options must be a Hash, got #{opts.class}" unless opts.is_a?(Hash)
+
+        opts = opts.transform_keys(&:to_sym)
+        pems = (@settings[:ssl_pems] || []).dup
+        %i[cert key].each do |name|
+          pem = opts.delete(:"#{name}_pem") or next
+          opts[name] = "store:#{pems.size}"
+          pems << pem.to_s
+        end
+        set(:ssl_pems, pems.freeze)
+        bind(TLS.bind_url(host, port, opts))
       end
 
       # Puma's fork_worker: workers are re-forked from a warm one (the mold)

@@ -3,6 +3,7 @@
 require "socket"
 require_relative "../errors"
 require_relative "systemd"
+require_relative "tls"
 
 module Margay
   # Internal: opens the listening sockets named by the bind URLs, or takes them
@@ -20,7 +21,8 @@ module Margay
 
     # bind: the URL as configured; url: as bound (port 0 resolved).
     # activated: handed over by systemd (never unlinked or re-bound by us).
-    Listener = Struct.new(:io, :bind, :url, :unix, :server_name, :server_port, :activated, keyword_init: true)
+    # tls: the Native::TLSContext of an ssl:// bind (made here, before any fork), else nil.
+    Listener = Struct.new(:io, :bind, :url, :unix, :server_name, :server_port, :activated, :tls, keyword_init: true)
 
     # A parsed bind URL. options: Puma's query options, typed (:backlog,
     # :low_latency, :reuse_port for tcp; :backlog, :umask, :mode for unix).
@@ -32,28 +34,28 @@ module Margay
       unix: { "backlog" => :positive, "umask" => :octal, "mode" => :octal }
     }.freeze
 
-    # Parse "tcp://HOST:PORT[?opts]" or "unix://PATH[?opts]" (Puma's forms and
-    # query options). Strict: an unknown option, a repeated one, a bad value or
+    # Parse "tcp://HOST:PORT[?opts]", "ssl://HOST:PORT?opts" (TLS: Puma's ssl_bind options,
+    # Margay::TLS) or "unix://PATH[?opts]" (Puma's forms and query options). Strict: an unknown option, a repeated one, a bad value or
     # a port outside 0..65535 raises ConfigError with one line.
     # @return [URL]
     def self.parse(url)
       text = url.to_s
       base, query = text.split("?", 2)
-      if (m = base.match(%r{\Atcp://(?:\[(?<v6>[0-9a-fA-F:.]+)\]|(?<host>[^\s/:\[\]?]+)):(?<port>\d{1,5})\z}))
+      if (m = base.match(%r{\A(?<scheme>tcp|ssl)://(?:\[(?<v6>[0-9a-fA-F:.]+)\]|(?<host>[^\s/:\[\]?]+)):(?<port>\d{1,5})\z}))
         port = Integer(m[:port], 10)
         # Five digits are not a port: 99999 would bind whatever the kernel makes of it.
         raise ConfigError, "invalid bind #{text.inspect}: port #{m[:port]} is not in 0..65535" if port > 65_535
 
-        URL.new(scheme: :tcp, host: m[:v6] || m[:host], port: port, options: parse_query(text, query, OPTIONS[:tcp]))
+        scheme = m[:scheme].to_sym
+        options = scheme == :ssl ? TLS.parse_query(text, query) : parse_query(text, query, OPTIONS[:tcp])
+        URL.new(scheme: scheme, host: m[:v6] || m[:host], port: port, options: options)
       elsif (m = base.match(%r{\Aunix:(?://(?<path>\S+)|(?<path>/\S*))\z}))
         # unix:/abs/path (one slash, what File.join("unix://", dir) makes) is
         # taken as Puma takes it, and so is %20 for a space in the path.
         URL.new(scheme: :unix, path: m[:path].gsub("%20", " "), options: parse_query(text, query, OPTIONS[:unix]))
-      elsif text.start_with?("ssl://")
-        raise ConfigError, "bind #{text.inspect}: Margay does not speak TLS yet, and will not serve plain HTTP where TLS " \
-                           "was asked for; terminate TLS in a proxy in front of Margay and bind plain tcp:// instead"
       else
-        raise ConfigError, "invalid bind #{text.inspect}: expected tcp://HOST:PORT or unix://PATH (with ?options)"
+        raise ConfigError, "invalid bind #{text.inspect}: expected tcp://HOST:PORT, ssl://HOST:PORT?cert=...&key=... " \
+                           "or unix://PATH (with ?options)"
       end
     end
 
@@ -89,10 +91,12 @@ module Margay
     # @param binds [Array<String>] tcp://HOST:PORT or unix://PATH, with Puma's ?options
     # @param backlog [Integer] listen(2) backlog
     # @param inherited [String, nil] the INHERIT_ENV value, if any
-    def initialize(binds, backlog:, inherited: nil)
+    # @param pems [Array<String>] PEM text ssl_bind was given (ssl:// binds name them store:N)
+    def initialize(binds, backlog:, inherited: nil, pems: [])
       @binds = binds
       @backlog = backlog
       @inherited = parse_inherited(inherited)
+      @pems = pems
     end
 
     # Set across a hot restart when the listeners came from socket activation.
@@ -100,21 +104,33 @@ module Margay
 
     # The listeners for this process: systemd's (socket activation), or those
     # a hot restart handed over, or newly bound ones for +binds+.
-    def self.open(binds, backlog:, env: ENV)
+    def self.open(binds, backlog:, env: ENV, pems: [])
       sockets = Systemd.activated_sockets(env: env)
       inherited = env.delete(INHERIT_ENV)
       if !sockets.empty? || env.delete(ACTIVATED_ENV)
+        refuse_tls_activation(binds)
         sockets = parse_inherited(inherited).values.map { |fd| Socket.for_fd(fd).tap { |io| io.close_on_exec = true } } if sockets.empty?
         return activated(sockets)
       end
-      new(binds, backlog: backlog, inherited: inherited).bind
+      new(binds, backlog: backlog, inherited: inherited, pems: pems).bind
     end
 
-    # {bind-url => fd} from an INHERIT_ENV value ({} for nil or "").
+    # Activated sockets are served as systemd gives them, whatever the binds say: plain HTTP
+    # where TLS was configured is never right.
+    def self.refuse_tls_activation(binds)
+      tls = binds.find { |url| url.to_s.start_with?("ssl://") } or return
+
+      raise ConfigError, "bind #{tls.split('?', 2).first}: TLS is not served on systemd-activated sockets; " \
+                         "bind it without socket activation"
+    end
+
+    # {bind-url => fd} from an INHERIT_ENV value ({} for nil or ""). Pairs are split at a comma
+    # that starts the next URL: an ssl:// bind's query may hold commas of its own
+    # (verification_flags=A,B, reuse=100,60).
     def self.parse_inherited(value)
       return {} if value.nil? || value.empty?
 
-      value.split(",").to_h do |pair|
+      value.split(/,(?=(?:tcp|ssl|unix):)/).to_h do |pair|
         url, fd = pair.split(/=(?=\d+\z)/)
         [url, Integer(fd, 10)]
       end
@@ -149,7 +165,9 @@ module Margay
         io = if fd
                (parsed.scheme == :unix ? UNIXServer.for_fd(fd) : TCPServer.for_fd(fd)).tap { |s| s.close_on_exec = true }
              end
-        parsed.scheme == :unix ? bind_unix(url, parsed, io) : bind_tcp(url, parsed, io)
+        listener = parsed.scheme == :unix ? bind_unix(url, parsed, io) : bind_tcp(url, parsed, io)
+        listener.tls = TLS.context(listener.url, parsed.options, @pems) if parsed.scheme == :ssl
+        listener
       end
       (@inherited.keys - listeners.map(&:bind)).each { |url| close_fd(@inherited[url]) }
       listeners
@@ -168,7 +186,7 @@ module Margay
     def expand(binds)
       binds.flat_map do |url|
         parsed = self.class.parse(url)
-        next [[url, parsed]] unless parsed.scheme == :tcp && parsed.host == "localhost"
+        next [[url, parsed]] unless parsed.scheme != :unix && parsed.host == "localhost"
 
         loopback_addresses.map do |address|
           host = address.include?(":") ? "[#{address}]" : address
@@ -194,7 +212,7 @@ module Margay
       host = io.local_address.ip_address if host == "::" && io.local_address.ipv4? # the fallback above
       shown = host.include?(":") ? "[#{host}]" : host
       name = %w[0.0.0.0 ::].include?(host) ? "localhost" : host
-      Listener.new(io: io, bind: url, url: "tcp://#{shown}:#{actual}", unix: false,
+      Listener.new(io: io, bind: url, url: "#{parsed.scheme}://#{shown}:#{actual}", unix: false,
                    server_name: name, server_port: actual.to_s)
     end
 

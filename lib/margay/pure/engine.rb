@@ -61,8 +61,11 @@ module Margay
         @busy = 0
       end
 
-      # +io+: the listening socket (or its fd under MRI); +unix+, +name+, +port+: its env values.
-      def add_listener(io, unix, name, port)
+      # +io+: the listening socket (or its fd under MRI); +unix+, +name+, +port+: its env values;
+      # +tls+: an ssl:// bind's context (no TLS here: refused).
+      def add_listener(io, unix, name, port, tls = nil)
+        raise NotImplementedError, "ssl:// binds: not served by the pure-Ruby engine yet" if tls
+
         io = Socket.for_fd(io).tap { |s| s.autoclose = false } if io.is_a?(Integer)
         @listeners << [io, unix, name.to_s.dup.freeze, port.to_s.dup.freeze]
         @listeners.size - 1
@@ -181,11 +184,9 @@ module Margay
         nil
       end
 
-      # -> [fd, buffered_input]: the socket leaves the engine.
-      def hijack(token)
-        conn = @lock.synchronize { @held.delete(token) } or raise IOError, "stale request token"
-        conn.io.autoclose = false
-        [conn.io.fileno, conn.buf]
+      # rack.hijack: not ported yet (the app gets a 500 and the connection is closed).
+      def hijack(_token)
+        raise NotImplementedError, "rack.hijack: not supported by the pure-Ruby engine yet"
       end
 
       # A plain-text error, then close.

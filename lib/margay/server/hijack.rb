@@ -2,6 +2,7 @@
 
 require "socket"
 require_relative "../constants"
+require_relative "tls_socket"
 
 module Margay
   class Server
@@ -14,11 +15,15 @@ module Margay
     # holds bytes rather than skip them. A poller that watches the descriptor
     # itself, nio4r say, is not told about them: it learns of them with the
     # client's next bytes. WebSocket clients wait for the 101 before they
-    # speak, so this matters only to protocols that do not.)
+    # speak, so this matters only to protocols that do not.) A TLS connection is handed over
+    # as a TLSSocket: its session goes with the socket, and the app reads and writes plain text.
     class Hijack
-      # The connection of +token+, taken from +engine+, as a Socket the caller owns.
+      # The connection of +token+, taken from +engine+, as a Socket (a TLSSocket on a TLS
+      # connection) the caller owns.
       def self.take(engine, token)
         fd, buffered = engine.hijack(token)
+        return TLSSocket.new(fd, fd.fileno, buffered) if fd.is_a?(Native::TLSSession)
+
         io = Socket.for_fd(fd)
         io.autoclose = true
         io.ungetbyte(buffered) unless buffered.empty?

@@ -120,6 +120,7 @@ module Margay
         input = env[Rack::RACK_INPUT]
         hijack = Hijack.new(@engine, token, env)
         env[Rack::RACK_HIJACK] = hijack
+        env[PUMA_PEERCERT] = OpenSSL::X509::Certificate.new(env[PUMA_PEERCERT]) if env.key?(PUMA_PEERCERT) # DER from the engine
         env[RACK_EARLY_HINTS] = EarlyHints.new(@engine, token)
         Upgrade.prepare(env) if env.key?("HTTP_UPGRADE")
         callbacks = env[Rack::RACK_RESPONSE_FINISHED] = []

@@ -239,12 +239,15 @@ class PumaCompatTest < Minitest::Test
     refute settings.key?(:control_token), "no token named: Margay makes a random one"
   end
 
-  # Serving plain HTTP where TLS was asked for is never right: until Margay
-  # speaks TLS, ssl_bind stops the start with one line naming the file and line.
-  def test_ssl_bind_refuses_to_start
-    error = assert_raises(Margay::ConfigError) do
-      evaluate(%(bind "tcp://0.0.0.0:3000"\nssl_bind "0.0.0.0", "9443", key: "k.pem", cert: "c.pem"\n))
-    end
-    assert_match(/config\/puma\.rb:2: ssl_bind: Margay does not speak TLS yet, and will not serve plain HTTP/, error.message)
+  # ssl_bind adds the ssl:// bind Puma's DSL makes (test/slow/tls_test.rb compares it with
+  # Puma's own); PEM text stays out of the URL (store:N, the Nth of ssl_pems).
+  def test_ssl_bind_adds_an_ssl_bind
+    settings = evaluate(%(bind "tcp://0.0.0.0:3000"\nssl_bind "0.0.0.0", "9443", key: "my key.pem", cert: "c.pem"\n))
+    assert_equal ["tcp://0.0.0.0:3000", "ssl://0.0.0.0:9443?cert=c.pem&key=my+key.pem&verify_mode=none"], settings[:binds]
+    settings = evaluate(%(ssl_bind "0.0.0.0", 9443, cert_pem: "CERT", key_pem: "KEY", verify_mode: "peer", ca: "/ca.pem"\n))
+    assert_equal ["ssl://0.0.0.0:9443?cert=store%3A0&key=store%3A1&verify_mode=peer&ca=%2Fca.pem"], settings[:binds]
+    assert_equal %w[CERT KEY], settings[:ssl_pems]
+    url = Margay::Binder.parse(settings[:binds].first)
+    assert_equal [:ssl, "0.0.0.0", 9443, "/ca.pem"], [url.scheme, url.host, url.port, url.options[:ca]]
   end
 end

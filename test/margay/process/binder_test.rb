@@ -98,13 +98,23 @@ class BinderTest < Minitest::Test
       "unix:///tmp/u.sock?mode=999" => /mode must be an octal mode/,
       "tcp://127.0.0.1:1?backlog=1&backlog=2" => /backlog given twice/,
       "tcp://127.0.0.1:65536" => /port 65536 is not in 0\.\.65535/,
-      "ssl://127.0.0.1:1?key=k&cert=c" => /Margay does not speak TLS yet, and will not serve plain HTTP/,
-      "http://127.0.0.1:1" => /expected tcp:\/\/HOST:PORT or unix:\/\/PATH/
+      "ssl://127.0.0.1:1?cert=c" => /cert and key are needed/,
+      "ssl://127.0.0.1:1?key=k&cert=c&keystore=x" => /unknown TLS option "keystore"/,
+      "ssl://127.0.0.1:1?key=k&cert=c&verify_mode=peer" => /verify_mode=peer needs ca=FILE/,
+      "ssl://127.0.0.1:1?key=k&cert=c&verify_mode=always" => /bad value "always" for verify_mode/,
+      "ssl://127.0.0.1:1?key=k&cert=c&verification_flags=NOPE" => /unknown verification flag "NOPE"/,
+      "http://127.0.0.1:1" => %r{expected tcp://HOST:PORT, ssl://HOST:PORT\?cert=\.\.\.&key=\.\.\. or unix://PATH}
     }.each do |bind, pattern|
       error = assert_raises(Margay::ConfigError, bind) { Binder.parse(bind) }
       assert_match pattern, error.message
       assert_equal 1, error.message.lines.size
     end
+  end
+
+  def test_inherited_ssl_binds_keep_the_commas_of_their_query
+    ssl = "ssl://127.0.0.1:1?cert=c&key=k&verification_flags=PARTIAL_CHAIN,X509_STRICT&reuse=100,60"
+    assert_equal({ ssl => 7, "tcp://127.0.0.1:2" => 8, "unix:/tmp/a,b.sock" => 9 },
+                 Binder.parse_inherited("#{ssl}=7,tcp://127.0.0.1:2=8,unix:/tmp/a,b.sock=9"))
   end
 
   def test_unix_urls_as_puma_reads_them

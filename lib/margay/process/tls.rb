@@ -1,0 +1,181 @@
+# frozen_string_literal: true
+
+require "uri"
+require_relative "../errors"
+require_relative "../native"
+
+module Margay
+  # Internal: the TLS side of a bind. Reads Puma's ssl:// query options (ssl_bind writes them)
+  # and makes the listener's Native::TLSContext, once, in the process that binds (a cluster's
+  # master, before it forks: every worker shares the context and its session-ticket keys). The
+  # handshake and the records are the engine's (ext/margay/core/tls.c), without the GVL.
+  module TLS
+    # Puma 8's ssl_bind options, and how each value is read. no_tlsv1 and no_tlsv1_1 are taken
+    # and change nothing: TLS 1.2 is the minimum anyway.
+    OPTIONS = {
+      "cert" => :text, "key" => :text, "cert_pem" => :text, "key_pem" => :text,
+      "key_password_command" => :text, "ca" => :text, "verify_mode" => :verify,
+      "verification_flags" => :flags, "ssl_cipher_filter" => :text, "ssl_ciphersuites" => :text,
+      "reuse" => :reuse, "no_tlsv1" => :boolean, "no_tlsv1_1" => :boolean,
+      "low_latency" => :boolean, "backlog" => :positive
+    }.freeze
+
+    VERIFY_MODES = { "none" => 0, "peer" => 1, "force_peer" => 2 }.freeze
+
+    # Puma's names for OpenSSL's X509_V_FLAG_* values (MiniSSL::VERIFICATION_FLAGS).
+    VERIFICATION_FLAGS = {
+      "USE_CHECK_TIME" => 0x2, "CRL_CHECK" => 0x4, "CRL_CHECK_ALL" => 0x8, "IGNORE_CRITICAL" => 0x10,
+      "X509_STRICT" => 0x20, "ALLOW_PROXY_CERTS" => 0x40, "POLICY_CHECK" => 0x80, "EXPLICIT_POLICY" => 0x100,
+      "INHIBIT_ANY" => 0x200, "INHIBIT_MAP" => 0x400, "NOTIFY_POLICY" => 0x800, "EXTENDED_CRL_SUPPORT" => 0x1000,
+      "USE_DELTAS" => 0x2000, "CHECK_SS_SIGNATURE" => 0x4000, "TRUSTED_FIRST" => 0x8000,
+      "PARTIAL_CHAIN" => 0x80000, "NO_ALT_CHAINS" => 0x100000, "NO_CHECK_TIME" => 0x200000
+    }.freeze
+
+    # A cert or key given as PEM text to ssl_bind is kept out of the URL (which is logged and
+    # handed to a re-executed master in its environment): the URL says store:N, the Nth of the
+    # ssl_pems setting, as Puma's DSL does with its options[:store].
+    STORE = /\Astore:(\d+)\z/
+
+    module_function
+
+    # The ssl:// URL ssl_bind makes (Puma 8's DSL.ssl_bind_str, the same query for the same
+    # options): paths and the password command escaped as Puma escapes them.
+    # @param host [String] @param port [Integer, String] @param opts [Hash] ssl_bind's options
+    def bind_url(host, port, opts)
+      verify = opts.fetch(:verify_mode, "none").to_s
+      query = []
+      query << "cert=#{escape(opts[:cert])}" if opts[:cert]
+      query << "key=#{escape(opts[:key])}" if opts[:key]
+      query << "key_password_command=#{escape(opts[:key_password_command])}" if opts[:key_password_command]
+      # Escaped, unlike Puma's: a "+" in a cipher string would be read back as a space.
+      query << "ssl_cipher_filter=#{escape(opts[:ssl_cipher_filter])}" if opts[:ssl_cipher_filter]
+      query << "ssl_ciphersuites=#{escape(opts[:ssl_ciphersuites])}" if opts[:ssl_ciphersuites]
+      reuse = reuse_query(opts[:reuse])
+      query << "reuse=#{reuse}" if reuse
+      query << "verify_mode=#{verify}"
+      if opts[:no_tlsv1_1] then query << "no_tlsv1_1=true"
+      elsif opts[:no_tlsv1] then query << "no_tlsv1=true"
+      end
+      query << "ca=#{escape(opts[:ca])}" if %w[peer force_peer].include?(verify)
+      query << "verification_flags=#{Array(opts[:verification_flags]).join(',')}" if opts[:verification_flags]
+      query << "backlog=#{Integer(opts[:backlog])}" if opts[:backlog]
+      query << "low_latency=#{opts[:low_latency]}" if opts.key?(:low_latency)
+      "ssl://#{host}:#{port}?#{query.join('&')}"
+    end
+
+    def escape(text) = URI.encode_www_form_component(text.to_s)
+
+    # reuse: true (OpenSSL's cache size and timeout), or {size:, timeout:} as Puma reads it.
+    def reuse_query(reuse)
+      return "dflt" if reuse == true
+      return nil unless reuse.is_a?(Hash)
+
+      value = +""
+      value << reuse[:size].to_s if reuse[:size].is_a?(Integer)
+      value << ",#{reuse[:timeout]}" if reuse[:timeout].is_a?(Integer)
+      value.empty? ? nil : value
+    end
+
+    # The query of an ssl:// URL as Puma reads it (Puma::Util.parse_query): pairs split at "&"
+    # and ";", names and values URL-decoded. Strict: an unknown or repeated option, or a bad
+    # value, raises ConfigError with one line.
+    # @return [Hash{Symbol => Object}]
+    def parse_query(url, query)
+      (query || "").split(/[&;] */).each_with_object({}) do |pair, options|
+        next if pair.empty?
+
+        name, value = pair.split("=", 2).map { |part| URI.decode_www_form_component(part) }
+        kind = OPTIONS[name]
+        raise ConfigError, "invalid bind #{url.inspect}: unknown TLS option #{name.inspect} (known: #{OPTIONS.keys.join(', ')})" unless kind
+        raise ConfigError, "invalid bind #{url.inspect}: option #{name} given twice" if options.key?(name.to_sym)
+
+        options[name.to_sym] = value_of(url, name, value, kind)
+      end.tap { |options| check(url, options) }
+    end
+
+    def value_of(url, name, value, kind)
+      case kind
+      when :text then return value if value && !value.empty?
+      when :boolean then return value == "true" if %w[true false].include?(value)
+      when :positive then return Integer(value, 10) if value&.match?(/\A\d{1,9}\z/) && Integer(value, 10).positive?
+      when :verify then return value if VERIFY_MODES.key?(value)
+      when :flags
+        names = value.to_s.split(",")
+        unknown = names - VERIFICATION_FLAGS.keys
+        return names.sum { |flag| VERIFICATION_FLAGS.fetch(flag) } if unknown.empty? && !names.empty?
+
+        raise ConfigError, "invalid bind #{url.inspect}: unknown verification flag #{unknown.first.inspect}"
+      when :reuse then return value if value&.match?(/\A(?:off|dflt|\d+|\d+,\d+|,\d+)\z/)
+      end
+      raise ConfigError, "invalid bind #{url.inspect}: bad value #{value.inspect} for #{name}"
+    end
+
+    def check(url, options)
+      unless (options[:cert] || options[:cert_pem]) && (options[:key] || options[:key_pem])
+        raise ConfigError, "invalid bind #{url.inspect}: cert and key are needed (Margay makes no development " \
+                           "certificate: the localhost gem is not used)"
+      end
+      return unless %w[peer force_peer].include?(options[:verify_mode]) && !options[:ca]
+
+      raise ConfigError, "invalid bind #{url.inspect}: verify_mode=#{options[:verify_mode]} needs ca=FILE"
+    end
+    private_class_method :value_of, :check
+
+    # The listener's context from its parsed options (+pems+: the ssl_pems setting, for store:N).
+    # Files are read and the key password command run now; any failure is a ConfigError.
+    # @return [Native::TLSContext]
+    def context(url, options, pems)
+      raise ConfigError, "bind #{url}: Margay was built without OpenSSL (install libssl-dev and reinstall margay)" unless Native::TLS
+
+      require "openssl" if options[:verify_mode].to_s.end_with?("peer") # puma.peercert is an OpenSSL::X509::Certificate
+      Native::TLSContext.new(context_options(url, options, pems))
+    rescue ArgumentError => e
+      raise ConfigError, "bind #{url}: #{e.message}"
+    end
+
+    def context_options(url, options, pems)
+      cert = pem_or_file(url, options, :cert, pems)
+      key = pem_or_file(url, options, :key, pems)
+      size, timeout = reuse_cache(options[:reuse])
+      {
+        "cert" => cert[:file], "cert_pem" => cert[:pem], "key" => key[:file], "key_pem" => key[:pem],
+        "key_password" => (password(url, options[:key_password_command]) if options[:key_password_command]),
+        "ca" => options[:ca], "verify" => VERIFY_MODES.fetch(options[:verify_mode] || "none"),
+        "verification_flags" => options[:verification_flags], "ssl_cipher_filter" => options[:ssl_cipher_filter],
+        "ssl_ciphersuites" => options[:ssl_ciphersuites], "cache_size" => size, "cache_timeout" => timeout
+      }
+    end
+
+    def pem_or_file(url, options, name, pems)
+      pem = options[:"#{name}_pem"]
+      value = options[name]
+      if (m = value&.match(STORE))
+        pem = pems[Integer(m[1], 10)] or raise ConfigError, "bind #{url}: #{name}=#{value} names no PEM given to ssl_bind"
+        value = nil
+      end
+      { file: value, pem: pem }
+    end
+
+    # [size, timeout] of the server's session cache: size -1 is off (Puma's default), 0 and
+    # timeout 0 leave OpenSSL's own (20,480 sessions, 300 s).
+    def reuse_cache(reuse)
+      return [-1, 0] if reuse.nil? || reuse == "off"
+      return [0, 0] if reuse == "dflt"
+
+      size, timeout = reuse.split(",", 2)
+      [size.to_s.empty? ? 0 : Integer(size, 10), timeout.to_s.empty? ? 0 : Integer(timeout, 10)]
+    end
+
+    # The key's password: the command's output, its last newline dropped (as Puma runs it).
+    def password(url, command)
+      require "open3"
+      out, err, status = Open3.capture3(command)
+      return out.chomp if status.success?
+
+      raise ConfigError, "bind #{url}: key_password_command failed (#{status.exitstatus}): #{err.strip}"
+    rescue SystemCallError => e
+      raise ConfigError, "bind #{url}: key_password_command: #{e.message}"
+    end
+    private_class_method :context_options, :pem_or_file, :reuse_cache, :password
+  end
+end

@@ -1,0 +1,164 @@
+# frozen_string_literal: true
+
+require_relative "support/side_by_side"
+require "margay/process/tls"
+require "support/tls_certs"
+
+# TLS through the real executables from bench/Gemfile: a Puma config with ssl_bind under
+# Margay (single and -w 2) and beside Puma 8; ssl_bind's URL and the query's reading against
+# Puma's own code.
+class TLSSlowTest < Minitest::Test
+  include SideBySide
+  include SideBySide::Case
+
+  CERTS = Margay::TLSCerts
+  DIFFERENCES = {}.freeze
+
+  def setup
+    super
+    skip "built without OpenSSL" unless Margay::Native::TLS
+    skip "no openssl command" unless CERTS.cli?
+    skip "no curl" unless system("curl", "--version", out: File::NULL, err: File::NULL)
+  end
+
+  def config(extra = "")
+    <<~RUBY
+      ssl_bind "127.0.0.1", 0, cert: #{CERTS.path('rsa.pem').inspect}, key: #{CERTS.path('rsa.key').inspect}
+      #{extra}
+    RUBY
+  end
+
+  def start(server, args, dir:)
+    run = Run.new(server, args, dir: dir).start
+    @runs << run
+    assert run.wait_for(/Use Ctrl-C to stop/, timeout: 40), "#{server} did not start:\n#{run.output}"
+    run
+  end
+
+  # The port the process tree listens on (from /proc).
+  def port_of(run)
+    listener = nil
+    Timeout.timeout(10) { sleep 0.05 until (listener = run.listeners.first) }
+    listener.port
+  end
+
+  # curl over TLS, the CA checked: "CODE BODY".
+  def curl(port, path = "/")
+    out, = Open3.capture2("curl", "-s", "--max-time", "10", "--cacert", CERTS.path("ca.pem"), "-w", " %{http_code}",
+                          "--resolve", "localhost:#{port}:127.0.0.1", "https://localhost:#{port}#{path}")
+    out
+  end
+
+  def test_margay_serves_ssl_bind_single_and_cluster
+    @runs = []
+    dir = SideBySide.app_dir
+    (@dirs ||= []) << dir
+    File.write(File.join(dir, "puma.rb"), config)
+    [[], %w[-w 2]].each do |args|
+      run = start(:margay, ["-C", "puma.rb", *args], dir: dir)
+      port = port_of(run)
+      assert_match(/\Aok \d+ 200\z/, curl(port), "#{args.inspect}: #{run.output}")
+      assert_includes run.output, "Listening on ssl://127.0.0.1:#{port}"
+      resumed_across_workers(port) if args.any?
+      assert_equal 0, run.stop&.exitstatus
+    end
+  end
+
+  # A hot restart (USR2: exec with the listeners inherited) keeps the TLS port and serves HTTPS
+  # again with a new context made from the same bind, flags with commas in its query included.
+  def test_usr2_keeps_the_tls_listener
+    @runs = []
+    dir = SideBySide.app_dir
+    (@dirs ||= []) << dir
+    File.write(File.join(dir, "puma.rb"), config.sub("key: ", "verification_flags: %w[PARTIAL_CHAIN X509_STRICT], reuse: { size: 10, timeout: 60 }, key: "))
+    run = start(:margay, ["-C", "puma.rb"], dir: dir)
+    port = port_of(run)
+    pid = curl(port)[/\Aok (\d+) 200\z/, 1]
+    assert pid, run.output
+    Process.kill(:USR2, run.pid)
+    assert run.wait_for(/Use Ctrl-C to stop/, count: 2, timeout: 40), run.output
+    assert_equal "ok #{pid} 200", curl(port), "the same process, the same port, HTTPS again"
+    assert_equal 0, run.stop&.exitstatus
+  end
+
+  # Every worker has the master's context: a session from one worker resumes on the other.
+  def resumed_across_workers(port)
+    sess = File.join(@dirs.last, "session.pem")
+    s_client(port, "-sess_out", sess)
+    pids = {}
+    40.times do
+      out = s_client(port, "-sess_in", sess)
+      assert_match(/^Reused, TLSv1\.2/, out, "a ticket of the master's context resumes on every worker")
+      pids[out[/^ok (\d+)/, 1]] = true
+      break if pids.size == 2
+    end
+    assert_equal 2, pids.size, "both workers answered (and resumed the session)"
+  end
+
+  def s_client(port, *args)
+    out, = Open3.capture2e("openssl", "s_client", "-connect", "127.0.0.1:#{port}", "-tls1_2", "-CAfile", CERTS.path("ca.pem"),
+                           "-ign_eof", *args, stdin_data: "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    out
+  end
+
+  def test_side_by_side_with_puma
+    observed = side_by_side do |server, dir|
+      File.write(File.join(dir, "puma.rb"), config)
+      run = Run.new(server, ["-C", "puma.rb"], dir: dir).start
+      @runs << run
+      run.wait_for(/Use Ctrl-C to stop/, timeout: 40)
+      port = port_of(run)
+      seen = curl(port).sub(/\Aok \d+/, "ok PID")
+      run.stop
+      { seen: seen, output: run.output }
+    end
+    assert_same observed, "curl over TLS"
+    assert_equal "ok PID 200", observed[:margay][:seen]
+  end
+
+  # ssl_bind's URL and the query's reading, against Puma 8's own DSL.ssl_bind_str and
+  # Util.parse_query (run in the bench bundle).
+  CASES = [
+    { cert: "/etc/ssl/my cert.pem", key: "/k+ey%.pem" },
+    { cert: "/c.pem", key: "/k.pem", verify_mode: "force_peer", ca: "/path/to ca.pem", no_tlsv1: true,
+      verification_flags: %w[PARTIAL_CHAIN X509_STRICT], backlog: 64, low_latency: false },
+    { cert: "/c.pem", key: "/k.pem", key_password_command: "/bin/echo 'x&y'", reuse: { size: 100, timeout: 60 },
+      ssl_ciphersuites: "TLS_AES_128_GCM_SHA256", verify_mode: "peer", ca: "/ca.pem", no_tlsv1_1: true },
+    { cert: "/c.pem", key: "/k.pem", reuse: true }
+  ].freeze
+
+  def test_bind_url_and_query_as_puma_writes_and_reads_them
+    script = <<~RUBY
+      require "json"; require "puma"; require "puma/dsl"; require "puma/util"
+      cases = JSON.parse(STDIN.read, symbolize_names: true)
+      out = cases.map do |opts|
+        opts[:reuse] = true if opts[:reuse] == "true"
+        url = Puma::DSL.ssl_bind_str("0.0.0.0", 9443, opts)
+        [url, Puma::Util.parse_query(url.split("?", 2)[1])]
+      end
+      puts JSON.generate(out)
+    RUBY
+    json = JSON.generate(CASES.map { |c| c[:reuse] == true ? c.merge(reuse: "true") : c })
+    out, status = Open3.capture2(SideBySide.child_env, "bundle", "exec", "ruby", "-e", script, stdin_data: json,
+                                 chdir: SideBySide::ROOT, unsetenv_others: true)
+    assert status.success?, out
+    JSON.parse(out).zip(CASES).each do |(puma_url, puma_params), opts|
+      url = Margay::TLS.bind_url("0.0.0.0", 9443, opts)
+      assert_equal puma_url, url, "ssl_bind #{opts.inspect}"
+      ours = Margay::TLS.parse_query(url, url.split("?", 2)[1])
+      puma_params.each do |name, value|
+        assert_equal typed(name, value), ours.fetch(name.to_sym), "#{name} of #{url}"
+      end
+    end
+  end
+
+  # Puma's text value as Margay::TLS.parse_query types it.
+  def typed(name, value)
+    case name
+    when "verification_flags" then value.split(",").sum { |flag| Margay::TLS::VERIFICATION_FLAGS.fetch(flag) }
+    when "backlog" then Integer(value, 10)
+    when "no_tlsv1", "no_tlsv1_1", "low_latency" then value == "true"
+    else value
+    end
+  end
+end
