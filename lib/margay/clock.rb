@@ -13,8 +13,15 @@ module Margay
     end
 
     # CPU seconds this process has used, all threads together.
-    def cpu
-      Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
+    if defined?(Process::CLOCK_PROCESS_CPUTIME_ID)
+      def cpu
+        Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
+      end
+    else # JRuby: no process CPU clock; Process.times adds the same up
+      def cpu
+        times = Process.times
+        times.utime + times.stime
+      end
     end
 
     TASKS = "/proc/self/task"

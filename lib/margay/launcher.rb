@@ -39,6 +39,9 @@ module Margay
       @ops = nil
     end
 
+    # JRuby has no fork: cluster mode's `workers N` warns and serves in one process, as Puma does there.
+    NO_FORK = RUBY_ENGINE == "jruby"
+
     # Serve until TERM or INT. Yields the bound server before serving when a
     # block is given (single mode). Returns 0 after a graceful stop.
     # @raise [ConfigError] missing rackup file, cannot bind, cannot write the pidfile
@@ -47,7 +50,10 @@ module Margay
       ENV["RACK_ENV"] = @config.environment
       Dir.chdir(@config.directory) if @config.directory # first: relative redirect paths are the directory's,
       Log.redirect(@config, append: @config.redirect_append || ENV.delete(Reexec::REDIRECTED_ENV)) # on HUP and restart too
-      if @config.workers.positive? # the master traps its signals itself (docs/SIGNALS.md)
+      if @config.workers.positive? && NO_FORK
+        @log.warn("workers #{@config.workers} ignored: #{RUBY_ENGINE} cannot fork; serving in a single " \
+                  "process (max_threads sets its parallelism)")
+      elsif @config.workers.positive? # the master traps its signals itself (docs/SIGNALS.md)
         require_relative "cluster"
         @cluster = Cluster.new(@config, log: @log, app_loader: -> { load_app.first },
                                restart_argv: @restart_argv, launcher: self)
@@ -167,7 +173,7 @@ module Margay
                "* App: #{description}",
                "* Threads: #{min}:#{max}"]
       lines << "* Fibers: a fiber per request, at most #{@config.max_in_flight} in flight" if @config.fiber_scheduler
-      lines << "* Workers: #{@config.workers} (preload_app: #{@config.preload_app?})" if @config.workers.positive?
+      lines << "* Workers: #{@config.workers} (preload_app: #{@config.preload_app?})" if @config.workers.positive? && !NO_FORK
       lines << "* Pidfile: #{@config.pidfile}" if @config.pidfile
       lines.concat(addresses.map { |address| "* Listening on #{address}" })
       lines.concat(health.map do |address, agent|

@@ -20,10 +20,28 @@ module Margay
   end
 end
 
-begin
-  require "margay/margay_native"
-rescue LoadError => e
-  raise e if e.is_a?(Margay::NativeMissing) || !e.message.include?("margay_native")
+if RUBY_ENGINE == "jruby" # no C extensions there: the pure-Ruby engine (lib/margay/pure/)
+  require "margay/pure"
+  module Margay
+    module Native # the names the server uses
+      Engine = Pure::Engine
+      def self.malloc_trim = nil
 
-  raise Margay::NativeMissing, Margay::NativeMissing.advice(File.expand_path("../..", __dir__))
+      # An ssl:// bind: refused at start with one line (the pure-Ruby engine has no TLS yet).
+      class TLSContext
+        def initialize(*)
+          raise ConfigError, "ssl:// binds: not on #{RUBY_ENGINE} yet (its pure-Ruby engine has no TLS); " \
+                             "terminate TLS in a proxy in front of Margay"
+        end
+      end
+    end
+  end
+else
+  begin
+    require "margay/margay_native"
+  rescue LoadError => e
+    raise e if e.is_a?(Margay::NativeMissing) || !e.message.include?("margay_native")
+
+    raise Margay::NativeMissing, Margay::NativeMissing.advice(File.expand_path("../..", __dir__))
+  end
 end

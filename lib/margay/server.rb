@@ -68,7 +68,8 @@ module Margay
       # The engine names the settings it reads; their values (and defaults) come from the configuration.
       @engine = Native::Engine.new(@config.to_h.values_at(*Native::Engine::SETTINGS),
                                    RequestHandler.env_template(@config))
-      @listeners.each { |l| @engine.add_listener(l.io.fileno, l.unix, l.server_name, l.server_port, l.tls) }
+      by_io = Native::Engine.respond_to?(:listener_io?) # the pure-Ruby engine takes the IO itself
+      @listeners.each { |l| @engine.add_listener(by_io ? l.io : l.io.fileno, l.unix, l.server_name, l.server_port, l.tls) }
       health_listeners.each { |l| @engine.add_health_listener(l.io.fileno, agent_listener?(l)) }
       @engine.publish_idle(*@idle_board) if @idle_board
       @engine.drain if @drain_until # TERM came while booting

@@ -240,6 +240,9 @@ module Margay
     end
 
     def listen_on(addr, options)
+      # JRuby listens only through TCPServer (its Socket#listen is not a server): no reuse_port, backlog 50.
+      return TCPServer.new(addr.ip_address, addr.ip_port) if RUBY_ENGINE == "jruby"
+
       socket = Socket.new(addr.afamily, Socket::SOCK_STREAM, 0)
       socket.setsockopt(Socket::SOL_SOCKET, Socket::SO_REUSEADDR, true)
       socket.setsockopt(Socket::SOL_SOCKET, Socket::SO_REUSEPORT, true) if options[:reuse_port]

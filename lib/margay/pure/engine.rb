@@ -1,0 +1,558 @@
+# frozen_string_literal: true
+
+require "socket"
+require "stringio"
+require_relative "parser"
+require_relative "chunked"
+
+module Margay
+  module Pure
+    # The pure-Ruby engine: Native::Engine's contract (lib/margay/server.rb,
+    # server/request_handler.rb) on Ruby sockets. One reactor thread
+    # (IO.select) accepts, reads heads and whole bodies (a slow client holds no
+    # pool thread while it sends) and enforces the header, body and keep-alive
+    # timeouts; a pool thread takes a complete request with #next_request and
+    # writes its response itself (blocking writes bounded by write_timeout),
+    # then continues with a pipelined request or gives the connection back.
+    class Engine
+      SETTINGS = %i[max_request_target max_header_size max_headers max_body_size max_chunk_extensions
+                    header_timeout body_timeout keepalive_timeout write_timeout max_keepalive_requests
+                    max_connections supported_http_methods].freeze
+
+      # A client connection; +head+ and +input+ describe its current request.
+      Conn = Struct.new(:io, :buf, :listener, :addr, :head, :chunked, :input, :deadline, :requests, :arrival,
+                        :started, :close, :stream)
+
+      REASONS = { 100 => "Continue", 101 => "Switching Protocols", 103 => "Early Hints", 200 => "OK",
+                  201 => "Created", 202 => "Accepted", 204 => "No Content", 206 => "Partial Content",
+                  301 => "Moved Permanently", 302 => "Found", 303 => "See Other", 304 => "Not Modified",
+                  307 => "Temporary Redirect", 308 => "Permanent Redirect", 400 => "Bad Request",
+                  401 => "Unauthorized", 403 => "Forbidden", 404 => "Not Found", 405 => "Method Not Allowed",
+                  408 => "Request Timeout", 409 => "Conflict", 410 => "Gone", 411 => "Length Required",
+                  413 => "Content Too Large", 414 => "URI Too Long", 415 => "Unsupported Media Type",
+                  417 => "Expectation Failed", 422 => "Unprocessable Content", 429 => "Too Many Requests",
+                  431 => "Request Header Fields Too Large", 500 => "Internal Server Error",
+                  501 => "Not Implemented", 502 => "Bad Gateway", 503 => "Service Unavailable",
+                  504 => "Gateway Timeout", 505 => "HTTP Version Not Supported" }.freeze
+      NO_BODY = ->(status) { status < 200 || status == 204 || status == 304 }
+      READ_SIZE = 16_384
+
+      # Engine.listener_io? tells Server to hand #add_listener the listener's IO, not its fd.
+      def self.listener_io? = true
+
+      # @param values [Array] one value per name of SETTINGS, in that order
+      # @param env_template [Hash] the entries every request's env starts from
+      def initialize(values, env_template)
+        @cfg = SETTINGS.zip(values).to_h
+        methods = @cfg[:supported_http_methods]
+        @methods = methods.is_a?(Array) ? methods.map(&:to_s) : nil
+        @env_template = env_template.dup.freeze
+        @listeners = []
+        @conns = {} # io => Conn, the connections the reactor watches
+        @returned = Queue.new # connections pool threads give back
+        @ready = [] # connections with a complete request, oldest first
+        @held = {} # token => Conn
+        @token = 0
+        @lock = Mutex.new
+        @work = ConditionVariable.new
+        @wake_r, @wake_w = IO.pipe
+        @stopping = @draining = @closed = false
+        @requests = 0
+        @busy = 0
+      end
+
+      # +io+: the listening socket (or its fd under MRI); +unix+, +name+, +port+: its env values;
+      # +tls+: an ssl:// bind's context (no TLS here: refused).
+      def add_listener(io, unix, name, port, tls = nil)
+        raise NotImplementedError, "ssl:// binds: not served by the pure-Ruby engine yet" if tls
+
+        io = Socket.for_fd(io).tap { |s| s.autoclose = false } if io.is_a?(Integer)
+        @listeners << [io, unix, name.to_s.dup.freeze, port.to_s.dup.freeze]
+        @listeners.size - 1
+      end
+
+      def add_health_listener(*)
+        raise NotImplementedError, "health_bind: not served by the pure-Ruby engine yet"
+      end
+
+      def start
+        @reactor = Thread.new { reactor }
+        @reactor.name = "margay-reactor" if @reactor.respond_to?(:name=)
+        self
+      end
+
+      # -> [token, env], :timeout (idle_ms passed without work), or nil (stopped)
+      def next_request(continue_token = nil, idle_ms = nil)
+        if continue_token
+          conn = @lock.synchronize { @held.delete(continue_token) }
+          return conn && hand_out(conn)
+        end
+        conn = @lock.synchronize do
+          deadline = idle_ms && (now + (idle_ms / 1000.0))
+          while @ready.empty?
+            return nil if @stopping
+            return :timeout if deadline && now >= deadline
+
+            @work.wait(@lock, deadline ? [deadline - now, 0.001].max : nil)
+          end
+          @ready.shift
+        end
+        hand_out(conn)
+      end
+
+      # -> a token to continue with (a pipelined request is buffered), or nil
+      def respond(token, status, headers, body)
+        conn = held(token)
+        status = check_status(status)
+        no_body = NO_BODY.(status) || conn.head.method == "HEAD"
+        length = body.sum(&:bytesize) unless no_body || header?(headers, "content-length")
+        out = head_bytes(conn, status, headers, length && { "content-length" => length.to_s })
+        body.each { |part| out << part.b } unless no_body
+        write(conn, out)
+        finish(token, conn)
+      end
+
+      # -> like #respond; false if the file cannot be opened
+      def respond_file(token, status, headers, path)
+        file = File.open(path, "rb") rescue (return false) # rubocop:disable Style/RescueModifier
+        begin
+          return false unless file.stat.file?
+
+          conn = held(token)
+          status = check_status(status)
+          no_body = NO_BODY.(status) || conn.head.method == "HEAD"
+          extra = { "content-length" => file.size.to_s } unless no_body || header?(headers, "content-length")
+          write(conn, head_bytes(conn, status, headers, extra))
+          unless no_body
+            while (chunk = file.read(65_536))
+              write(conn, chunk)
+            end
+          end
+          finish(token, conn)
+        ensure
+          file.close
+        end
+      end
+
+      # A 103 response before the final one (HTTP/1.1 only).
+      def early_hints(token, headers)
+        conn = held(token)
+        return if conn.head.minor.zero?
+
+        write(conn, "HTTP/1.1 103 Early Hints\r\n#{fields(headers)}\r\n".b)
+      end
+
+      def response_started?(token) = held(token).started ? true : false
+
+      # The head of a response of unknown length; chunked on HTTP/1.1, close-delimited on 1.0.
+      def stream_start(token, status, headers)
+        conn = held(token)
+        status = check_status(status)
+        if NO_BODY.(status) || conn.head.method == "HEAD" || header?(headers, "content-length")
+          conn.stream = :raw
+        elsif conn.head.minor.zero?
+          conn.stream = :raw
+          conn.close = true
+        else
+          conn.stream = :chunked
+        end
+        extra = { "transfer-encoding" => "chunked" } if conn.stream == :chunked
+        write(conn, head_bytes(conn, status, headers, extra))
+        nil
+      end
+
+      def stream_write(token, string)
+        conn = held(token)
+        return if string.empty? || conn.head.method == "HEAD"
+
+        write(conn, conn.stream == :chunked ? "#{string.bytesize.to_s(16)}\r\n#{string.b}\r\n".b : string.b)
+      end
+
+      def stream_finish(token)
+        conn = held(token)
+        write(conn, "0\r\n\r\n".b) if conn.stream == :chunked && conn.head.method != "HEAD"
+        finish(token, conn)
+      end
+
+      # Writes are not queued: every write returned once the socket took it.
+      def flush(token) = held(token) && nil
+
+      # Drop the connection of +token+ (a no-op for a stale token).
+      def abort(token)
+        conn = @lock.synchronize { @held.delete(token) }
+        close_conn(conn) if conn
+        nil
+      end
+
+      # rack.hijack: not ported yet (the app gets a 500 and the connection is closed).
+      def hijack(_token)
+        raise NotImplementedError, "rack.hijack: not supported by the pure-Ruby engine yet"
+      end
+
+      # A plain-text error, then close.
+      def error_response(token, status)
+        conn = @lock.synchronize { @held.delete(token) } or return
+        send_error(conn, status)
+      end
+
+      def busy_threads=(count)
+        @busy = count
+      end
+
+      def drain
+        @draining = true
+        nil
+      end
+
+      def draining? = @draining
+
+      def metrics_text=(_text); end
+
+      # Stop accepting; pool threads get nil once the ready requests are taken.
+      def stop(_timeout = nil)
+        @lock.synchronize do
+          @stopping = true
+          @work.broadcast
+        end
+        wake
+        nil
+      end
+
+      def stopping? = @stopping
+
+      def stats
+        { requests: @requests, abandoned: 0, shed: 0, queue_time_seconds: nil, request_duration_seconds: nil,
+          connections: @conns.size + @held.size, event_backend: "select", max_connections: @cfg[:max_connections] }
+      end
+
+      def backlog = @lock.synchronize { @ready.size }
+
+      def saturated_ms = 0
+
+      def close
+        return if @closed
+
+        stop
+        @closed = true
+        @reactor&.join(5)
+        @lock.synchronize { (@ready + @held.values).each { |c| close_conn(c) } }
+        @conns.each_value { |c| close_conn(c) }
+        [@wake_r, @wake_w].each(&:close)
+      end
+
+      # The cluster API: no cluster on the pure-Ruby engine.
+      def publish_idle(*) = nil
+
+      def others_waiting = 0
+
+      def handoff_quota = 0
+
+      private
+
+      def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+      def held(token)
+        @lock.synchronize { @held[token] } or raise IOError, "stale request token"
+      end
+
+      def hand_out(conn)
+        @lock.synchronize do
+          token = (@token += 1)
+          @held[token] = conn
+          @requests += 1
+          [token, env_for(conn)]
+        end
+      end
+
+      # After a response: a token when another complete request is buffered, else the
+      # connection goes back to the reactor (or is closed).
+      def finish(token, conn)
+        @lock.synchronize { @held.delete(token) }
+        conn.requests += 1
+        if conn.close || !conn.head.keep_alive || @draining || @stopping ||
+           conn.requests >= @cfg[:max_keepalive_requests]
+          close_conn(conn)
+          return nil
+        end
+        reset(conn)
+        return continue_token(conn) if advance(conn) == :complete && !conn.io.closed?
+
+        @returned << conn
+        wake
+        nil
+      end
+
+      def continue_token(conn)
+        @lock.synchronize { (@token += 1).tap { |t| @held[t] = conn } }
+      end
+
+      def reset(conn)
+        conn.head = conn.chunked = conn.input = conn.stream = conn.started = nil
+        conn.close = false
+        conn.arrival = nil
+        conn.deadline = now + @cfg[:keepalive_timeout]
+      end
+
+      def wake
+        @wake_w.write_nonblock(".", exception: false)
+      rescue IOError
+        nil
+      end
+
+      def reactor
+        until @stopping
+          adopt_returned
+          listening = @cfg[:max_connections].nil? || @conns.size + @held.size < @cfg[:max_connections]
+          readers = [@wake_r, *@conns.keys]
+          readers.concat(@listeners.map(&:first)) if listening
+          timeout = @conns.values.map(&:deadline).compact.min
+          ready, = IO.select(readers, nil, nil, timeout && [timeout - now, 0].max)
+          ready&.each { |io| readable(io) }
+          expire
+        end
+      rescue IOError, SystemCallError => e
+        warn "margay: the pure-Ruby engine's reactor stopped: #{e.class}: #{e.message}" unless @stopping
+      end
+
+      def adopt_returned
+        until @returned.empty?
+          conn = @returned.pop
+          @conns[conn.io] = conn
+        end
+      end
+
+      def readable(io)
+        if io == @wake_r
+          @wake_r.read_nonblock(4096, exception: false)
+        elsif (listener = @listeners.index { |l| l.first == io })
+          accept(listener)
+        elsif (conn = @conns[io])
+          receive(conn)
+        end
+      end
+
+      def accept(index)
+        io = @listeners[index].first
+        8.times do
+          client = io.accept_nonblock(exception: false)
+          return if client == :wait_readable || client.nil?
+
+          addr = @listeners[index][1] ? "127.0.0.1" : (client.remote_address.ip_address rescue "127.0.0.1") # rubocop:disable Style/RescueModifier
+          client.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_NODELAY, 1) unless @listeners[index][1]
+          @conns[client] = Conn.new(client, +"".b, index, addr, nil, nil, nil, now + @cfg[:header_timeout], 0)
+        end
+      rescue SystemCallError
+        nil
+      end
+
+      def receive(conn)
+        data = conn.io.read_nonblock(READ_SIZE, exception: false)
+        return if data == :wait_readable
+        return drop(conn) if data.nil?
+
+        conn.arrival ||= now
+        conn.deadline = now + @cfg[:header_timeout] if conn.buf.empty? && conn.head.nil?
+        conn.buf << data
+        case (state = advance(conn))
+        when :complete
+          @conns.delete(conn.io)
+          @lock.synchronize do
+            @ready << conn
+            @work.signal
+          end
+        when Integer
+          @conns.delete(conn.io)
+          send_error(conn, state)
+        end
+      rescue SystemCallError, IOError
+        drop(conn)
+      end
+
+      # Parse what +conn+ has buffered: :complete, :more, or an error status.
+      def advance(conn)
+        unless conn.head
+          return :more if conn.buf.empty?
+
+          head = Parser.parse(conn.buf, max_head: @cfg[:max_header_size], max_target: @cfg[:max_request_target],
+                                        max_headers: @cfg[:max_headers], methods: @methods)
+          return head || :more unless head.is_a?(Parser::Head)
+
+          conn.head = head
+          conn.arrival ||= now
+          conn.buf = conn.buf.byteslice(head.length..)
+          return 413 if @cfg[:max_body_size] && head.content_length.to_i > @cfg[:max_body_size]
+
+          conn.chunked = Chunked.new(@cfg[:max_body_size], @cfg[:max_chunk_extensions]) if head.chunked
+          conn.deadline = now + @cfg[:body_timeout]
+          if head.expect_continue && (head.chunked || head.content_length.to_i.positive?)
+            conn.io.write("HTTP/1.1 100 Continue\r\n\r\n")
+          end
+        end
+        body(conn)
+      end
+
+      def body(conn)
+        head = conn.head
+        if conn.chunked
+          state = conn.chunked.feed(conn.buf)
+          conn.buf = +"".b
+          return state unless state == :done
+
+          conn.buf = conn.chunked.rest
+          conn.input = conn.chunked.body
+        elsif head.content_length.to_i.positive?
+          return :more if conn.buf.bytesize < head.content_length
+
+          conn.input = conn.buf.byteslice(0, head.content_length)
+          conn.buf = conn.buf.byteslice(head.content_length..)
+        end
+        conn.deadline = nil
+        :complete
+      end
+
+      def expire
+        t = now
+        @conns.values.each do |conn|
+          next unless conn.deadline && conn.deadline <= t
+
+          @conns.delete(conn.io)
+          conn.arrival ? send_error(conn, 408) : close_conn(conn)
+        end
+      end
+
+      def drop(conn)
+        @conns.delete(conn.io)
+        close_conn(conn)
+      end
+
+      def close_conn(conn)
+        conn.io.close unless conn.io.closed?
+      rescue IOError, SystemCallError
+        nil
+      end
+
+      def send_error(conn, status)
+        text = "#{status} #{REASONS.fetch(status, 'Error')}\n"
+        write(conn, "HTTP/1.1 #{status} #{REASONS.fetch(status, 'Error')}\r\ncontent-type: text/plain\r\n" \
+                    "content-length: #{text.bytesize}\r\nconnection: close\r\n\r\n#{text}".b)
+      rescue ClientGone
+        nil
+      ensure
+        close_conn(conn)
+      end
+
+      def write(conn, bytes)
+        conn.started = true
+        until bytes.empty?
+          n = conn.io.write_nonblock(bytes, exception: false)
+          if n == :wait_writable
+            raise ClientGone, "write_timeout" unless IO.select(nil, [conn.io], nil, @cfg[:write_timeout])
+
+            next
+          end
+          bytes = bytes.byteslice(n..)
+        end
+      rescue SystemCallError, IOError => e
+        conn.close = true
+        raise ClientGone, e.message
+      end
+
+      def check_status(status)
+        status = Integer(status)
+        raise InvalidResponse, "status #{status} is not 100..999" unless (100..999).cover?(status)
+
+        status
+      rescue ArgumentError, TypeError
+        raise InvalidResponse, "status #{status.inspect} is not an Integer"
+      end
+
+      def header?(headers, name) = headers.each_key.any? { |k| k.to_s.casecmp?(name) }
+
+      def head_bytes(conn, status, headers, extra)
+        version = conn.head.minor.zero? ? "HTTP/1.0" : "HTTP/1.1"
+        keep = conn.head.keep_alive && !conn.close && !@draining
+        conn.close = true if headers.any? { |k, v| k.to_s.casecmp?("connection") && v.to_s.casecmp?("close") }
+        out = +"#{version} #{status} #{REASONS.fetch(status, 'Unknown')}\r\n#{fields(headers)}"
+        extra&.each { |k, v| out << "#{k}: #{v}\r\n" }
+        out << "connection: close\r\n" if (!keep || conn.close) && !header?(headers, "connection")
+        out << "connection: keep-alive\r\n" if keep && !conn.close && conn.head.minor.zero?
+        conn.close ||= !keep
+        out << "\r\n"
+        out.b
+      end
+
+      def fields(headers)
+        out = +""
+        headers.each do |name, value|
+          name = name.to_s
+          raise InvalidResponse, "header name #{name.inspect}" unless name.match?(/\A[!#$%&'*+\-.^_`|~0-9a-z]+\z/)
+          next if name.start_with?("rack.")
+
+          Array(value).each do |v|
+            v.to_s.split("\n").each do |line|
+              raise InvalidResponse, "header #{name}: a control character" if line.match?(/[\x00-\x08\x0a-\x1f\x7f]/)
+
+              out << "#{name}: #{line}\r\n"
+            end
+          end
+        end
+        out
+      end
+
+      def env_for(conn)
+        head = conn.head
+        listener = @listeners[conn.listener]
+        env = @env_template.dup
+        env["REQUEST_METHOD"] = head.method
+        env["PATH_INFO"] = head.path.empty? ? "/" : head.path
+        env["QUERY_STRING"] = head.query
+        env["REQUEST_URI"] = head.target
+        env["SERVER_PROTOCOL"] = head.minor.zero? ? "HTTP/1.0" : "HTTP/1.1"
+        env["REMOTE_ADDR"] = conn.addr
+        head.fields.each { |name, value| put_field(env, name, value) }
+        env["CONTENT_LENGTH"] = conn.input.bytesize.to_s if head.content_length || head.chunked
+        authority = head.authority || head.host
+        env["HTTP_HOST"] = head.authority if head.authority
+        if authority
+          name, port = split_authority(authority)
+          env["SERVER_NAME"] = name.empty? ? "localhost" : name
+          env["SERVER_PORT"] = port || (head.target.match?(/\Ahttps:/i) && head.authority ? "443" : "80")
+        else
+          env["SERVER_NAME"] = listener[2]
+          env["SERVER_PORT"] = listener[3]
+        end
+        env["margay.queue_time"] = conn.arrival ? [now - conn.arrival, 0.0].max : 0.0
+        env["puma.request_body_wait"] = 0.0
+        env["rack.input"] = StringIO.new(conn.input) if conn.input && !conn.input.empty?
+        env
+      end
+
+      def put_field(env, name, value)
+        key = case name.downcase
+              when "content-length", "transfer-encoding" then return
+              when "content-type" then "CONTENT_TYPE"
+              else
+                return if name.include?("_")
+
+                "HTTP_#{name.upcase.tr('-', '_')}"
+              end
+        if env.key?(key) && key != "CONTENT_TYPE"
+          env[key] = "#{env[key]}#{key == 'HTTP_COOKIE' ? '; ' : ', '}#{value}"
+        else
+          env[key] = value.dup
+        end
+      end
+
+      def split_authority(authority)
+        if authority.start_with?("[")
+          close = authority.index("]") || authority.size
+          port = authority[close + 2..] if authority[close + 1] == ":"
+          [authority[0..close], port && !port.empty? ? port : nil]
+        else
+          name, port = authority.split(":", 2)
+          [name, port && !port.empty? ? port : nil]
+        end
+      end
+    end
+  end
+end

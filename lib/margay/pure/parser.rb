@@ -1,0 +1,182 @@
+# frozen_string_literal: true
+
+module Margay
+  module Pure
+    # The request head parser of the pure-Ruby engine: the C parser's rules
+    # (ext/margay/http/parser.c, RFC 9112) on a whole head. #parse answers
+    # nil (more bytes needed), an Integer status (a 4xx/5xx to send, then
+    # close) or a Head.
+    module Parser
+      Head = Struct.new(:method, :target, :path, :query, :authority, :minor, :fields, :host,
+                        :content_length, :chunked, :keep_alive, :expect_continue, :length,
+                        keyword_init: true)
+
+      MAX_METHOD = 20
+      TCHAR = "!#$%&'*+\\-.^_`|~0-9A-Za-z"
+      TARGET = "!$&'()*+,\\-./0-9:;=?@A-Z\\[\\]_a-z~%"
+      REQUEST_LINE = /\A([#{TCHAR}]+) ([#{TARGET}]+(?:#[#{TARGET}]*)?) HTTP\/(\d)\.(\d)\r\n/n
+      FIELD = /\A([#{TCHAR}]+):[ \t]*([\t\x20-\x7e\x80-\xff]*?)[ \t]*\z/n
+      REGNAME = "A-Za-z0-9\\-._~!$&'()*+;="
+      # uri-host [ ":" port ] (RFC 9110 7.2): an IP-literal, or a reg-name without ',' (a list of
+      # hosts is a smuggling probe); absolute-form targets need a non-empty host.
+      HOST = /\A(?:\[(?:[vV]\h+\.[#{REGNAME}:]+|[\h.]*:[\h:.]*)\]|(?:[#{REGNAME}]|%\h\h)*)(?::\d*)?\z/n
+      NAMED_HOST = /\A(?:\[|(?:[#{REGNAME}]|%\h\h))/n
+      QUOTED = /"(?:[\t\x20\x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t\x20-\x7e\x80-\xff])*"/n
+      # One transfer-coding of a list: token *( OWS ";" OWS token BWS "=" BWS ( token / quoted-string ) ).
+      CODING = /\G([#{TCHAR}]+)((?:[ \t]*;[ \t]*[#{TCHAR}]+[ \t]*=[ \t]*(?:[#{TCHAR}]+|#{QUOTED}))*)[ \t]*(?:,|\z)/n
+      CRLF2 = "\r\n\r\n".b.freeze
+
+      module_function
+
+      # @param buf [String] binary bytes received so far on the connection
+      # @param max_head [Integer] max_header_size (431 beyond)
+      # @param max_target [Integer] max_request_target (414 beyond)
+      # @param max_headers [Integer] max_headers (431 beyond)
+      # @param methods [Array<String>, nil] supported_http_methods (501 for others)
+      def parse(buf, max_head:, max_target:, max_headers:, methods: nil)
+        lead = buf[/\A(?:\r\n)*/n].bytesize # empty lines before the request line (RFC 9112 2.2)
+        stop = buf.index(CRLF2, lead)
+        return early(buf, max_head, max_target) if stop.nil? || stop + 4 > max_head
+
+        head = buf.byteslice(lead, stop + 2 - lead)
+        line = REQUEST_LINE.match(head)
+        return line_error(head, max_target) unless line
+
+        method, target, major, minor = line.captures
+        return 501 if method.bytesize > MAX_METHOD
+        return 414 if line.end(2) - line.begin(2) > max_target
+        return 505 unless major == "1"
+        return 501 if (methods && !methods.include?(method)) || method == "CONNECT"
+
+        target = target.split("#", 2).first
+        return 400 if target.empty?
+
+        request = Head.new(method: method, target: target, minor: minor == "0" ? 0 : 1, fields: [],
+                           content_length: nil, chunked: false, expect_continue: false, length: stop + 4)
+        status = target_form(request) || fields(request, head.byteslice(line.end(0)..), max_headers)
+        status || semantics(request)
+      end
+
+      # No complete head yet: a status when the bytes so far are already
+      # wrong (or too many), else nil.
+      def early(buf, max_head, max_target)
+        return 431 if buf.bytesize >= max_head
+        return 400 if buf.match?(/[\x00]|(?<!\r)\n|\r[^\n]/n)
+        return 414 if !buf.include?("\r") && buf.bytesize > max_target + MAX_METHOD + 1
+        return 501 if buf.match?(/\A(?:\r\n)*[#{TCHAR}]{#{MAX_METHOD + 1}}/o)
+
+        nil
+      end
+
+      # A complete head whose request line does not match: the C parser's answer for it.
+      def line_error(head, max_target)
+        first = head.sub(/\A(?:\r\n)*/n, "").split("\r\n", 2).first.to_s
+        method, target, = first.split(" ", 3)
+        return 501 if method && method.match?(/\A[#{TCHAR}]{#{MAX_METHOD + 1}}/o)
+        return 414 if target && target.bytesize >= max_target
+        return 505 if first.match?(/ HTTP\/[02-9]\.\d\z/n)
+
+        400
+      end
+
+      def target_form(request)
+        target = request.target
+        if target.start_with?("/")
+          request.path, request.query = target.split("?", 2)
+        elsif target == "*"
+          return 400 unless request.method == "OPTIONS"
+
+          request.path = "*"
+        elsif (m = %r{\Ahttps?://([^/?]*)([^?]*)(?:\?(.*))?\z}ni.match(target))
+          return 400 unless HOST.match?(m[1]) && NAMED_HOST.match?(m[1])
+
+          request.authority = m[1]
+          request.path = m[2].empty? ? "/" : m[2]
+          request.query = m[3]
+        else
+          return 400
+        end
+        request.query ||= ""
+        nil
+      end
+
+      def fields(request, block, max_headers)
+        te = nil
+        block.split("\r\n").each do |line|
+          return 400 if line.empty? || line.start_with?(" ", "\t")
+          return 431 if request.fields.size >= max_headers
+
+          m = FIELD.match(line)
+          return 400 unless m
+          return 400 if m[2].match?(/[\x00-\x08\x0a-\x1f\x7f]/n)
+
+          name = m[1].downcase
+          value = m[2]
+          request.fields << [m[1], value]
+          case name
+          when "host"
+            return 400 if request.host || !HOST.match?(value)
+
+            request.host = value
+          when "expect"
+            next if request.minor.zero? || value.empty?
+            return 417 unless value.casecmp?("100-continue")
+
+            request.expect_continue = true
+          when "content-length"
+            return 400 if request.content_length || te || !value.match?(/\A\d+\z/)
+            return 413 if value.sub(/\A0+/, "").size > 18
+
+            request.content_length = value.to_i
+          when "transfer-encoding"
+            return 400 if request.minor.zero? || request.content_length
+
+            te ||= []
+            status = codings(value, te)
+            return status if status
+          end
+        end
+        transfer_encoding(request, te)
+      end
+
+      # Append the codings of one Transfer-Encoding value to +list+ ([name, parameters?] pairs).
+      # An error status, or nil.
+      def codings(value, list)
+        pos = 0
+        here = 0
+        loop do
+          pos += 1 while value[pos] == " " || value[pos] == "\t" || value[pos] == ","
+          break if pos >= value.bytesize
+
+          m = CODING.match(value, pos)
+          return 400 unless m&.begin(0) == pos
+
+          list << [m[1].downcase, !m[2].empty?]
+          here += 1
+          pos = m.end(0)
+        end
+        return 400 if here.zero? || list.count { |name, _| name == "chunked" } > 1
+
+        nil
+      end
+
+      def transfer_encoding(request, codings)
+        return nil unless codings
+        return 400 unless codings.last == ["chunked", false]
+        return 501 if codings.size > 1
+
+        request.chunked = true
+        nil
+      end
+
+      def semantics(request)
+        return 400 if request.minor == 1 && request.host.nil?
+
+        tokens = request.fields.select { |name, _| name.casecmp?("connection") }
+                        .flat_map { |_, value| value.split(",").map { |t| t.strip.downcase } }
+        request.keep_alive = !tokens.include?("close") && (request.minor == 1 || tokens.include?("keep-alive"))
+        request
+      end
+    end
+  end
+end
