@@ -1,0 +1,154 @@
+#!/usr/bin/env ruby
+# frozen_string_literal: true
+
+# HTTPS hello world, HTTP/1.1 keep-alive: Margay with an ssl:// bind against Puma 8 with the
+# same bind, nginx (1 worker, the same certificate, TLS 1.2-1.3) and Margay's own plain HTTP,
+# single process each, alternated round by round, for an RSA-2048 and an ECDSA P-256
+# certificate (made here with the openssl CLI). wrk keeps its connections alive, so this
+# measures records, not handshakes. Reports per round req/s, p50, p99 and the server's RSS,
+# and the medians' ratios.
+#
+#   bundle exec ruby bench/tls.rb [--rounds 3] [--seconds 10] [--connections 64]
+#                                 [--keys rsa,ecdsa] [--servers margay,puma,nginx,margay-plain]
+#                                 [--results-dir DIR]
+#
+# Writes DIR/tls-<time>.json and .md (DIR: bench/results/tls-<UTC date>).
+require "json"
+require "optparse"
+require "socket"
+require "time"
+require "tmpdir"
+require_relative "lib/procs"
+require_relative "lib/servers"
+require_relative "lib/stats"
+require_relative "lib/result_files"
+require_relative "lib/wrk"
+
+module MargayBench
+  class TlsBench
+    APP = "bench/apps/hello.ru"
+    SERVERS = %w[margay puma nginx margay-plain].freeze
+    KEYS = {
+      "rsa" => %w[-newkey rsa:2048],
+      "ecdsa" => %w[-newkey ec -pkeyopt ec_paramgen_curve:P-256]
+    }.freeze
+
+    def initialize(argv)
+      @o = { rounds: 3, seconds: 10, connections: 64, keys: KEYS.keys, servers: SERVERS,
+             results_dir: File.join(ROOT, "bench/results", "tls-#{Time.now.utc.strftime('%Y%m%d')}") }
+      OptionParser.new do |p|
+        %i[rounds seconds connections].each { |k| p.on("--#{k} N", Integer) { |v| @o[k] = v } }
+        %i[keys servers].each { |k| p.on("--#{k} LIST", Array) { |v| @o[k] = v } }
+        p.on("--results-dir DIR") { |v| @o[:results_dir] = File.expand_path(v) }
+      end.parse!(argv)
+    end
+
+    def run
+      abort "bench/tls.rb: needs wrk, openssl and nginx" unless %w[wrk openssl nginx].all? { |c| Env.which(c) }
+      rows = []
+      Dir.mktmpdir("margay-tls-") do |tmp|
+        @o[:keys].each do |key|
+          cert, pem = certificate(tmp, key)
+          @o[:rounds].times do |round|
+            @o[:servers].each do |server|
+              row = measure(server, key, cert, pem, round + 1, tmp)
+              rows << row
+              warn format("[tls] %-5s round %d %-12s %8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  RSS %5.1f MiB",
+                          key, round + 1, server, row["rps"], row["p50_ms"], row["p99_ms"], row["rss_mib"])
+            end
+          end
+        end
+      end
+      ResultFiles.write("tls", @o, rows, markdown(rows))
+      0
+    end
+
+    private
+
+    # A self-signed certificate for 127.0.0.1 with a +key+ key: [cert path, key path].
+    def certificate(tmp, key)
+      cert = File.join(tmp, "#{key}.crt")
+      pem = File.join(tmp, "#{key}.key")
+      ok = system("openssl", "req", "-x509", *KEYS.fetch(key), "-nodes", "-keyout", pem, "-out", cert, "-days", "2",
+                  "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", %i[out err] => File::NULL)
+      abort "bench/tls.rb: openssl could not make the #{key} certificate" unless ok
+      [cert, pem]
+    end
+
+    def measure(server, key, cert, pem, round, tmp)
+      port = Env.free_port
+      log = File.join(tmp, "#{server}-#{key}-#{round}.log")
+      argv, chdir, env = command(server, port, cert, pem, tmp)
+      pid = Procs.spawn_server(env, argv, log, chdir: chdir)
+      begin
+        wait_ready(server, port, log)
+        url = "#{server == 'margay-plain' ? 'http' : 'https'}://127.0.0.1:#{port}/"
+        Wrk.run(Wrk.argv(threads: 2, connections: @o[:connections], seconds: 2, timeout: 2, url: url),
+                out_path: File.join(tmp, "warm.out"), bound: 30) # handshakes and the pool's growth out of the way
+        json, = Wrk.run(Wrk.argv(threads: 2, connections: @o[:connections], seconds: @o[:seconds], timeout: 2, url: url),
+                        out_path: File.join(tmp, "wrk.out"), bound: @o[:seconds] + 30)
+        lat = json["latency_us"]
+        { "key" => key, "round" => round, "server" => server, "rps" => json["requests"] * 1e6 / json["duration_us"],
+          "p50_ms" => lat["p50"] / 1000.0, "p99_ms" => lat["p99"] / 1000.0, "errors" => json["errors"].values.sum,
+          "rss_mib" => Procs.rss_kib(pid).first / 1024.0 }
+      ensure
+        Procs.stop_group(pid)
+      end
+    end
+
+    def command(server, port, cert, pem, tmp)
+      app = File.expand_path(APP, ROOT)
+      ssl = "ssl://127.0.0.1:#{port}?cert=#{cert}&key=#{pem}"
+      case server
+      when "margay" then [%W[bundle exec exe/margay -b #{ssl} -e production -q #{app}], ROOT, Env.clean]
+      when "margay-plain" then [Servers.margay(port, app), ROOT, Env.clean]
+      when "puma"
+        [%W[bundle exec puma -b #{ssl} -e production -C - -q #{app}], ROOT,
+         Env.clean.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile"))]
+      when "nginx"
+        argv, = Servers.nginx(port, workers: 1, tmp: tmp, nginx: Env.which("nginx"))
+        conf = argv[argv.index("-c") + 1]
+        File.write(conf, File.read(conf).sub("listen 127.0.0.1:#{port};",
+                                             "listen 127.0.0.1:#{port} ssl;\n        ssl_certificate #{cert};\n" \
+                                             "        ssl_certificate_key #{pem};\n        ssl_protocols TLSv1.2 TLSv1.3;"))
+        [argv, ROOT, Env.clean]
+      else abort "bench/tls.rb: unknown server #{server}"
+      end
+    end
+
+    def wait_ready(server, port, log)
+      deadline = Procs.now + 60
+      until Procs.now > deadline
+        begin
+          return Socket.tcp("127.0.0.1", port, connect_timeout: 1).close
+        rescue SystemCallError
+          sleep 0.1
+        end
+      end
+      abort "bench/tls.rb: #{server} on #{port} never listened; its log:\n#{File.read(log).lines.last(15).join}"
+    end
+
+    def markdown(rows)
+      lines = ["## HTTPS hello world, keep-alive, `wrk -t2 -c#{@o[:connections]} -d#{@o[:seconds]}s`, " \
+               "#{@o[:rounds]} rounds, servers alternated", "",
+               "| key | round | server | req/s | p50 ms | p99 ms | RSS MiB | errors |", "|---|---:|---|---:|---:|---:|---:|---:|"]
+      rows.each do |r|
+        lines << format("| %s | %d | %s | %.0f | %.2f | %.2f | %.1f | %d |", r["key"], r["round"], r["server"], r["rps"],
+                        r["p50_ms"], r["p99_ms"], r["rss_mib"], r["errors"])
+      end
+      lines += ["", "Medians, Margay (TLS) over each: req/s, p99, RSS", ""]
+      @o[:keys].each do |key|
+        med = ->(server, k) { Stats.median(rows.select { |r| r["key"] == key && r["server"] == server }.map { |r| r[k] }) }
+        (@o[:servers] - ["margay"]).each do |other|
+          next unless med.(other, "rps")
+
+          lines << format("- %s, vs %s: %.2fx req/s, p99 %.2fx, RSS %.2fx", key, other, med.("margay", "rps") / med.(other, "rps"),
+                          med.("margay", "p99_ms") / med.(other, "p99_ms"), med.("margay", "rss_mib") / med.(other, "rss_mib"))
+        end
+      end
+      lines.join("\n") << "\n"
+    end
+  end
+end
+
+exit MargayBench::TlsBench.new(ARGV).run if $PROGRAM_NAME == __FILE__
