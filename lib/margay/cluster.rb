@@ -300,8 +300,7 @@ module Margay
       handoffs = @workers.to_h { |w| [w.channel.handoff, w] } # also a pending mold's: what it sent before it knew
       beats = @workers.map { |w| w.channel.beat }
       within ||= @drain_until && !@stopping ? @drain_until - Clock.now : 0.5
-      within = 0 if @forwarder.held.positive? # look again soon for a worker to take them
-      wait = within.clamp(0.01, 0.5)
+      wait = @forwarder.held.positive? ? 0.01 : within.clamp(0.01, 0.5) # held connections: look again soon
       ready, = IO.select([@signals.wake, *beats, *handoffs.keys], nil, nil, wait)
       (ready || []).each do |io|
         next if io.closed? # a worker forgotten earlier in this round (its hand-overs were drained then)

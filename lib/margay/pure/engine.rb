@@ -4,6 +4,8 @@ require "socket"
 require "stringio"
 require_relative "parser"
 require_relative "chunked"
+require_relative "env"
+require_relative "head"
 
 module Margay
   module Pure
@@ -15,6 +17,8 @@ module Margay
     # writes its response itself (blocking writes bounded by write_timeout),
     # then continues with a pipelined request or gives the connection back.
     class Engine
+      include Head
+      include Env
       SETTINGS = %i[max_request_target max_header_size max_headers max_body_size max_chunk_extensions
                     header_timeout body_timeout keepalive_timeout write_timeout max_keepalive_requests
                     max_connections supported_http_methods].freeze
@@ -23,18 +27,6 @@ module Margay
       Conn = Struct.new(:io, :buf, :listener, :addr, :head, :chunked, :input, :deadline, :requests, :arrival,
                         :started, :close, :stream)
 
-      REASONS = { 100 => "Continue", 101 => "Switching Protocols", 103 => "Early Hints", 200 => "OK",
-                  201 => "Created", 202 => "Accepted", 204 => "No Content", 206 => "Partial Content",
-                  301 => "Moved Permanently", 302 => "Found", 303 => "See Other", 304 => "Not Modified",
-                  307 => "Temporary Redirect", 308 => "Permanent Redirect", 400 => "Bad Request",
-                  401 => "Unauthorized", 403 => "Forbidden", 404 => "Not Found", 405 => "Method Not Allowed",
-                  408 => "Request Timeout", 409 => "Conflict", 410 => "Gone", 411 => "Length Required",
-                  413 => "Content Too Large", 414 => "URI Too Long", 415 => "Unsupported Media Type",
-                  417 => "Expectation Failed", 422 => "Unprocessable Content", 429 => "Too Many Requests",
-                  431 => "Request Header Fields Too Large", 500 => "Internal Server Error",
-                  501 => "Not Implemented", 502 => "Bad Gateway", 503 => "Service Unavailable",
-                  504 => "Gateway Timeout", 505 => "HTTP Version Not Supported" }.freeze
-      NO_BODY = ->(status) { status < 200 || status == 204 || status == 304 }
       READ_SIZE = 16_384
 
       # Engine.listener_io? tells Server to hand #add_listener the listener's IO, not its fd.
@@ -104,7 +96,7 @@ module Margay
       def respond(token, status, headers, body)
         conn = held(token)
         status = check_status(status)
-        no_body = NO_BODY.(status) || conn.head.method == "HEAD"
+        no_body = no_body?(conn, status)
         length = body.sum(&:bytesize) unless no_body || header?(headers, "content-length")
         out = head_bytes(conn, status, headers, length && { "content-length" => length.to_s })
         body.each { |part| out << part.b } unless no_body
@@ -120,7 +112,7 @@ module Margay
 
           conn = held(token)
           status = check_status(status)
-          no_body = NO_BODY.(status) || conn.head.method == "HEAD"
+          no_body = no_body?(conn, status)
           extra = { "content-length" => file.size.to_s } unless no_body || header?(headers, "content-length")
           write(conn, head_bytes(conn, status, headers, extra))
           unless no_body
@@ -148,7 +140,7 @@ module Margay
       def stream_start(token, status, headers)
         conn = held(token)
         status = check_status(status)
-        if NO_BODY.(status) || conn.head.method == "HEAD" || header?(headers, "content-length")
+        if no_body?(conn, status) || header?(headers, "content-length")
           conn.stream = :raw
         elsif conn.head.minor.zero?
           conn.stream = :raw
@@ -455,103 +447,6 @@ module Margay
       rescue SystemCallError, IOError => e
         conn.close = true
         raise ClientGone, e.message
-      end
-
-      def check_status(status)
-        status = Integer(status)
-        raise InvalidResponse, "status #{status} is not 100..999" unless (100..999).cover?(status)
-
-        status
-      rescue ArgumentError, TypeError
-        raise InvalidResponse, "status #{status.inspect} is not an Integer"
-      end
-
-      def header?(headers, name) = headers.each_key.any? { |k| k.to_s.casecmp?(name) }
-
-      def head_bytes(conn, status, headers, extra)
-        version = conn.head.minor.zero? ? "HTTP/1.0" : "HTTP/1.1"
-        keep = conn.head.keep_alive && !conn.close && !@draining
-        conn.close = true if headers.any? { |k, v| k.to_s.casecmp?("connection") && v.to_s.casecmp?("close") }
-        out = +"#{version} #{status} #{REASONS.fetch(status, 'Unknown')}\r\n#{fields(headers)}"
-        extra&.each { |k, v| out << "#{k}: #{v}\r\n" }
-        out << "connection: close\r\n" if (!keep || conn.close) && !header?(headers, "connection")
-        out << "connection: keep-alive\r\n" if keep && !conn.close && conn.head.minor.zero?
-        conn.close ||= !keep
-        out << "\r\n"
-        out.b
-      end
-
-      def fields(headers)
-        out = +""
-        headers.each do |name, value|
-          name = name.to_s
-          raise InvalidResponse, "header name #{name.inspect}" unless name.match?(/\A[!#$%&'*+\-.^_`|~0-9a-z]+\z/)
-          next if name.start_with?("rack.")
-
-          Array(value).each do |v|
-            v.to_s.split("\n").each do |line|
-              raise InvalidResponse, "header #{name}: a control character" if line.match?(/[\x00-\x08\x0a-\x1f\x7f]/)
-
-              out << "#{name}: #{line}\r\n"
-            end
-          end
-        end
-        out
-      end
-
-      def env_for(conn)
-        head = conn.head
-        listener = @listeners[conn.listener]
-        env = @env_template.dup
-        env["REQUEST_METHOD"] = head.method
-        env["PATH_INFO"] = head.path.empty? ? "/" : head.path
-        env["QUERY_STRING"] = head.query
-        env["REQUEST_URI"] = head.target
-        env["SERVER_PROTOCOL"] = head.minor.zero? ? "HTTP/1.0" : "HTTP/1.1"
-        env["REMOTE_ADDR"] = conn.addr
-        head.fields.each { |name, value| put_field(env, name, value) }
-        env["CONTENT_LENGTH"] = conn.input.bytesize.to_s if head.content_length || head.chunked
-        authority = head.authority || head.host
-        env["HTTP_HOST"] = head.authority if head.authority
-        if authority
-          name, port = split_authority(authority)
-          env["SERVER_NAME"] = name.empty? ? "localhost" : name
-          env["SERVER_PORT"] = port || (head.target.match?(/\Ahttps:/i) && head.authority ? "443" : "80")
-        else
-          env["SERVER_NAME"] = listener[2]
-          env["SERVER_PORT"] = listener[3]
-        end
-        env["margay.queue_time"] = conn.arrival ? [now - conn.arrival, 0.0].max : 0.0
-        env["puma.request_body_wait"] = 0.0
-        env["rack.input"] = StringIO.new(conn.input) if conn.input && !conn.input.empty?
-        env
-      end
-
-      def put_field(env, name, value)
-        key = case name.downcase
-              when "content-length", "transfer-encoding" then return
-              when "content-type" then "CONTENT_TYPE"
-              else
-                return if name.include?("_")
-
-                "HTTP_#{name.upcase.tr('-', '_')}"
-              end
-        if env.key?(key) && key != "CONTENT_TYPE"
-          env[key] = "#{env[key]}#{key == 'HTTP_COOKIE' ? '; ' : ', '}#{value}"
-        else
-          env[key] = value.dup
-        end
-      end
-
-      def split_authority(authority)
-        if authority.start_with?("[")
-          close = authority.index("]") || authority.size
-          port = authority[close + 2..] if authority[close + 1] == ":"
-          [authority[0..close], port && !port.empty? ? port : nil]
-        else
-          name, port = authority.split(":", 2)
-          [name, port && !port.empty? ? port : nil]
-        end
       end
     end
   end

@@ -1,0 +1,70 @@
+# frozen_string_literal: true
+
+require "stringio"
+
+module Margay
+  module Pure
+    # A request's Rack env as ext/margay/ruby/env.c builds it: the template, the request line,
+    # the fields as HTTP_* (repeated ones joined, cookies with "; "), SERVER_NAME and
+    # SERVER_PORT from the authority or the listener. Mixed into Engine (its listeners,
+    # template and clock).
+    module Env
+      private
+
+      def env_for(conn)
+        head = conn.head
+        listener = @listeners[conn.listener]
+        env = @env_template.dup
+        env["REQUEST_METHOD"] = head.method
+        env["PATH_INFO"] = head.path.empty? ? "/" : head.path
+        env["QUERY_STRING"] = head.query
+        env["REQUEST_URI"] = head.target
+        env["SERVER_PROTOCOL"] = head.minor.zero? ? "HTTP/1.0" : "HTTP/1.1"
+        env["REMOTE_ADDR"] = conn.addr
+        head.fields.each { |name, value| put_field(env, name, value) }
+        env["CONTENT_LENGTH"] = conn.input.bytesize.to_s if head.content_length || head.chunked
+        authority = head.authority || head.host
+        env["HTTP_HOST"] = head.authority if head.authority
+        if authority
+          name, port = split_authority(authority)
+          env["SERVER_NAME"] = name.empty? ? "localhost" : name
+          env["SERVER_PORT"] = port || (head.target.match?(/\Ahttps:/i) && head.authority ? "443" : "80")
+        else
+          env["SERVER_NAME"] = listener[2]
+          env["SERVER_PORT"] = listener[3]
+        end
+        env["margay.queue_time"] = conn.arrival ? [now - conn.arrival, 0.0].max : 0.0
+        env["puma.request_body_wait"] = 0.0
+        env["rack.input"] = StringIO.new(conn.input) if conn.input && !conn.input.empty?
+        env
+      end
+
+      def put_field(env, name, value)
+        key = case name.downcase
+              when "content-length", "transfer-encoding" then return
+              when "content-type" then "CONTENT_TYPE"
+              else
+                return if name.include?("_")
+
+                "HTTP_#{name.upcase.tr('-', '_')}"
+              end
+        if env.key?(key) && key != "CONTENT_TYPE"
+          env[key] = "#{env[key]}#{key == 'HTTP_COOKIE' ? '; ' : ', '}#{value}"
+        else
+          env[key] = value.dup
+        end
+      end
+
+      def split_authority(authority)
+        if authority.start_with?("[")
+          close = authority.index("]") || authority.size
+          port = authority[close + 2..] if authority[close + 1] == ":"
+          [authority[0..close], port && !port.empty? ? port : nil]
+        else
+          name, port = authority.split(":", 2)
+          [name, port && !port.empty? ? port : nil]
+        end
+      end
+    end
+  end
+end
