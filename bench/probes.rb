@@ -22,6 +22,7 @@ require "socket"
 require "time"
 require "tmpdir"
 require_relative "lib/procs"
+require_relative "lib/servers"
 require_relative "lib/stats"
 require_relative "lib/result_files"
 require_relative "lib/wrk"
@@ -70,7 +71,7 @@ module MargayBench
       log = File.join(tmp, "#{server}-#{mode}.log")
       pid = Procs.spawn_server(env, argv, log, chdir: ROOT)
       begin
-        wait_ready(port, log)
+        Procs.await_server("bench/probes.rb: server on #{port}", log) { probe(port, "/")[0] }
         health_path = server == "margay" ? "/readyz" : "/stats?token=#{TOKEN}"
         conns = @o[:threads] * [workers, 1].max * @o[:oversubscribe]
         load = Wrk.argv(threads: 2, connections: conns, seconds: @o[:seconds] + 5, timeout: 30,
@@ -93,23 +94,13 @@ module MargayBench
       app = File.expand_path(APP, ROOT)
       threads = "#{@o[:threads]}:#{@o[:threads]}"
       if server == "margay"
-        [%W[bundle exec exe/margay -b tcp://127.0.0.1:#{port} -e production -q -w #{workers} -t #{threads}
-            --health-bind tcp://127.0.0.1:#{side} #{app}], Env.clean]
+        [Servers.margay(port, app, workers: workers, threads: threads, extra: %W[--health-bind tcp://127.0.0.1:#{side}]),
+         Env.clean]
       else
-        [%W[bundle exec puma -b tcp://127.0.0.1:#{port} -e production -C - -q -w #{workers} -t #{threads}
-            --control-url tcp://127.0.0.1:#{side} --control-token #{TOKEN} #{app}],
+        [Servers.puma(port, app, workers: workers, threads: threads,
+                                 extra: %W[--control-url tcp://127.0.0.1:#{side} --control-token #{TOKEN}]),
          Env.clean.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile"))]
       end
-    end
-
-    def wait_ready(port, log)
-      deadline = Procs.now + 60
-      until Procs.now > deadline
-        return if probe(port, "/")[0]
-
-        sleep 0.1
-      end
-      abort "bench/probes.rb: server on #{port} never answered:\n#{File.read(log).lines.last(15).join}"
     end
 
     # One probe every 1/hz s for --seconds, each on its own thread (a probe that waits does not

@@ -77,7 +77,7 @@ module MargayBench
       log = File.join(tmp, "#{name}-#{port}.log")
       pid = Procs.spawn_server(env, argv, log, chdir: chdir)
       begin
-        wait_ready(port, log)
+        Procs.await_server("bench/queue.rb: server on #{port}", log) { Env.ok?("127.0.0.1", port) }
         sampler = Thread.new { sample(port) }
         result = @o[:load] == "ab" ? ab(port) : wrk(port, tmp)
         sampler.kill.join
@@ -97,16 +97,6 @@ module MargayBench
         [Servers.puma(port, app, workers: @o[:workers], threads: threads), ROOT,
          Env.clean.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile"))]
       end
-    end
-
-    def wait_ready(port, log)
-      deadline = Procs.now + 60
-      until Procs.now > deadline
-        return if Env.ok?("127.0.0.1", port)
-
-        sleep 0.1
-      end
-      abort "bench/queue.rb: server on #{port} never answered; its log:\n#{File.read(log).lines.last(15).join}"
     end
 
     # [[per-process connection counts], backlog] every SAMPLE_EVERY until killed.

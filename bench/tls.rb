@@ -81,7 +81,8 @@ module MargayBench
       argv, chdir, env = command(server, port, cert, pem, tmp)
       pid = Procs.spawn_server(env, argv, log, chdir: chdir)
       begin
-        wait_ready(server, port, log)
+        # listening is enough: a plain GET to a TLS port is not answered 200
+        Procs.await_server("bench/tls.rb: #{server} on #{port}", log) { listening?(port) }
         url = "#{server == 'margay-plain' ? 'http' : 'https'}://127.0.0.1:#{port}/"
         Wrk.run(Wrk.argv(threads: 2, connections: @o[:connections], seconds: 2, timeout: 2, url: url),
                 out_path: File.join(tmp, "warm.out"), bound: 30) # handshakes and the pool's growth out of the way
@@ -100,10 +101,10 @@ module MargayBench
       app = File.expand_path(APP, ROOT)
       ssl = "ssl://127.0.0.1:#{port}?cert=#{cert}&key=#{pem}"
       case server
-      when "margay" then [%W[bundle exec exe/margay -b #{ssl} -e production -q #{app}], ROOT, Env.clean]
+      when "margay" then [Servers.margay(port, app, bind: ssl), ROOT, Env.clean]
       when "margay-plain" then [Servers.margay(port, app), ROOT, Env.clean]
       when "puma"
-        [%W[bundle exec puma -b #{ssl} -e production -C - -q #{app}], ROOT,
+        [Servers.puma(port, app, bind: ssl), ROOT,
          Env.clean.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile"))]
       when "nginx"
         argv, = Servers.nginx(port, workers: 1, tmp: tmp, nginx: Env.which("nginx"))
@@ -116,16 +117,10 @@ module MargayBench
       end
     end
 
-    def wait_ready(server, port, log)
-      deadline = Procs.now + 60
-      until Procs.now > deadline
-        begin
-          return Socket.tcp("127.0.0.1", port, connect_timeout: 1).close
-        rescue SystemCallError
-          sleep 0.1
-        end
-      end
-      abort "bench/tls.rb: #{server} on #{port} never listened; its log:\n#{File.read(log).lines.last(15).join}"
+    def listening?(port)
+      Socket.tcp("127.0.0.1", port, connect_timeout: 1).close.nil?
+    rescue SystemCallError
+      false
     end
 
     def markdown(rows)

@@ -141,6 +141,18 @@ module MargayBench
     def now
       Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
+
+    # Waits up to +timeout+ seconds, looking every 100 ms, until the block says the server
+    # started for +what+ serves; otherwise aborts the run with the last lines of its +log+.
+    def await_server(what, log, timeout: 60)
+      deadline = now + timeout
+      until now > deadline
+        return if yield
+
+        sleep 0.1
+      end
+      abort "#{what} never answered; its log:\n#{File.read(log).lines.last(15).join}"
+    end
   end
 
   # Where the CPU time went while a load generator ran against a server: the server's

@@ -18,16 +18,19 @@ module MargayBench
     module_function
 
     # Margay from +exe+ (this checkout's exe/margay, or a baseline's). +quiet+: "-q", "-s"
-    # or nil; +extra+: further flags (--fibers, --preload, --no-config, -C FILE).
-    def margay(port, app, exe: "exe/margay", quiet: "-q", workers: nil, threads: nil, extra: [])
-      %W[bundle exec #{exe} -b tcp://127.0.0.1:#{port} -e production] + [*quiet] + flag("-w", workers) +
+    # or nil; +extra+: further flags (--fibers, --preload, --no-config, -C FILE); +bind+: another
+    # URL on +port+ (ssl://...).
+    def margay(port, app, exe: "exe/margay", quiet: "-q", workers: nil, threads: nil, extra: [],
+               bind: "tcp://127.0.0.1:#{port}")
+      %W[bundle exec #{exe} -b #{bind} -e production] + [*quiet] + flag("-w", workers) +
         flag("-t", threads) + extra + [app]
     end
 
     # Puma; +config+ "-" reads no config/puma.rb (nil: Puma's own lookup); +extra+: --preload,
-    # --fork-worker=0.
-    def puma(port, app, config: "-", quiet: "-q", workers: nil, threads: nil, extra: [])
-      %W[bundle exec puma -b tcp://127.0.0.1:#{port} -e production] + flag("-C", config) + [*quiet] +
+    # --fork-worker=0; +bind+ as Margay's.
+    def puma(port, app, config: "-", quiet: "-q", workers: nil, threads: nil, extra: [],
+             bind: "tcp://127.0.0.1:#{port}")
+      %W[bundle exec puma -b #{bind} -e production] + flag("-C", config) + [*quiet] +
         flag("-w", workers) + flag("-t", threads) + extra + [app]
     end
 
