@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "support/side_by_side"
+require "margay/native"
 require "margay/process/tls"
 require "support/tls_certs"
 

@@ -18,14 +18,19 @@ module Margay
       system("openssl", "version", out: File::NULL, err: File::NULL) == true
     end
 
+    LOCK = Mutex.new
+
+    # Made once; tests that run in parallel threads (side_by_side) share it.
     def dir
-      @dir ||= make
+      LOCK.synchronize { @dir ||= make }
     end
 
     def path(name) = File.join(dir, name)
 
-    def openssl(*args)
-      out, status = Open3.capture2e("openssl", *args)
+    # Runs in the certificates' dir through spawn's chdir: a Dir.chdir block would raise in a test
+    # thread while another thread holds one.
+    def openssl(dir, *args)
+      out, status = Open3.capture2e("openssl", *args, chdir: dir)
       raise "openssl #{args.join(' ')} failed: #{out}" unless status.success?
 
       out
@@ -34,22 +39,20 @@ module Margay
     def make
       dir = Dir.mktmpdir("margay-tls")
       at_exit { FileUtils.rm_rf(dir) }
-      Dir.chdir(dir) do
-        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-                "-subj", "/CN=Margay Test CA")
-        File.write("server.ext", "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
-        File.write("client.ext", "extendedKeyUsage=clientAuth\n")
-        sign("rsa", ["-newkey", "rsa:2048"], "/CN=localhost", "server.ext")
-        sign("ecdsa", ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"], "/CN=localhost", "server.ext")
-        sign("client", ["-newkey", "rsa:2048"], "/CN=Margay Test Client", "client.ext")
-        openssl("pkey", "-in", "rsa.key", "-out", "rsa-encrypted.key", "-aes256", "-passout", "pass:#{PASSWORD}")
-      end
+      openssl(dir, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+              "-days", "2", "-subj", "/CN=Margay Test CA")
+      File.write(File.join(dir, "server.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+      File.write(File.join(dir, "client.ext"), "extendedKeyUsage=clientAuth\n")
+      sign(dir, "rsa", ["-newkey", "rsa:2048"], "/CN=localhost", "server.ext")
+      sign(dir, "ecdsa", ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"], "/CN=localhost", "server.ext")
+      sign(dir, "client", ["-newkey", "rsa:2048"], "/CN=Margay Test Client", "client.ext")
+      openssl(dir, "pkey", "-in", "rsa.key", "-out", "rsa-encrypted.key", "-aes256", "-passout", "pass:#{PASSWORD}")
       dir
     end
 
-    def sign(name, key_args, subject, ext)
-      openssl("req", *key_args, "-nodes", "-keyout", "#{name}.key", "-out", "#{name}.csr", "-subj", subject)
-      openssl("x509", "-req", "-in", "#{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+    def sign(dir, name, key_args, subject, ext)
+      openssl(dir, "req", *key_args, "-nodes", "-keyout", "#{name}.key", "-out", "#{name}.csr", "-subj", subject)
+      openssl(dir, "x509", "-req", "-in", "#{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
               "-out", "#{name}.pem", "-days", "2", "-extfile", ext)
     end
   end
