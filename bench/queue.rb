@@ -13,7 +13,7 @@
 # connections (median of each sample's fewest and most) and the backlog's median, and
 # Margay/Puma ratios. --baseline DIR adds another Margay checkout (margay-base).
 #
-#   bundle exec ruby bench/queue.rb [--load ab|wrk] [--rounds 5] [--workers 2] [--threads 5]
+#   bundle exec ruby bench/queue.rb [--load ab|wrk] [--rounds 5] [--workers 2] [--threads 5] [--min-threads 0]
 #                                   [--connections 50] [--requests 3000] [--seconds 6]
 #                                   [--app bench/apps/io.ru] [--baseline DIR] [--results-dir DIR]
 #
@@ -35,13 +35,13 @@ module MargayBench
     SAMPLE_EVERY = 0.1
 
     def initialize(argv)
-      @o = { load: "ab", rounds: 5, workers: 2, threads: 5, connections: 50, requests: 3000, seconds: 6,
+      @o = { load: "ab", rounds: 5, workers: 2, threads: 5, min_threads: 0, connections: 50, requests: 3000, seconds: 6,
              app: "bench/apps/io.ru", baseline: nil,
              results_dir: File.join(ROOT, "bench/results", "queue-#{Time.now.utc.strftime('%Y%m%d')}") }
       OptionParser.new do |p|
         p.on("--load NAME", %w[ab wrk]) { |v| @o[:load] = v }
-        %i[rounds workers threads connections requests seconds].each do |k|
-          p.on("--#{k} N", Integer) { |v| @o[k] = v }
+        %i[rounds workers threads min_threads connections requests seconds].each do |k|
+          p.on("--#{k.to_s.tr('_', '-')} N", Integer) { |v| @o[k] = v }
         end
         p.on("--app PATH") { |v| @o[:app] = v }
         p.on("--baseline DIR") { |v| @o[:baseline] = File.expand_path(v) }
@@ -88,7 +88,7 @@ module MargayBench
     end
 
     def command(name, port)
-      threads = "0:#{@o[:threads]}" # as both servers default: the pool grows from one thread
+      threads = "#{@o[:min_threads]}:#{@o[:threads]}" # 0: as both servers default, the pool grows from one thread
       app = File.expand_path(@o[:app], ROOT)
       case name
       when "margay" then [Servers.margay(port, app, workers: @o[:workers], threads: threads), ROOT, Env.clean]
@@ -144,7 +144,7 @@ module MargayBench
 
     def markdown
       load = @o[:load] == "ab" ? "ab -n #{@o[:requests]} -c #{@o[:connections]}" : "wrk -c#{@o[:connections]} -d#{@o[:seconds]}s"
-      lines = ["#{load}, #{@o[:workers]} workers x 0:#{@o[:threads]} threads, #{@o[:app]}", "",
+      lines = ["#{load}, #{@o[:workers]} workers x #{@o[:min_threads]}:#{@o[:threads]} threads, #{@o[:app]}", "",
                "| round | server | req/s | p50 ms | p99 ms | p99/p50 | conns per worker (fewest, most) | backlog median (max) | failed |",
                "|---:|---|---:|---:|---:|---:|---|---|---:|"]
       @rows.each do |r|
@@ -152,13 +152,16 @@ module MargayBench
                         r["p50_ms"], r["p99_ms"], r["p99_ms"] / r["p50_ms"], r["conns_median"].join(", "),
                         r["backlog_median"], r["backlog_max"], r["failed"] + r["non_2xx"])
       end
-      lines += ["", "Margay / Puma per round (p99 ratio at req/s ratio): #{ratios.join('; ')}"]
+      lines << ""
+      @servers.grep(/margay/).each do |name|
+        lines << "#{name} / puma per round (p99 ratio at req/s ratio): #{ratios(name).join('; ')}"
+      end
       "#{lines.join("\n")}\n"
     end
 
-    def ratios
+    def ratios(name)
       @rows.group_by { |r| r["round"] }.map do |round, rows|
-        m = rows.find { |r| r["server"] == "margay" }
+        m = rows.find { |r| r["server"] == name }
         p = rows.find { |r| r["server"] == "puma" }
         format("%d: %.2fx at %.2fx", round, m["p99_ms"] / p["p99_ms"], m["rps"] / p["rps"])
       end
