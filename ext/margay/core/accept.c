@@ -14,8 +14,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define ACCEPT_BATCH 64   /* at most per event while another worker has a thread waiting */
-#define ACCEPT_DRAIN 1024 /* at most per event otherwise: the backlog as it stands */
+#define ACCEPT_BATCH 64   /* a cluster worker's most for its free threads */
+#define ACCEPT_DRAIN 1024 /* a single process's most per event: the backlog as it stands */
 #define ACCEPT_QUEUE_UNKNOWN ACCEPT_BATCH /* a backlog the system does not measure (unix sockets) */
 #define EARLY_EVERY_US 1000 /* mg_accept_early: at most this often per worker */
 
@@ -37,19 +37,35 @@ static void no_delay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-/* How many clients to take at once. A single process takes the backlog as it stands, up to
- * ACCEPT_DRAIN: the listener's event has one place in the ready list, and after a partial batch
- * it goes to the back again, so clients left in the backlog would wait one more pass over the
- * ready connections per batch. Taken now, each waits one pass at most: its request joins the
- * ready list behind what became ready before it was accepted.
+/* Whether this cluster worker serves kept-alive clients beyond what its threads take at once:
+ * it holds more connections, besides the unread and the closing ones, than it has threads. */
+static int kept_alive_load(mg_engine *e) {
+  return atomic_load(&e->nconns) - atomic_load(&e->unread) - atomic_load(&e->lingering) > e->cfg.max_threads;
+}
+
+/* How many clients a cluster worker takes now: as many as it has threads waiting (this one
+ * included) beyond the clients it took and no thread has reached yet (core/conn.h, unread).
+ * The others stay in the backlog, which every worker takes from, so the backlog is the
+ * cluster's one first come, first served queue: a client taken by a worker with no thread for
+ * it would wait behind that worker's queue while another worker's thread frees up and finds
+ * the backlog empty. 0 when every waiting thread has an unread client to reach. */
+static int free_share(mg_engine *e) {
+  int n = atomic_load(&e->idle_waiters) - atomic_load(&e->unread);
+  return n < 0 ? 0 : n > ACCEPT_BATCH ? ACCEPT_BATCH : n;
+}
+
+/* How many clients to take at a listener's event. A single process takes the backlog as it
+ * stands, up to ACCEPT_DRAIN: the listener's event has one place in the ready list, and after a
+ * partial batch it goes to the back again, so clients left in the backlog would wait one more
+ * pass over the ready connections per batch. Taken now, each waits one pass at most: its
+ * request joins the ready list behind what became ready before it was accepted.
  * A cluster worker (it counts its waiting threads and its connections on the shared board)
- * keeps the backlog one queue for the whole cluster. While another worker has a thread waiting
- * it takes no more than its own waiting threads, this one included (at most ACCEPT_BATCH), and
- * that worker gets the rest. While every other worker is busy it takes its even share of the
- * connections (those the serving workers hold plus the backlog): the others take theirs at
- * their next pass, and each worker's queue stays as long as the others'. Taking the whole
- * backlog would leave one worker with a queue the others cannot serve. This thread is free, so
- * it always takes at least the one it serves at once.
+ * keeps the backlog one queue for the whole cluster: it takes clients for its free threads
+ * only (free_share). Kept-alive clients change that: a worker busy with them reaches the
+ * listener once per pass over their requests and would take one client per pass, so while it
+ * holds more than its threads it takes its even share of the connections (those the serving
+ * workers hold plus the backlog), and each worker's pass stays as long as the others'. This
+ * thread is free, so it always takes at least the one it serves at once.
  * A draining cluster worker takes only that one: a worker may be killed mid-drain, and a client
  * it accepted but has not read dies with it, while one left in the backlog is taken by another
  * worker (the listener is shared). */
@@ -57,12 +73,11 @@ static int batch_size(mg_engine *e, const mg_listener *l) {
   if (!e->board_slots) return ACCEPT_DRAIN;
   if (mg_health_closing(e)) return 1;
   int batch;
-  if (mg_board_others_idle(e)) {
-    batch = atomic_load(&e->idle_waiters);
-    if (batch > ACCEPT_BATCH) batch = ACCEPT_BATCH;
-  } else {
+  if (kept_alive_load(e)) {
     int q = queued(l);
     batch = mg_board_accept_share(e, q < 0 ? ACCEPT_QUEUE_UNKNOWN : q);
+  } else {
+    batch = free_share(e);
   }
   return batch < 1 ? 1 : batch;
 }
@@ -162,13 +177,12 @@ int mg_accept_adopted(mg_engine *e, int fd, int kept_alive) {
 }
 
 /* A cluster worker whose threads are all busy reaches a listener's event once per pass over its
- * ready connections, and clients arriving meanwhile wait in the backlog for that pass, then
- * for their place in the batch taken with them, or for another worker's pass. So a thread back
- * from a request first takes this worker's share of each TCP backlog (at most every
- * EARLY_EVERY_US per worker) and registers them behind what is already ready: the backlog stays
- * short, and the requests wait in the workers' ready lists, each as long as the others'.
- * (Unix sockets do not say how many wait: their clients are taken at the listener's event.)
- * Not while draining: then a worker holds no client it has no thread for (batch_size). */
+ * ready connections, and clients arriving meanwhile would wait in the backlog for that pass. So
+ * a thread back from a request first looks at each TCP backlog (at most every EARLY_EVERY_US
+ * per worker) and takes what batch_size would take at the listener's event: its free threads'
+ * clients (this one included), or with kept-alive clients its even share. They are registered
+ * behind what is already ready. (Unix sockets do not say how many wait: their clients are taken at the
+ * listener's event.) Not while draining: then a worker holds no client it has no thread for. */
 void mg_accept_early(mg_engine *e) {
   if (!e->board_slots || mg_health_closing(e) || atomic_load(&e->accept_paused)) return;
   int64_t now = mg_now_us(), last = atomic_load(&e->early_accept_us);
@@ -176,7 +190,9 @@ void mg_accept_early(mg_engine *e) {
   mg_listeners_enter(e);
   for (int li = 0; li < e->nlisteners; li++) {
     int q = queued(&e->listeners[li]);
-    if (q > 0) take(e, li, mg_board_accept_share(e, q));
+    if (q <= 0) continue;
+    int n = kept_alive_load(e) ? mg_board_accept_share(e, q) : free_share(e);
+    if (n > 0) take(e, li, n < q ? n : q);
   }
   mg_listeners_leave(e);
 }

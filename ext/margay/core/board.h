@@ -34,7 +34,6 @@ static inline void mg_board_count(mg_engine *e, int row, int delta) {
 
 /* How many waiting threads the other workers count (0 without a board). */
 int mg_board_others_waiting(const mg_engine *e);
-static inline int mg_board_others_idle(const mg_engine *e) { return mg_board_others_waiting(e) > 0; }
 /* How many of +queued+ connections waiting in a listener's backlog this worker should take so
  * that it holds no more than an even share of the serving workers' connections (0 without a
  * board). */

@@ -54,6 +54,8 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
   }
   atomic_fetch_add(&e->nconns, 1);
   mg_board_count(e, MG_BOARD_CONNS, 1);
+  c->unread = 1;
+  atomic_fetch_add(&e->unread, 1);
   int hw = atomic_load(&e->hiwater);
   while (fd + 1 > hw && !atomic_compare_exchange_weak(&e->hiwater, &hw, fd + 1)) {}
   mg_conn_arm(e, c, MG_EV_IN);
@@ -110,10 +112,12 @@ int mg_conn_forget(mg_engine *e, mg_conn *c) {
   mg_conn_reset_request(c);
   free(c->rbuf); c->rbuf = NULL; c->rlen = c->rcap = 0;
   free(c->bmem); c->bmem = NULL; c->bcap = 0;
+  if (c->phase == MG_PH_LINGER) atomic_fetch_sub(&e->lingering, 1);
   c->phase = MG_PH_IDLE;
   c->fd = -1;
   uint64_t gen = conn_gen(c);
   atomic_store(&c->state, ((gen + 1) << 8) | MG_FREE);
+  mg_conn_reached(e, c);
   int left = atomic_fetch_sub(&e->nconns, 1) - 1;
   mg_board_count(e, MG_BOARD_CONNS, -1);
   if (left == 0 && atomic_load(&e->stopping)) mg_engine_wake(e);
@@ -158,6 +162,7 @@ static void begin_close(mg_engine *e, mg_conn *c) {
   mg_tls_shutdown(&c->tls);
   shutdown(c->fd, SHUT_WR);
   c->phase = MG_PH_LINGER;
+  atomic_fetch_add(&e->lingering, 1);
   c->deadline_ms = mg_now_ms() + LINGER_MS;
   mg_conn_arm(e, c, MG_EV_IN);
 }

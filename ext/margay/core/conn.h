@@ -43,6 +43,8 @@ typedef struct mg_conn {
   int phase;
   int64_t deadline_ms;    /* monotonic; 0 = none */
   unsigned requests;      /* requests served on this connection */
+  int unread;             /* accepted (or adopted) and not reached by a thread yet: counted in
+                           * the engine's unread (core/accept.c) */
 
   /* input */
   char *rbuf;
@@ -116,6 +118,14 @@ static inline int mg_conn_owned(mg_conn *c) { return mg_state_st(atomic_load(&c-
  * an idle keep-alive connection, the keep-alive timeout runs). Returns 0, or
  * -1 if it was closed. */
 int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, socklen_t plen, int kept_alive);
+/* A thread reached it (its first event), or it leaves the engine: it no longer counts as waiting
+ * unread. The owner calls it. */
+static inline void mg_conn_reached(mg_engine *e, mg_conn *c) {
+  if (c->unread) {
+    c->unread = 0;
+    atomic_fetch_sub(&e->unread, 1);
+  }
+}
 /* Hand the connection back to the event loop, waiting for +events+ (MG_EV_IN/OUT). Waiting for
  * input while its TLS session holds decrypted bytes (the socket's readiness does not show
  * them) or must first send bytes of its own, it waits for output instead: a socket that can

@@ -131,6 +131,7 @@ int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out) {
     uint64_t expect = cur;
     if (!atomic_compare_exchange_strong(&c->state, &expect, (mg_state_gen(cur) << 8) | MG_OWNED)) return 0;
   }
+  mg_conn_reached(e, c);
   int fresh = (c->phase == MG_PH_IDLE && c->rlen == 0) || c->phase == MG_PH_HEAD;
   if (handle_conn(e, c) != MG_IN_READY) return 0;
   assert(mg_conn_owned(c) && c->phase == MG_PH_APP);

@@ -15,12 +15,13 @@ module Margay
     # above min exit after idling.
     class ThreadPool
       # For how many consecutive looks every thread must have been busy while
-      # the process used less than BLOCKED_CPU_SHARE of a core before one more
-      # thread starts. Busy but not computing means blocked (I/O, a lock, a
-      # sleep): only then does one more thread add throughput rather than GVL
-      # hand-offs. Several looks filter out the process merely being
-      # descheduled for a moment.
-      GROW_AFTER_LOOKS = 3
+      # the process used less than BLOCKED_CPU_SHARE of a core before the pool
+      # grows. Busy but not computing means blocked (I/O, a lock, a sleep):
+      # only then do more threads add throughput rather than GVL hand-offs.
+      # Two: the first look takes a reading of the threads' run-queue waits
+      # and the second counts them as work (Supervisor#cpu_share), so a
+      # process merely descheduled for a moment does not grow.
+      GROW_AFTER_LOOKS = 2
       BLOCKED_CPU_SHARE = 0.5
 
       # The thread count it keeps even when idle, and its upper bound.
@@ -91,18 +92,18 @@ module Margay
       # One look of the growth policy (the supervisor's, every few ms): after
       # GROW_AFTER_LOOKS consecutive looks at which the pool was saturated (no
       # thread waiting for work) while the process used less than
-      # BLOCKED_CPU_SHARE of a core, the pool doubles (up to its bound): every
-      # thread it has is blocked, so as many again add throughput, and a burst
-      # after a quiet spell reaches max threads in a few looks instead of one
-      # look series per thread. Never per request: on a fast app one thread that
-      # never waits for the GVL beats several that hand it to each other.
-      # Returns true when it grew.
+      # BLOCKED_CPU_SHARE of a core, the pool grows to its bound at once, as
+      # Puma starts a thread per queued request: every thread it has is
+      # blocked, and requests wait for a thread meanwhile (each look spent a
+      # thread short is 5 ms more on every waiting request). Never per
+      # request: on a fast app one thread that never waits for the GVL beats
+      # several that hand it to each other. Returns true when it grew.
       def consider_growth(saturated:, cpu_share:)
         @looks = saturated && cpu_share < BLOCKED_CPU_SHARE ? @looks + 1 : 0
         return false if @looks < GROW_AFTER_LOOKS
 
         @looks = 0
-        grow(size)
+        grow(@max)
       end
 
       # Up to +count+ threads more, up to max (plus the threads marked I/O-bound, up to

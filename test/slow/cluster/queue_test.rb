@@ -5,11 +5,11 @@ require "net/http"
 require_relative "../support/cluster_process"
 
 # One queue across the workers (core/accept.c): under a steady stream of new connections, more
-# than the cluster's threads, each worker holds about as many clients as the other, read live
-# from the control app's GET /queue (Cluster::QueueReport). A worker that took whatever its
-# listener had queued (the whole backlog, once every other worker was busy) reached its
-# listener once per pass over its queue: clients waited in the backlog for that pass (a median
-# of 15 of these 48), then behind the whole batch taken with them.
+# than the cluster's threads, each worker holds about as many clients as its threads can serve
+# next, and the others wait in the listen backlog that every worker takes from, read live from
+# the control app's GET /queue (Cluster::QueueReport). A worker that took clients it had no
+# thread for (its even share of the backlog: about 24 of these 48) made them wait behind its own
+# queue while the other worker's threads freed up and found the backlog empty.
 class ClusterQueueTest < Minitest::Test
   include ClusterProcess
 
@@ -24,7 +24,7 @@ class ClusterQueueTest < Minitest::Test
   CLIENTS = 48 # against 2 workers x 2 threads: 44 requests wait at any time
   SECONDS = 3
 
-  def test_new_connections_spread_evenly_over_busy_workers
+  def test_waiting_clients_wait_in_the_shared_backlog_not_in_one_worker
     control = start(threads: 2)
     stop_at = Process.clock_gettime(Process::CLOCK_MONOTONIC) + SECONDS
     statuses = Queue.new
@@ -49,10 +49,12 @@ class ClusterQueueTest < Minitest::Test
     uneven = counts.count { |a, b| [a, b].max > 2 * [a, b].min + 2 }
     assert_operator uneven, :<=, counts.size / 5, "one worker held more than twice the other's clients in " \
                                                    "#{uneven} of #{counts.size} samples: #{counts.inspect}"
+    held = counts.map(&:max).sort[counts.size / 2]
+    assert_operator held, :<=, 6, "a worker held clients it has no thread for (2 threads each): #{counts.inspect}"
     queued = samples.map { |s| s["listen_queue"].first["queued"] }
     assert(queued.all?(Integer), "the backlog is measured: #{queued.inspect}")
-    assert_operator queued.sort[queued.size / 2], :<=, CLIENTS / 8,
-                    "clients waited in the backlog, accepted by no worker: #{queued.inspect}"
+    assert_operator queued.sort[queued.size / 2], :>=, CLIENTS / 4,
+                    "the clients waiting for a thread wait in the shared backlog: #{queued.inspect}"
   end
 
   def test_queue_is_answered_in_a_cluster_only
