@@ -10,9 +10,10 @@
 #include "core/engine.h"
 
 /* The board's rows of counters, one counter per worker index in each (READY: 1 while the
- * worker's engine serves and neither drains nor stops; BUSY: its app threads in a request), then one cell for the whole cluster:
- * its drain flag, which the master sets. */
-enum { MG_BOARD_WAITING, MG_BOARD_CONNS, MG_BOARD_READY, MG_BOARD_BUSY, MG_BOARD_ROWS };
+ * worker's engine serves and neither drains nor stops; BUSY: its app threads in a request;
+ * UNREAD: its clients taken in that no thread reached yet), then one cell for the whole
+ * cluster: its drain flag, which the master sets. */
+enum { MG_BOARD_WAITING, MG_BOARD_CONNS, MG_BOARD_READY, MG_BOARD_BUSY, MG_BOARD_UNREAD, MG_BOARD_ROWS };
 
 /* The ints a board of +n+ slots holds. */
 static inline size_t mg_board_cells(int n) { return (size_t)MG_BOARD_ROWS * (size_t)n + 1; }

@@ -56,6 +56,7 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
   mg_board_count(e, MG_BOARD_CONNS, 1);
   c->unread = 1;
   atomic_fetch_add(&e->unread, 1);
+  mg_board_count(e, MG_BOARD_UNREAD, 1);
   int hw = atomic_load(&e->hiwater);
   while (fd + 1 > hw && !atomic_compare_exchange_weak(&e->hiwater, &hw, fd + 1)) {}
   mg_conn_arm(e, c, MG_EV_IN);
@@ -99,6 +100,13 @@ void mg_conn_reset_request(mg_conn *c) {
   c->stream_left = -1;
   mg_out_end_spill(&c->out);
   c->head_request = 0;
+}
+
+void mg_conn_reached(mg_engine *e, mg_conn *c) {
+  if (!c->unread) return;
+  c->unread = 0;
+  atomic_fetch_sub(&e->unread, 1);
+  mg_board_count(e, MG_BOARD_UNREAD, -1);
 }
 
 /* The struct is FREE (a new generation) afterwards and may be reused once the

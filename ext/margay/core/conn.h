@@ -120,12 +120,7 @@ static inline int mg_conn_owned(mg_conn *c) { return mg_state_st(atomic_load(&c-
 int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, socklen_t plen, int kept_alive);
 /* A thread reached it (its first event), or it leaves the engine: it no longer counts as waiting
  * unread. The owner calls it. */
-static inline void mg_conn_reached(mg_engine *e, mg_conn *c) {
-  if (c->unread) {
-    c->unread = 0;
-    atomic_fetch_sub(&e->unread, 1);
-  }
-}
+void mg_conn_reached(mg_engine *e, mg_conn *c);
 /* Hand the connection back to the event loop, waiting for +events+ (MG_EV_IN/OUT). Waiting for
  * input while its TLS session holds decrypted bytes (the socket's readiness does not show
  * them) or must first send bytes of its own, it waits for output instead: a socket that can

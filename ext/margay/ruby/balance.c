@@ -58,6 +58,7 @@ static VALUE engine_publish_idle(VALUE self, VALUE board, VALUE index) {
   if (!slots || i < 0 || i >= n) rb_raise(rb_eIndexError, "no slot %d on the board", i);
   atomic_store(mg_board_cell(slots, n, MG_BOARD_WAITING, i), atomic_load(&e->idle_waiters));
   atomic_store(mg_board_cell(slots, n, MG_BOARD_CONNS, i), atomic_load(&e->nconns));
+  atomic_store(mg_board_cell(slots, n, MG_BOARD_UNREAD, i), atomic_load(&e->unread));
   atomic_store(mg_board_cell(slots, n, MG_BOARD_READY, i), 0); /* ready once #start is called */
   atomic_store(&e->metrics, mg_board_metrics(board));
   rb->board = board; /* marked with the engine */

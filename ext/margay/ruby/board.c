@@ -82,6 +82,12 @@ static VALUE board_aref(VALUE self, VALUE iv) { return board_read(self, iv, MG_B
 /* #connections(index): connections that worker's engine holds. */
 static VALUE board_connections(VALUE self, VALUE iv) { return board_read(self, iv, MG_BOARD_CONNS); }
 
+/* #unread(index): clients that worker took in and no thread reached yet. */
+static VALUE board_unread(VALUE self, VALUE iv) { return board_read(self, iv, MG_BOARD_UNREAD); }
+
+/* #busy(index): that worker's app threads in a request (as of its supervisor's last tick). */
+static VALUE board_busy(VALUE self, VALUE iv) { return board_read(self, iv, MG_BOARD_BUSY); }
+
 /* #clear(index): the worker is gone (it may not have counted itself out). */
 static VALUE board_clear(VALUE self, VALUE iv) {
   mg_board *b = board_get(self);
@@ -90,6 +96,7 @@ static VALUE board_clear(VALUE self, VALUE iv) {
   atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_CONNS, i), 0);
   atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_READY, i), 0);
   atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_BUSY, i), 0);
+  atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_UNREAD, i), 0);
   return Qnil;
 }
 
@@ -137,6 +144,8 @@ void mg_board_init(VALUE mNative) {
   rb_define_method(c, "size", board_size, 0);
   rb_define_method(c, "[]", board_aref, 1);
   rb_define_method(c, "connections", board_connections, 1);
+  rb_define_method(c, "unread", board_unread, 1);
+  rb_define_method(c, "busy", board_busy, 1);
   rb_define_method(c, "clear", board_clear, 1);
   rb_define_method(c, "ready?", board_ready_p, 1);
   rb_define_method(c, "drain!", board_drain, 0);

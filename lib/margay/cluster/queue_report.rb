@@ -5,9 +5,11 @@ require "socket"
 module Margay
   class Cluster
     # What the control app's GET /queue answers in a cluster: how the waiting work is spread,
-    # read live by the master. Per serving worker its connections and its threads waiting for
-    # work (the board's counters, which each worker's engine keeps as it accepts, adopts, hands
-    # over and closes connections), and per TCP listener the clients waiting in its backlog,
+    # read live by the master. Per serving worker (the board's counters, which each worker's
+    # engine keeps as it accepts, adopts, hands over and closes connections): its connections,
+    # the clients among them it took in and no thread reached yet (unread: a worker that takes
+    # only for its free threads keeps this near 0), its app threads in a request and its
+    # threads waiting for work; and per TCP listener the clients waiting in its backlog,
     # accepted by no worker yet (Linux reports a listening socket's accept queue in TCP_INFO).
     module QueueReport
       # tcpi_unacked's offset in struct tcp_info (linux/tcp.h): eight one-byte fields, then
@@ -24,8 +26,11 @@ module Margay
 
       def self.worker(record, board)
         inside = record.index < board.size
-        { index: record.index, pid: record.pid, connections: inside ? board.connections(record.index) : nil,
-          waiting_threads: inside ? board[record.index] : nil }
+        return { index: record.index, pid: record.pid } unless inside
+
+        i = record.index
+        { index: i, pid: record.pid, connections: board.connections(i), unread: board.unread(i),
+          busy_threads: board.busy(i), waiting_threads: board[i] }
       end
 
       # Clients in +io+'s accept queue; nil where the system does not say (unix sockets, not Linux).

@@ -70,11 +70,24 @@ class IdleBoardTest < Minitest::Test
     assert_equal [0, 0], [board[0], board.connections(0)], "clear resets both counters"
   end
 
+  def test_silent_clients_are_taken_one_per_free_thread_and_read_at_once
+    board = Margay::Native::IdleBoard.new(1)
+    server = start_server(board, 0, min_threads: 1, max_threads: 1)
+    eventually { board[0] == 1 }
+    connect(server, 3)
+    eventually { board.connections(0) == 3 }
+    assert_equal [0, 0], [board.unread(0), board.busy(0)], "each was read at once by the thread that took it"
+    board.clear(0)
+    assert_equal [0, 0, 0], [board[0], board.connections(0), board.unread(0)]
+  end
+
   def test_out_of_range_slots_raise
     board = Margay::Native::IdleBoard.new(2)
     assert_raises(IndexError) { board[2] }
     assert_raises(IndexError) { board.clear(-1) }
     assert_raises(IndexError) { board.connections(2) }
+    assert_raises(IndexError) { board.unread(2) }
+    assert_raises(IndexError) { board.busy(-1) }
     assert_raises(ArgumentError) { Margay::Native::IdleBoard.new(0) }
   end
 

@@ -51,6 +51,8 @@ class ClusterQueueTest < Minitest::Test
                                                    "#{uneven} of #{counts.size} samples: #{counts.inspect}"
     held = counts.map(&:max).sort[counts.size / 2]
     assert_operator held, :<=, 6, "a worker held clients it has no thread for (2 threads each): #{counts.inspect}"
+    unread = samples.map { |s| s["workers"].sum { |w| w["unread"] } }
+    assert_operator unread.sort[unread.size / 2], :<=, 2, "clients taken in and not read: #{unread.inspect}"
     queued = samples.map { |s| s["listen_queue"].first["queued"] }
     assert(queued.all?(Integer), "the backlog is measured: #{queued.inspect}")
     assert_operator queued.sort[queued.size / 2], :>=, CLIENTS / 4,
@@ -62,7 +64,8 @@ class ClusterQueueTest < Minitest::Test
     report = JSON.parse(Net::HTTP.get(URI("http://127.0.0.1:#{control}/queue")))
     assert_equal [0], report["workers"].map { |w| w["index"] }
     assert_equal 0, report["listen_queue"].first["queued"], "nothing waits"
-    assert_equal 1, report["workers"].first["waiting_threads"]
+    assert_equal({ "connections" => 0, "unread" => 0, "busy_threads" => 0, "waiting_threads" => 1 },
+                 report["workers"].first.slice("connections", "unread", "busy_threads", "waiting_threads"))
   end
 
   private
