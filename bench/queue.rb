@@ -15,7 +15,10 @@
 #
 #   bundle exec ruby bench/queue.rb [--load ab|wrk] [--rounds 5] [--workers 2] [--threads 5] [--min-threads 0]
 #                                   [--connections 50] [--requests 3000] [--seconds 6]
-#                                   [--app bench/apps/io.ru] [--baseline DIR] [--results-dir DIR]
+#                                   [--app bench/apps/io.ru | --rails] [--baseline DIR] [--results-dir DIR]
+#
+# --rails: the Rails bench app (bench/apps/rails, GET /: a page from SQLite), every server with the
+# bench bundle in production, the database made in the run's temp dir before the first server.
 #
 # Writes DIR/queue-<load>-<time>.json and .md (DIR: bench/results/queue-<UTC date>).
 require "json"
@@ -29,10 +32,12 @@ require_relative "lib/stats"
 require_relative "lib/machine"
 require_relative "lib/result_files"
 require_relative "lib/wrk"
+require_relative "lib/harness" # Prereqs.seed_rails
 
 module MargayBench
   class QueueBench
     SAMPLE_EVERY = 0.1
+    RAILS_APP = "bench/apps/rails/config.ru"
 
     def initialize(argv)
       @o = { load: "ab", rounds: 5, workers: 2, threads: 5, min_threads: 0, connections: 50, requests: 3000, seconds: 6,
@@ -44,6 +49,7 @@ module MargayBench
           p.on("--#{k.to_s.tr('_', '-')} N", Integer) { |v| @o[k] = v }
         end
         p.on("--app PATH") { |v| @o[:app] = v }
+        p.on("--rails") { @o[:app] = RAILS_APP }
         p.on("--baseline DIR") { |v| @o[:baseline] = File.expand_path(v) }
         p.on("--results-dir DIR") { |v| @o[:results_dir] = File.expand_path(v) }
       end.parse!(argv)
@@ -55,6 +61,8 @@ module MargayBench
       abort "bench/queue.rb: missing #{missing.join(', ')}" unless missing.empty?
       @rows = []
       Dir.mktmpdir("margay-queue-") do |tmp|
+        @env = server_env(tmp)
+        Prereqs.seed_rails(@env["puma"], "SQLite") if rails?
         @o[:rounds].times do |round|
           @servers.each do |name|
             row = measure(name, tmp).merge("round" => round + 1, "server" => name)
@@ -91,12 +99,23 @@ module MargayBench
       threads = "#{@o[:min_threads]}:#{@o[:threads]}" # 0: as both servers default, the pool grows from one thread
       app = File.expand_path(@o[:app], ROOT)
       case name
-      when "margay" then [Servers.margay(port, app, workers: @o[:workers], threads: threads), ROOT, Env.clean]
-      when "margay-base" then [Servers.margay(port, app, workers: @o[:workers], threads: threads), @o[:baseline], Env.clean]
-      else
-        [Servers.puma(port, app, workers: @o[:workers], threads: threads), ROOT,
-         Env.clean.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile"))]
+      when "margay" then [Servers.margay(port, app, workers: @o[:workers], threads: threads), ROOT, @env[name]]
+      when "margay-base" then [Servers.margay(port, app, workers: @o[:workers], threads: threads), @o[:baseline], @env[name]]
+      else [Servers.puma(port, app, workers: @o[:workers], threads: threads), ROOT, @env[name]]
       end
+    end
+
+    def rails? = @o[:app] == RAILS_APP
+
+    # Each server's environment: Puma (and every server of the Rails app) with the bench
+    # bundle; the Rails app in production on SQLite in +tmp+.
+    def server_env(tmp)
+      bench = Env.clean.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile"))
+      return { "margay" => Env.clean, "margay-base" => Env.clean, "puma" => bench } unless rails?
+
+      rails = bench.merge("RACK_ENV" => "production", "RAILS_ENV" => "production",
+                          "BENCH_RAILS_DB" => File.join(tmp, "rails.sqlite3"))
+      { "margay" => rails, "margay-base" => rails, "puma" => rails }
     end
 
     # [[per-process connection counts], backlog] every SAMPLE_EVERY until killed.
@@ -122,8 +141,15 @@ module MargayBench
     def ab(port)
       out = `ab -q -n #{@o[:requests]} -c #{@o[:connections]} -s 30 http://127.0.0.1:#{port}/ 2>&1`
       { "rps" => out[/Requests per second:\s+([\d.]+)/, 1].to_f, "p50_ms" => out[/^\s+50%\s+(\d+)/, 1].to_f,
-        "p99_ms" => out[/^\s+99%\s+(\d+)/, 1].to_f, "failed" => out[/Failed requests:\s+(\d+)/, 1].to_i,
+        "p99_ms" => out[/^\s+99%\s+(\d+)/, 1].to_f, "failed" => ab_failed(out),
         "non_2xx" => out[/Non-2xx responses:\s+(\d+)/, 1].to_i }
+    end
+
+    # ab's failed requests, less those it counts for a body length unlike the first response's
+    # (a page whose length varies, as the Rails app's does, is not a failure).
+    def ab_failed(out)
+      failed = out[/Failed requests:\s+(\d+)/, 1].to_i
+      failed - out[/Length: (\d+)/, 1].to_i
     end
 
     def wrk(port, tmp)
