@@ -182,6 +182,7 @@ module Margay
         setting(:refork_after, count.zero? ? nil : count)
       end
       o.on("--plugin NAME", "Load the Puma plugin NAME (repeatable)") { |v| @parsed[:plugins] << v }
+      o.on("--jemalloc", "Run on jemalloc where installed (re-executes with it preloaded)") { setting(:jemalloc, true) }
       o.on("--early-hints", "Early hints (rack.early_hints is always available)") { nil }
     end
 

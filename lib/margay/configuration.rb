@@ -81,6 +81,7 @@ module Margay
       # Memory per worker: the template's heap before forking (Cluster::Heap)
       compact_before_fork: false,     # GC.compact in the mold (and a preloading master) before it forks
       out_of_band_gc: nil,            # a cluster worker with no request running, N requests after its last: full GC + malloc_trim
+      jemalloc: false,                # run on jemalloc: true (where the system installs it) or the library's path (Allocator)
       worker_timeout: 60,             # a worker silent this long is killed and replaced
       worker_boot_timeout: 60,        # a worker must report ready within this
       # Puma's operational surface (docs/CONFIGURATION.md maps every Puma name):
@@ -330,6 +331,9 @@ module Margay
         validate_bind(control_url, :control_url)
       end
       validate_remote_address
+      unless [true, false].include?(jemalloc) || (jemalloc.is_a?(String) && !jemalloc.empty?)
+        invalid(:jemalloc, "jemalloc must be true, false or the library's path, got #{jemalloc.inspect}")
+      end
       unless force_shutdown_after.nil? || force_shutdown_after == -1 || (force_shutdown_after.is_a?(Numeric) && force_shutdown_after >= 0)
         invalid(:force_shutdown_after, "force_shutdown_after must be a number of seconds >= 0, -1 (never cut) or nil, " \
                                        "got #{force_shutdown_after.inspect}")

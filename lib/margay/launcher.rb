@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require_relative "process/allocator"
 require_relative "process/reexec"
 require_relative "runner"
 require_relative "errors"
@@ -47,9 +48,11 @@ module Margay
     # @raise [ConfigError] missing rackup file, cannot bind, cannot write the pidfile
     # @raise [AppLoadError] the rackup file raised
     def run(&block)
+      allocator_warning = Allocator.reexec(@config.jemalloc, @restart_argv) # may exec: before anything else
       ENV["RACK_ENV"] = @config.environment
       Dir.chdir(@config.directory) if @config.directory # first: relative redirect paths are the directory's,
       Log.redirect(@config, append: @config.redirect_append || ENV.delete(Reexec::REDIRECTED_ENV)) # on HUP and restart too
+      @log.warn(allocator_warning) if allocator_warning
       if @config.workers.positive? && NO_FORK
         @log.warn("workers #{@config.workers} ignored: #{RUBY_ENGINE} cannot fork; serving in a single " \
                   "process (max_threads sets its parallelism)")
@@ -171,7 +174,8 @@ module Margay
       lines = ["Margay #{VERSION} (ruby #{RUBY_VERSION}-p#{RUBY_PATCHLEVEL}) pid #{Process.pid}",
                "* Environment: #{@config.environment}",
                "* App: #{description}",
-               "* Threads: #{min}:#{max}"]
+               "* Threads: #{min}:#{max}",
+               "* Allocator: #{Allocator.name}"]
       lines << "* Fibers: a fiber per request, at most #{@config.max_in_flight} in flight" if @config.fiber_scheduler
       lines << "* Workers: #{@config.workers} (preload_app: #{@config.preload_app?})" if @config.workers.positive? && !NO_FORK
       lines << "* Pidfile: #{@config.pidfile}" if @config.pidfile

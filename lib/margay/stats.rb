@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "json"
+require_relative "process/allocator"
 require_relative "version"
 
 module Margay
@@ -194,10 +195,11 @@ module Margay
           worker_status: worker_status, versions: versions }
       end
 
-      # What serves: the Puma release Margay answers like, and Margay's own version.
+      # What serves: the Puma release Margay answers like, Margay's own version, the Ruby, and
+      # the allocator (Allocator: jemalloc or malloc).
       def versions
         { puma: PUMA_API_VERSION, margay: VERSION,
-          ruby: { engine: RUBY_ENGINE, version: RUBY_VERSION, patchlevel: RUBY_PATCHLEVEL } }
+          ruby: { engine: RUBY_ENGINE, version: RUBY_VERSION, patchlevel: RUBY_PATCHLEVEL }, allocator: Allocator.name }
       end
 
       # Puma's time format: "2026-11-24T14:01:28Z" (nil stays nil).

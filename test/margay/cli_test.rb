@@ -71,6 +71,12 @@ class CLITest < Minitest::Test
     assert cli("app.ru").rackup_given?
   end
 
+  def test_jemalloc_flag
+    c = config("--jemalloc", "app.ru")
+    assert_equal [true, "app.ru"], [c.jemalloc, c.rackup]
+    refute config.jemalloc
+  end
+
   def test_health_and_drain_flags
     c = config("--health-bind", "tcp://127.0.0.1:9393", "--health-check-path", "/up", "--drain-delay", "5",
                "--agent-bind", "tcp://127.0.0.1:9394")

@@ -63,6 +63,8 @@ class ConfigurationTest < Minitest::Test
       { worker_culling_strategy: :random } => /worker_culling_strategy must be :youngest or :oldest/,
       { tag: 3 } => /tag must be a non-empty String/,
       { control_token: "" } => /control_token must be a non-empty String/,
+      { jemalloc: "" } => /jemalloc must be true, false or the library's path/,
+      { jemalloc: :yes } => /jemalloc must be true, false or the library's path/,
     }.each do |settings, pattern|
       error = assert_raises(Margay::ConfigError, settings.inspect) { Configuration.new(**settings) }
       assert_match pattern, error.message

@@ -19,7 +19,8 @@ class StatsTest < Minitest::Test
     assert_equal({ started_at: "2026-11-24T14:01:02Z", backlog: 0, running: 3, pool_capacity: 3, busy_threads: 2,
                    io_threads: 0, backlog_max: 0, max_threads: 5, requests_count: 9, reactor_max: 2 },
                  stats.except(:versions))
-    assert_equal %i[puma margay ruby], stats[:versions].keys
+    assert_equal %i[puma margay ruby allocator], stats[:versions].keys
+    assert_includes %w[malloc jemalloc], stats[:versions][:allocator]
     assert_equal "8.0.2", stats[:versions][:puma], "the Puma release Margay answers like"
     assert_equal 0, Margay::Stats.counters(SERVER.merge(busy_threads: 7), 5)[:pool_capacity], "never negative"
   end

@@ -1,0 +1,64 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "tmpdir"
+require "margay/process/allocator"
+
+# Margay::Allocator: which allocator this process runs on, the library the jemalloc setting
+# names, and what the launcher is told when it cannot re-execute on it. (The re-execution
+# itself: test/slow/single/jemalloc_test.rb.)
+class AllocatorTest < Minitest::Test
+  include Margay::TestHelper
+
+  A = Margay::Allocator
+
+  def test_this_test_process_runs_on_malloc_unless_built_or_started_with_jemalloc
+    expected = ENV["LD_PRELOAD"].to_s.include?("jemalloc") || RbConfig::CONFIG["MAINLIBS"].to_s.include?("jemalloc")
+    assert_equal expected ? "jemalloc" : "malloc", A.name
+  end
+
+  def test_library_is_the_path_given_when_it_is_a_file
+    Dir.mktmpdir do |dir|
+      lib = File.join(dir, "libjemalloc.so.2")
+      File.write(lib, "")
+      assert_equal lib, A.library(lib)
+      assert_nil A.library(File.join(dir, "missing.so"))
+      assert_nil A.library(dir), "a directory is not a library"
+    end
+  end
+
+  def test_library_true_is_the_first_installed_one
+    installed = A::SEARCH.find { |path| File.file?(path) }
+    assert_equal installed, A.library(true)
+  end
+
+  def test_nothing_to_do_when_not_asked
+    assert_nil A.reexec(false, %w[exe/margay])
+    assert_nil A.reexec(nil, %w[exe/margay])
+  end
+
+  def test_a_missing_library_is_one_line_and_malloc
+    skip "this process runs on jemalloc" if A.name == "jemalloc"
+    warning = A.reexec("/nonexistent/libjemalloc.so.2", %w[exe/margay])
+    assert_equal "jemalloc: no library at /nonexistent/libjemalloc.so.2 (Debian: apt-get install libjemalloc2); " \
+                 "serving on malloc", warning
+  end
+
+  def test_a_preload_that_did_not_take_is_reported_not_retried
+    skip "this process runs on jemalloc" if A.name == "jemalloc"
+    with_env(A::REEXEC_ENV => "1", "LD_PRELOAD" => "/x/libjemalloc.so.2") do
+      assert_equal "jemalloc: LD_PRELOAD=/x/libjemalloc.so.2 did not take effect; serving on malloc", A.reexec(true, %w[x])
+      assert_nil ENV.fetch(A::REEXEC_ENV, nil), "the mark is the one re-execution's only"
+    end
+  end
+
+  def test_without_a_command_line_it_says_how_to_preload
+    skip "this process runs on jemalloc" if A.name == "jemalloc"
+    Dir.mktmpdir do |dir|
+      lib = File.join(dir, "libjemalloc.so.2")
+      File.write(lib, "")
+      assert_equal "jemalloc needs the margay command to re-execute itself; preload it yourself: LD_PRELOAD=#{lib}",
+                   A.reexec(lib, nil)
+    end
+  end
+end
