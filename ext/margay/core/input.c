@@ -5,6 +5,7 @@
  * with a complete request.
  */
 #include "core/input.h"
+#include "core/h2.h"
 #include "core/tempfile.h"
 #include <errno.h>
 #include <stdlib.h>
@@ -199,6 +200,7 @@ int mg_input_handshake(mg_engine *e, mg_conn *c) {
   assert(mg_conn_owned(c) && mg_conn_handshaking(c));
   switch (mg_tls_handshake(&c->tls, c->fd)) {
   case MG_TLS_DONE:
+    if (mg_tls_alpn_h2(&c->tls)) { mg_h2_begin(e, c); return MG_IN_DONE; }
     return mg_input_read(e, c); /* a TLS 1.3 client may have sent its request with its Finished */
   case MG_TLS_WANT_IN:
     mg_conn_arm(e, c, MG_EV_IN);
