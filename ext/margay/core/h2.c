@@ -31,6 +31,7 @@ void mg_h2_begin(mg_engine *e, mg_conn *c) { mg_conn_close(e, c); }
 void mg_h2_event(mg_engine *e, mg_conn *c) { mg_conn_close(e, c); }
 void mg_h2_end(mg_conn *c) { (void)c; }
 void mg_h2_kick(mg_engine *e, mg_conn *c) { (void)e; (void)c; }
+void mg_h2_stop_all(mg_engine *e) { (void)e; }
 mg_h2_req *mg_h2_take(mg_engine *e) { (void)e; return NULL; }
 void mg_h2_req_free(mg_h2_req *q) { (void)q; }
 void mg_h2_drop_all(mg_engine *e) { (void)e; }
@@ -359,6 +360,7 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *frame, void *u
   if (!st || st->state != ST_RECV) return 0;
   mg_h2_req *q = st->req;
   if (q->method < 0) return 0; /* nghttp2 resets a request without its pseudo-fields */
+  if (q->bfd >= 0 && lseek(q->bfd, 0, SEEK_SET) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   const mg_h2_field *m = &q->fields[q->method];
   st->head_request = m->value_len == 4 && memcmp(q->buf + m->value, "HEAD", 4) == 0;
   mg_conn *c = h->c;
@@ -492,6 +494,14 @@ static void settle(mg_engine *e, mg_conn *c, mg_h2 *h) {
   if (atomic_load(&c->h2_kick)) mg_h2_kick(e, c);
 }
 
+/* GOAWAY NO_ERROR naming the last stream taken: no new stream; those under way are answered,
+ * then the connection closes. Under h2_lock. */
+static void goaway(mg_conn *c, mg_h2 *h) {
+  if (c->h2_goaway) return;
+  nghttp2_submit_goaway(h->s, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->s), NGHTTP2_NO_ERROR, NULL, 0);
+  c->h2_goaway = 1;
+}
+
 #define READ_CHUNK 16384
 #define READ_BUDGET (1024 * 1024)
 
@@ -517,17 +527,31 @@ void mg_h2_event(mg_engine *e, mg_conn *c) {
       h->calm = 1;
     }
   }
-  if (!c->h2_goaway && atomic_load(&e->stopping)) {
-    /* a graceful stop: no new stream; those under way are answered, then the connection closes */
-    nghttp2_submit_goaway(h->s, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(h->s), NGHTTP2_NO_ERROR, NULL, 0);
-    c->h2_goaway = 1;
-  }
+  if (atomic_load(&e->stopping)) goaway(c, h); /* a graceful stop */
   if (!h->dead && pump(h) < 0) h->dead = 1;
   if (h->calm && !out_pending(c)) h->dead = 1; /* its GOAWAY is out */
   int ready = atomic_load(&e->h2_ready);
   settle(e, c, h);
   if (ready > 1) mg_engine_wake(e); /* the other threads in the loop take the rest */
   if (more) return;                 /* armed for output: it comes back behind the others */
+}
+
+void mg_h2_stop_all(mg_engine *e) {
+  int hw = atomic_load(&e->hiwater);
+  for (int fd = 0; fd < hw; fd++) {
+    mg_conn *c = e->conns[fd];
+    if (!c) continue;
+    pthread_mutex_lock(&c->h2_lock);
+    mg_h2 *h = c->h2;
+    int kick = 0;
+    if (h && !h->dead && !c->h2_goaway) {
+      goaway(c, h);
+      if (pump(h) < 0) h->dead = 1;
+      kick = 1; /* its owner decides whether it closes now */
+    }
+    pthread_mutex_unlock(&c->h2_lock);
+    if (kick) mg_h2_kick(e, c);
+  }
 }
 
 void mg_h2_begin(mg_engine *e, mg_conn *c) {

@@ -206,6 +206,7 @@ static VALUE engine_stop(int argc, VALUE *argv, VALUE self) {
   int was = atomic_load(&e->stopping);
   if (was < level) atomic_store(&e->stopping, level);
   if (was == MG_RUNNING) mg_listeners_stop(e); /* later calls: the listeners may be closed (and their numbers reused) */
+  if (was == MG_RUNNING && level == MG_STOP_GRACEFUL) mg_h2_stop_all(e);
   mg_board_ready(e, 0);
   atomic_store(&e->next_sweep_ms, 0);
   mg_engine_wake(e);

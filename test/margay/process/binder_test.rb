@@ -90,7 +90,7 @@ class BinderTest < Minitest::Test
     assert_equal [:unix, "/tmp/u.sock", { umask: 0o111, mode: 0o666, backlog: 5 }], [url.scheme, url.path, url.options]
     assert_equal "::1", Binder.parse("tcp://[::1]:80").host
     {
-      "tcp://127.0.0.1:1?umask=0111" => /unknown option "umask" \(known: backlog, low_latency, reuse_port\)/,
+      "tcp://127.0.0.1:1?umask=0111" => /unknown option "umask" \(known: backlog, low_latency, reuse_port, http2\)/,
       "unix:///tmp/u.sock?reuse_port=true" => /unknown option "reuse_port"/,
       "tcp://127.0.0.1:1?backlog=0" => /backlog must be a positive integer, got "0"/,
       "tcp://127.0.0.1:1?backlog" => /backlog must be a positive integer, got nil/,
