@@ -18,6 +18,8 @@ class H2Test < Minitest::Test
   # Debian's python3 (python3-h2 is installed for it), not one a version manager put first on PATH.
   PYTHON = File.executable?("/usr/bin/python3") ? "/usr/bin/python3" : "python3"
   FRAMES = File.expand_path("../support/h2_frames.py", __dir__)
+  # The clients run without the ASan runtime rake test:asan preloads (curl hangs under it).
+  CLIENT = { "LD_PRELOAD" => nil }.freeze
 
   ECHO = lambda do |env|
     body = env["rack.input"].read
@@ -60,16 +62,16 @@ class H2Test < Minitest::Test
   end
 
   def curl(*args)
-    skip "no curl" unless system("curl", "--version", out: File::NULL, err: File::NULL)
-    out, err, status = Open3.capture3("curl", "-sS", "--max-time", "20", "--cacert", CERTS.path("ca.pem"), *args)
+    skip "no curl" unless system(CLIENT, "curl", "--version", out: File::NULL, err: File::NULL)
+    out, err, status = Open3.capture3(CLIENT, "curl", "-sS", "--max-time", "20", "--cacert", CERTS.path("ca.pem"), *args)
     assert status.success?, "curl #{args.join(' ')}: #{err}"
     [out, err]
   end
 
   # Runs h2_frames.py against +port+; its JSON line.
   def frames(port, *args)
-    skip "no python3-h2" unless system(PYTHON, "-c", "import h2", out: File::NULL, err: File::NULL)
-    out, err, status = Open3.capture3(PYTHON, FRAMES, port.to_s, *args.map(&:to_s))
+    skip "no python3-h2" unless system(CLIENT, PYTHON, "-c", "import h2", out: File::NULL, err: File::NULL)
+    out, err, status = Open3.capture3(CLIENT, PYTHON, FRAMES, port.to_s, *args.map(&:to_s))
     assert status.success?, "h2_frames.py #{args.join(' ')}: #{err}"
     JSON.parse(out.lines.last)
   end
@@ -153,13 +155,13 @@ class H2Test < Minitest::Test
       lock.synchronize { now -= 1 }
       [200, { "content-type" => "text/plain" }, ["ok"]]
     end
-    skip "no nghttp" unless system("nghttp", "--version", out: File::NULL, err: File::NULL)
+    skip "no nghttp" unless system(CLIENT, "nghttp", "--version", out: File::NULL, err: File::NULL)
     with_h2_server(app, min_threads: 4, max_threads: 4) do |tls, plain|
-      out, status = Open3.capture2e("nghttp", "-n", "-s", "-m", "24", "http://127.0.0.1:#{plain}/slow")
+      out, status = Open3.capture2e(CLIENT, "nghttp", "-n", "-s", "-m", "24", "http://127.0.0.1:#{plain}/slow")
       assert status.success?, out
       assert_equal 24, out.lines.count { |l| l.match?(/\s200\s+\d+\s+\/slow$/) }, out
       assert_operator peak, :>=, 2, "the streams of one connection overlap across threads"
-      out, status = Open3.capture2e("nghttp", "-n", "-s", "-m", "24", "https://localhost:#{tls}/slow",
+      out, status = Open3.capture2e(CLIENT, "nghttp", "-n", "-s", "-m", "24", "https://localhost:#{tls}/slow",
                                     "--no-verify-peer")
       assert status.success?, out
       assert_equal 24, out.lines.count { |l| l.match?(/\s200\s+\d+\s+\/slow$/) }, out
@@ -204,7 +206,7 @@ class H2Test < Minitest::Test
   end
 
   def test_graceful_stop_sends_goaway_and_answers_the_stream_in_flight
-    skip "no nghttp" unless system("nghttp", "--version", out: File::NULL, err: File::NULL)
+    skip "no nghttp" unless system(CLIENT, "nghttp", "--version", out: File::NULL, err: File::NULL)
     started = Queue.new
     app = lambda do |_env|
       started << true
@@ -212,7 +214,7 @@ class H2Test < Minitest::Test
       [200, { "content-type" => "text/plain" }, ["late"]]
     end
     with_h2_server(app) do |_tls, plain, server|
-      Open3.popen2e("nghttp", "-v", "http://127.0.0.1:#{plain}/slow") do |_in, out, wait|
+      Open3.popen2e(CLIENT, "nghttp", "-v", "http://127.0.0.1:#{plain}/slow") do |_in, out, wait|
         started.pop
         server.stop
         log = out.read

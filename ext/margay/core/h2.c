@@ -5,6 +5,7 @@
  * response calls (never blocking: non-blocking writes, the rest left to the loop).
  */
 #include "core/h2.h"
+#include "core/health.h"
 #include "core/tempfile.h"
 #include <errno.h>
 #include <stdio.h>
@@ -369,6 +370,7 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *frame, void *u
   st->state = ST_APP;
   h->receiving--;
   h->in_app++;
+  c->requests++;
   queue_push(h->e, q);
   return 0;
 }
@@ -527,7 +529,9 @@ void mg_h2_event(mg_engine *e, mg_conn *c) {
       h->calm = 1;
     }
   }
-  if (atomic_load(&e->stopping)) goaway(c, h); /* a graceful stop */
+  /* a graceful stop, a drain (every connection closes after its answers), or
+   * max_keepalive_requests streams served: no new stream, then the connection closes */
+  if (mg_health_closing(e) || c->requests >= e->cfg.max_keepalive_requests) goaway(c, h);
   if (!h->dead && pump(h) < 0) h->dead = 1;
   if (h->calm && !out_pending(c)) h->dead = 1; /* its GOAWAY is out */
   int ready = atomic_load(&e->h2_ready);
