@@ -513,10 +513,10 @@ void mg_h2_event(mg_engine *e, mg_conn *c) {
   mg_h2 *h = c->h2;
   if (!h) { pthread_mutex_unlock(&c->h2_lock); mg_conn_close(e, c); return; }
   atomic_store(&c->h2_kick, 0);
+  /* up to READ_BUDGET a turn: past it the connection is armed again behind the other ready ones
+   * (its input is still there) */
   size_t budget = READ_BUDGET;
-  int more = 0;
-  while (!h->dead && !h->calm && nghttp2_session_want_read(h->s)) {
-    if (budget == 0) { more = 1; break; }
+  while (!h->dead && !h->calm && budget > 0 && nghttp2_session_want_read(h->s)) {
     uint8_t buf[READ_CHUNK];
     ssize_t n = sock_read(c, buf, sizeof buf);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
@@ -537,7 +537,6 @@ void mg_h2_event(mg_engine *e, mg_conn *c) {
   int ready = atomic_load(&e->h2_ready);
   settle(e, c, h);
   if (ready > 1) mg_engine_wake(e); /* the other threads in the loop take the rest */
-  if (more) return;                 /* armed for output: it comes back behind the others */
 }
 
 void mg_h2_stop_all(mg_engine *e) {
