@@ -133,14 +133,7 @@ static mg_h2_req *req_new(mg_h2 *h, int slot) {
 }
 
 static int req_add(mg_h2_req *q, const uint8_t *name, size_t nlen, const uint8_t *value, size_t vlen) {
-  if (q->len + nlen + vlen > q->cap) {
-    size_t cap = q->cap ? q->cap : 1024;
-    while (cap < q->len + nlen + vlen) cap *= 2;
-    char *b = realloc(q->buf, cap);
-    if (!b) return -1;
-    q->buf = b;
-    q->cap = cap;
-  }
+  if (mg_grow(&q->buf, &q->cap, q->len + nlen + vlen, 1024) != 0) return -1;
   if (q->nfields == q->fcap) {
     size_t cap = q->fcap ? q->fcap * 2 : 16;
     mg_h2_field *f = realloc(q->fields, cap * sizeof *f);
@@ -170,33 +163,7 @@ static int req_add(mg_h2_req *q, const uint8_t *name, size_t nlen, const uint8_t
 
 static int req_body(mg_engine *e, mg_h2_req *q, const uint8_t *data, size_t n) {
   q->btotal += n;
-  if (q->bfd < 0 && q->blen + n > e->cfg.body_buffer_size) {
-    int fd = mg_open_tempfile(e->cfg.tmpdir);
-    if (fd < 0) return -1;
-    q->bfd = fd;
-    if (q->blen && write(fd, q->body, q->blen) != (ssize_t)q->blen) return -1;
-    q->blen = 0;
-  }
-  if (q->bfd >= 0) {
-    while (n) {
-      ssize_t w = write(q->bfd, data, n);
-      if (w < 0) { if (errno == EINTR) continue; return -1; }
-      data += w;
-      n -= (size_t)w;
-    }
-    return 0;
-  }
-  if (q->blen + n > q->bcap) {
-    size_t cap = q->bcap ? q->bcap : 4096;
-    while (cap < q->blen + n) cap *= 2;
-    char *m = realloc(q->body, cap);
-    if (!m) return -1;
-    q->body = m;
-    q->bcap = cap;
-  }
-  memcpy(q->body + q->blen, data, n);
-  q->blen += n;
-  return 0;
+  return mg_spool(e->cfg.tmpdir, e->cfg.body_buffer_size, &q->body, &q->blen, &q->bcap, &q->bfd, (const char *)data, n);
 }
 
 static void queue_push(mg_engine *e, mg_h2_req *q) {
@@ -663,12 +630,7 @@ int mg_h2_write(mg_conn *c, mg_h2_stream *st, const char *data, size_t len) {
       st->olen -= st->ooff;
       st->ooff = 0;
     }
-    size_t cap = st->ocap ? st->ocap : 16384;
-    while (cap < st->olen + len) cap *= 2;
-    char *m = realloc(st->out, cap);
-    if (!m) return -1;
-    st->out = m;
-    st->ocap = cap;
+    if (mg_grow(&st->out, &st->ocap, st->olen + len, 16384) != 0) return -1;
   }
   memcpy(st->out + st->olen, data, len);
   st->olen += len;

@@ -29,32 +29,7 @@ static int error_out(mg_engine *e, mg_conn *c, int status) {
 }
 
 static int body_store(mg_engine *e, mg_conn *c, const char *data, size_t n) {
-  if (!n) return 0;
-  if (c->bfd < 0 && c->blen + n > e->cfg.body_buffer_size) {
-    int fd = mg_open_tempfile(e->cfg.tmpdir);
-    if (fd < 0) return -1;
-    c->bfd = fd;
-    if (c->blen && write(fd, c->bmem, c->blen) != (ssize_t)c->blen) return -1;
-    c->blen = 0;
-  }
-  if (c->bfd >= 0) {
-    while (n) {
-      ssize_t w = write(c->bfd, data, n);
-      if (w < 0) { if (errno == EINTR) continue; return -1; }
-      data += w; n -= (size_t)w;
-    }
-    return 0;
-  }
-  if (c->blen + n > c->bcap) {
-    size_t cap = c->bcap ? c->bcap : 4096;
-    while (cap < c->blen + n) cap *= 2;
-    char *m = realloc(c->bmem, cap);
-    if (!m) return -1;
-    c->bmem = m; c->bcap = cap;
-  }
-  memcpy(c->bmem + c->blen, data, n);
-  c->blen += n;
-  return 0;
+  return mg_spool(e->cfg.tmpdir, e->cfg.body_buffer_size, &c->bmem, &c->blen, &c->bcap, &c->bfd, data, n);
 }
 
 static void drop_input(mg_conn *c, size_t at, size_t n) {

@@ -82,20 +82,21 @@ static VALUE header_key(const char *name, size_t n) {
   return rb_interned_str(buf, (long)(n + 5));
 }
 
-/* rack.input for a request with a body (in memory or in a tempfile); Qundef without one: the
- * env keeps the template's shared empty input (RequestHandler::EMPTY_INPUT). */
-static VALUE make_input(mg_conn *c) {
-  if (c->bfd >= 0) {
-    VALUE io = rb_funcall(rb_cFile, id_for_fd, 2, INT2FIX(c->bfd), rb_str_new_cstr("rb"));
-    c->bfd = -1; /* Ruby owns it now and closes it after the request */
+/* rack.input for a request with a body (in memory, or in tempfile *bfd, which Ruby owns from
+ * here: *bfd is -1 after); Qundef without one: the env keeps the template's shared empty input
+ * (RequestHandler::EMPTY_INPUT). */
+static VALUE body_input(int *bfd, const char *mem, size_t len) {
+  if (*bfd >= 0) {
+    VALUE io = rb_funcall(rb_cFile, id_for_fd, 2, INT2FIX(*bfd), rb_str_new_cstr("rb"));
+    *bfd = -1; /* Ruby owns it now and closes it after the request */
     return io;
   }
-  if (!c->blen) return Qundef;
+  if (!len) return Qundef;
   if (!cStringIO) {
     cStringIO = rb_const_get(rb_cObject, rb_intern("StringIO"));
     rb_gc_register_mark_object(cStringIO);
   }
-  VALUE str = rb_str_new(c->bmem, (long)c->blen);
+  VALUE str = rb_str_new(mem, (long)len);
   rb_enc_associate(str, rb_ascii8bit_encoding());
   return rb_class_new_instance(1, &str, cStringIO);
 }
@@ -116,6 +117,31 @@ static void put(pairs *p, VALUE key, VALUE value) {
 static VALUE *find(pairs *p, VALUE key) {
   for (long i = 0; i < p->n; i += 2) if (p->kv[i] == key) return &p->kv[i + 1];
   return NULL;
+}
+
+/* A request field's pair (the pairs from index +fields+ on are the fields): a repeated field's
+ * values joined with ", " (cookie crumbs with "; "), the last content-type kept. */
+static void put_field(pairs *p, long fields, VALUE key, VALUE value) {
+  pairs seen = {p->kv + fields, p->n - fields};
+  VALUE *prev = find(&seen, key);
+  if (prev && key != k_CONTENT_TYPE) {
+    rb_str_cat(*prev, key == k_HTTP_COOKIE ? "; " : ", ", 2);
+    rb_str_append(*prev, value);
+  } else if (prev) {
+    *prev = value; /* the last content-type wins */
+  } else {
+    put(p, key, value);
+  }
+}
+
+/* The env: a copy of the template with the pairs and rack.input (Qundef: the template's); frees
+ * the pairs' buffer (+tmp+, ALLOCV's). */
+static VALUE finish_env(VALUE env_template, pairs *p, VALUE input, VALUE tmp) {
+  if (input != Qundef) put(p, k_rack_input, input);
+  VALUE env = rb_hash_dup(env_template);
+  for (long i = 0; i < p->n; i += 2) rb_hash_aset(env, p->kv[i], p->kv[i + 1]);
+  ALLOCV_END(tmp);
+  return env;
 }
 
 /* SERVER_NAME and SERVER_PORT from a host[:port] authority. */
@@ -198,17 +224,7 @@ VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_set
       key = header_key(name, nlen);
       if (NIL_P(key)) continue;
     }
-    VALUE value = span_str(b, r->headers[i].value);
-    pairs seen = {p.kv + fields, p.n - fields};
-    VALUE *prev = find(&seen, key);
-    if (prev && key != k_CONTENT_TYPE) {
-      rb_str_cat(*prev, key == k_HTTP_COOKIE ? "; " : ", ", 2);
-      rb_str_append(*prev, value);
-    } else if (prev) {
-      *prev = value; /* the last content-type wins */
-    } else {
-      put(&p, key, value);
-    }
+    put_field(&p, fields, key, span_str(b, r->headers[i].value));
   }
   if (r->content_length >= 0 || r->chunked) {
     char num[24];
@@ -230,29 +246,7 @@ VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_set
   }
   put_times(&p, cfg, c);
   if (c->tls.ssl) put_tls(&p, c);
-  VALUE input = make_input(c);
-  if (input != Qundef) put(&p, k_rack_input, input);
-  VALUE env = rb_hash_dup(env_template);
-  for (long i = 0; i < p.n; i += 2) rb_hash_aset(env, p.kv[i], p.kv[i + 1]);
-  ALLOCV_END(tmp);
-  return env;
-}
-
-/* The rack.input of an HTTP/2 request (as make_input). */
-static VALUE h2_input(mg_h2_req *q) {
-  if (q->bfd >= 0) {
-    VALUE io = rb_funcall(rb_cFile, id_for_fd, 2, INT2FIX(q->bfd), rb_str_new_cstr("rb"));
-    q->bfd = -1;
-    return io;
-  }
-  if (!q->blen) return Qundef;
-  if (!cStringIO) {
-    cStringIO = rb_const_get(rb_cObject, rb_intern("StringIO"));
-    rb_gc_register_mark_object(cStringIO);
-  }
-  VALUE str = rb_str_new(q->body, (long)q->blen);
-  rb_enc_associate(str, rb_ascii8bit_encoding());
-  return rb_class_new_instance(1, &str, cStringIO);
+  return finish_env(env_template, &p, body_input(&c->bfd, c->bmem, c->blen), tmp);
 }
 
 static VALUE h2_value(const mg_h2_req *q, int i) {
@@ -306,17 +300,7 @@ VALUE mg_env_build_h2(VALUE env_template, const mg_env_server *server, const mg_
       if (NIL_P(key)) continue;
     }
     if (key == k_HTTP_HOST) { host = q->buf + f->value; host_len = f->value_len; }
-    VALUE value = h2_value(q, (int)i);
-    pairs seen = {p.kv + fields, p.n - fields};
-    VALUE *prev = find(&seen, key);
-    if (prev && key != k_CONTENT_TYPE) {
-      rb_str_cat(*prev, key == k_HTTP_COOKIE ? "; " : ", ", 2);
-      rb_str_append(*prev, value);
-    } else if (prev) {
-      *prev = value;
-    } else {
-      put(&p, key, value);
-    }
+    put_field(&p, fields, key, h2_value(q, (int)i));
   }
   if (NIL_P(remote)) remote = addr_str(q->remote);
   put(&p, k_REMOTE_ADDR, remote);
@@ -349,12 +333,7 @@ VALUE mg_env_build_h2(VALUE env_template, const mg_env_server *server, const mg_
   }
   if (q->protocol >= 0) put(&p, k_protocol, rb_ary_new_from_args(1, h2_value(q, q->protocol)));
   put(&p, k_is_hijack, Qfalse); /* no hijack on HTTP/2: the connection carries other streams */
-  VALUE input = h2_input(q);
-  if (input != Qundef) put(&p, k_rack_input, input);
-  VALUE env = rb_hash_dup(env_template);
-  for (long i = 0; i < p.n; i += 2) rb_hash_aset(env, p.kv[i], p.kv[i + 1]);
-  ALLOCV_END(tmp);
-  return env;
+  return finish_env(env_template, &p, body_input(&q->bfd, q->body, q->blen), tmp);
 }
 
 void mg_env_init(void) {

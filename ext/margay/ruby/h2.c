@@ -9,6 +9,7 @@
 #include "core/h2.h"
 #include "http/status.h"
 #include "ruby/head.h"
+#include "ruby/respond.h"
 #include <ruby/thread.h>
 #include <fcntl.h>
 #include <string.h>
@@ -165,11 +166,9 @@ VALUE mg_rb_h2_respond(mg_engine *e, VALUE token, VALUE status, VALUE headers, V
 /* Engine#respond_file for a stream. */
 VALUE mg_rb_h2_respond_file(mg_engine *e, VALUE token, VALUE status, VALUE headers, VALUE path) {
   int st = mg_rb_status_of(status);
-  FilePathValue(path);
-  int fd = open(StringValueCStr(path), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return Qfalse;
   struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) { close(fd); return Qfalse; }
+  int fd = mg_rb_open_file(path, &sb);
+  if (fd < 0) return Qfalse;
   h2_head hh;
   head_build_protected(&hh, st, headers, mg_bodyless(st) ? -1 : (int64_t)sb.st_size, fd);
   if (hh.h.content_length >= 0 && hh.h.content_length != (int64_t)sb.st_size) {
@@ -250,15 +249,20 @@ VALUE mg_rb_h2_stream_write(mg_engine *e, VALUE token, VALUE data) {
   return Qnil;
 }
 
-/* Engine#stream_finish for a stream (a no-op once it is gone, or answered by a bodiless head). */
-VALUE mg_rb_h2_stream_finish(mg_engine *e, VALUE token) {
+/* +op+ on the stream +token+ names, a no-op once it is gone. Returns nil. */
+static VALUE on_stream(mg_engine *e, VALUE token, void (*op)(mg_conn *, mg_h2_stream *)) {
   mg_conn *c;
   mg_h2_stream *s = find_token(e, token, &c);
   if (!s) return Qnil;
-  mg_h2_finish(c, s);
+  op(c, s);
   mg_h2_unlock(e, c);
   return Qnil;
 }
+
+static void finish_op(mg_conn *c, mg_h2_stream *s) { mg_h2_finish(c, s); }
+
+/* Engine#stream_finish for a stream (a no-op once it is gone, or answered by a bodiless head). */
+VALUE mg_rb_h2_stream_finish(mg_engine *e, VALUE token) { return on_stream(e, token, finish_op); }
 
 VALUE mg_rb_h2_flush(mg_engine *e, VALUE token) {
   drain_to(e, token, 0);
@@ -299,14 +303,7 @@ VALUE mg_rb_h2_error_response(mg_engine *e, VALUE token, int status) {
 }
 
 /* Engine#abort for a stream: reset it (a no-op once it is gone). */
-VALUE mg_rb_h2_abort(mg_engine *e, VALUE token) {
-  mg_conn *c;
-  mg_h2_stream *s = find_token(e, token, &c);
-  if (!s) return Qnil;
-  mg_h2_reset(c, s);
-  mg_h2_unlock(e, c);
-  return Qnil;
-}
+VALUE mg_rb_h2_abort(mg_engine *e, VALUE token) { return on_stream(e, token, mg_h2_reset); }
 
 void mg_rb_h2_init(VALUE mNative) {
   /* Margay::Native::H2: built with libnghttp2; NGHTTP2_VERSION: the one it runs with ("" without) */

@@ -101,19 +101,25 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
   return mg_respond_complete(e, c);
 }
 
+int mg_rb_open_file(VALUE path, struct stat *sb) {
+  FilePathValue(path);
+  /* O_NONBLOCK: a FIFO (or a device) named by to_path must not block every
+   * Ruby thread while this one holds the GVL; only regular files are sent. */
+  int fd = open(StringValueCStr(path), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return -1;
+  if (fstat(fd, sb) != 0 || !S_ISREG(sb->st_mode)) { close(fd); return -1; }
+  return fd;
+}
+
 /* Engine#respond_file(token, status, headers, path) -> like #respond; false if the file cannot be opened */
 static VALUE engine_respond_file(VALUE self, VALUE token, VALUE status, VALUE headers, VALUE path) {
   mg_engine *e = mg_rb_engine_core(self);
   if (mg_rb_h2_token_p(token)) return mg_rb_h2_respond_file(e, token, status, headers, path);
   mg_conn *c = mg_rb_request_conn(e, token);
   int st = mg_rb_status_of(status);
-  FilePathValue(path);
-  /* O_NONBLOCK: a FIFO (or a device) named by to_path must not block every
-   * Ruby thread while this one holds the GVL; only regular files are sent. */
-  int fd = open(StringValueCStr(path), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return Qfalse;
   struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) { close(fd); return Qfalse; }
+  int fd = mg_rb_open_file(path, &sb);
+  if (fd < 0) return Qfalse;
   mg_head h;
   int status_ok = 0;
   mg_rb_head_begin(&h, st, headers, 0);
