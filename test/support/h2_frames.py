@@ -5,6 +5,9 @@ hyperframe for frames h2 would refuse to send. Prints one JSON line of what it s
   h2_frames.py PORT rapid_reset N     N x (HEADERS + RST_STREAM), then reads until closed
   h2_frames.py PORT big_headers SIZE  one stream with a SIZE-byte header value, then a normal one
   h2_frames.py PORT continuation N    HEADERS without END_HEADERS, then N empty CONTINUATION frames
+  h2_frames.py PORT made_you_reset N  N x (HEADERS with END_STREAM + a WINDOW_UPDATE that overflows
+                                      the stream's window, which the server answers with RST_STREAM
+                                      FLOW_CONTROL_ERROR), then reads until closed
 """
 import json
 import socket
@@ -14,7 +17,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.settings
-from hyperframe.frame import ContinuationFrame, HeadersFrame
+from hyperframe.frame import ContinuationFrame, HeadersFrame, WindowUpdateFrame
 
 
 def connect(port):
@@ -83,6 +86,18 @@ def main():
             sock.sendall(conn.data_to_send())
         except (ConnectionResetError, BrokenPipeError):
             pass
+        seen = pump(sock, conn, lambda s: "closed" in s)
+        out = {"goaway": goaway_of(seen), "closed": "closed" in seen}
+    elif what == "made_you_reset":
+        n = int(sys.argv[3])
+        for i in range(n):
+            sid = conn.get_next_available_stream_id()
+            conn.send_headers(sid, request("/"), end_stream=True)
+            data = conn.data_to_send() + WindowUpdateFrame(sid, window_increment=2**31 - 1).serialize()
+            try:
+                sock.sendall(data)
+            except (ConnectionResetError, BrokenPipeError):
+                break
         seen = pump(sock, conn, lambda s: "closed" in s)
         out = {"goaway": goaway_of(seen), "closed": "closed" in seen}
     elif what == "big_headers":

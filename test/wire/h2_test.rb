@@ -177,6 +177,10 @@ class H2Test < Minitest::Test
     assert_flood_closed("rapid_reset", 2000, code: 11) # ENHANCE_YOUR_CALM
   end
 
+  def test_made_you_reset_is_closed_with_enhance_your_calm_and_others_are_served
+    assert_flood_closed("made_you_reset", 1000, code: 11) # streams the server resets count as well
+  end
+
   def test_a_header_list_over_max_header_size_is_answered_431_and_the_connection_goes_on
     with_h2_server(ECHO, max_header_size: 8192) do |_tls, plain|
       result = frames(plain, "big_headers", 20_000)

@@ -303,7 +303,9 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t 
   return 0;
 }
 
-/* The rapid-reset bucket: one token per RST_STREAM from the client. */
+/* The reset bucket: one token per stream closed before its answer, whoever reset it: the client
+ * (rapid reset, CVE-2023-44487) or the server for a rule the client broke on purpose
+ * (MadeYouReset, CVE-2025-8671). Either way the app may already be at work on it. */
 static int reset_allowed(mg_h2 *h) {
   int64_t now = mg_now_ms();
   h->resets += (double)(now - h->resets_ms) * MG_H2_RESET_RATE / 1000.0;
@@ -315,13 +317,9 @@ static int reset_allowed(mg_h2 *h) {
 }
 
 static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *frame, void *ud) {
+  (void)s;
   mg_h2 *h = ud;
   if (frame->hd.type != NGHTTP2_CONTINUATION) h->continuations = 0;
-  if (frame->hd.type == NGHTTP2_RST_STREAM && !reset_allowed(h)) {
-    h->calm = 1;
-    nghttp2_session_terminate_session(s, NGHTTP2_ENHANCE_YOUR_CALM);
-    return 0;
-  }
   if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) || !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
     return 0;
   mg_h2_stream *st = stream_of(h, frame->hd.stream_id);
@@ -358,6 +356,10 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *
   (void)code;
   mg_h2 *h = ud;
   mg_h2_stream *st = stream_of(h, id);
+  if (st && (st->state == ST_RECV || st->state == ST_APP) && !h->calm && !reset_allowed(h)) {
+    h->calm = 1;
+    nghttp2_session_terminate_session(s, NGHTTP2_ENHANCE_YOUR_CALM);
+  }
   if (st) stream_clear(h, st);
   nghttp2_session_set_stream_user_data(s, id, NULL);
   return 0;

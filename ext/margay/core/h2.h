@@ -31,8 +31,9 @@
  * session has for them (a stream answered but not yet closed by its client keeps its slot). */
 #define MG_H2_MAX_STREAMS 100
 #define MG_H2_SLOTS 128
-/* Client RST_STREAM frames a connection may send: a bucket of MG_H2_RESET_BURST refilled at
- * MG_H2_RESET_RATE a second; past it, GOAWAY ENHANCE_YOUR_CALM and the connection closes. */
+/* Streams a connection may have closed before their answer (reset by the client, or by the server
+ * for a rule the client broke): a bucket of MG_H2_RESET_BURST refilled at MG_H2_RESET_RATE a
+ * second; past it, GOAWAY ENHANCE_YOUR_CALM and the connection closes. */
 #define MG_H2_RESET_BURST 200
 #define MG_H2_RESET_RATE 50
 /* CONTINUATION frames after one HEADERS frame before the connection is dropped (a header block
