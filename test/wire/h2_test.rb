@@ -131,6 +131,19 @@ class H2Test < Minitest::Test
     end
   end
 
+  def test_client_certificate_by_h2
+    app = ->(env) { [200, { "content-type" => "text/plain" }, ["peercert=#{env['puma.peercert']&.subject}"]] }
+    binds = ["#{tls_bind}&http2=true&verify_mode=peer&ca=#{CERTS.path('ca.pem')}"]
+    with_h2_server(app, binds: binds) do |tls|
+      out, err = curl("--http2", "-v", "--cert", CERTS.path("client.pem"), "--key", CERTS.path("client.key"),
+                      "https://localhost:#{tls}/")
+      assert_includes err, "ALPN: server accepted h2"
+      assert_equal "peercert=/CN=Margay Test Client", out
+      out, = curl("--http2", "https://localhost:#{tls}/")
+      assert_equal "peercert=", out, "none without a client certificate"
+    end
+  end
+
   def test_many_streams_of_one_connection_run_on_several_threads
     lock = Mutex.new
     now = peak = 0

@@ -52,7 +52,7 @@ void mg_h2_reset(mg_conn *c, mg_h2_stream *s) { (void)c; (void)s; }
 size_t mg_h2_backlog(const mg_h2_stream *s) { (void)s; return 0; }
 int mg_h2_started(const mg_h2_stream *s) { (void)s; return 0; }
 int mg_h2_head_request(const mg_h2_stream *s) { (void)s; return 0; }
-long mg_h2_peer_der(mg_conn *c, unsigned char **der) { (void)c; *der = NULL; return 0; }
+long mg_h2_req_peer_der(mg_h2_req *q, unsigned char **der) { (void)q; *der = NULL; return 0; }
 
 #else
 
@@ -666,6 +666,14 @@ void mg_h2_reset(mg_conn *c, mg_h2_stream *st) {
 size_t mg_h2_backlog(const mg_h2_stream *st) { return st->olen - st->ooff; }
 int mg_h2_started(const mg_h2_stream *st) { return st->started; }
 int mg_h2_head_request(const mg_h2_stream *st) { return st->head_request; }
-long mg_h2_peer_der(mg_conn *c, unsigned char **der) { return mg_tls_peer_der(&c->tls, der); }
+long mg_h2_req_peer_der(mg_h2_req *q, unsigned char **der) {
+  mg_conn *c = q->c;
+  long n = 0;
+  *der = NULL;
+  pthread_mutex_lock(&c->h2_lock);
+  if (c->h2 && c->h2->slots[q->slot].seq == q->seq) n = mg_tls_peer_der(&c->tls, der);
+  pthread_mutex_unlock(&c->h2_lock);
+  return n;
+}
 
 #endif

@@ -121,7 +121,8 @@ size_t mg_h2_backlog(const mg_h2_stream *s);
 /* Whether the head was sent; whether the request was HEAD. */
 int mg_h2_started(const mg_h2_stream *s);
 int mg_h2_head_request(const mg_h2_stream *s);
-/* The client's certificate on a TLS connection (as mg_tls_peer_der), while locked. */
-long mg_h2_peer_der(mg_conn *c, unsigned char **der);
+/* The client's verified certificate on +q+'s TLS connection (as mg_tls_peer_der; free it with
+ * mg_tls_free_der), while its connection lives; 0 otherwise. Any thread. */
+long mg_h2_req_peer_der(mg_h2_req *q, unsigned char **der);
 
 #endif

@@ -330,6 +330,12 @@ VALUE mg_env_build_h2(VALUE env_template, const mg_env_server *server, const mg_
   if (q->tls) {
     put(&p, k_url_scheme, v_https);
     put(&p, k_HTTPS, v_https);
+    unsigned char *der;
+    long n = mg_h2_req_peer_der(q, &der);
+    if (n > 0) {
+      put(&p, k_peercert, rb_str_new((const char *)der, n));
+      mg_tls_free_der(der);
+    }
   }
   if (q->protocol >= 0) put(&p, k_protocol, rb_ary_new_from_args(1, h2_value(q, q->protocol)));
   put(&p, k_is_hijack, Qfalse); /* no hijack on HTTP/2: the connection carries other streams */
