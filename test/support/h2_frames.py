@@ -1,6 +1,10 @@
 """Raw HTTP/2 frames against a server (test/wire/h2_test.rb): python3-h2 for the session,
 hyperframe for frames h2 would refuse to send. Prints one JSON line of what it saw.
 
+  h2_frames.py seeds DIR              writes the h2 fuzz harness's seeds (ext/margay/fuzz/seeds/h2):
+                                      client frames after the preface, one scenario a file
+                                      (/usr/bin/python3 test/support/h2_frames.py seeds ext/margay/fuzz/seeds/h2)
+
   h2_frames.py PORT settings          the server's SETTINGS
   h2_frames.py PORT rapid_reset N     N x (HEADERS + RST_STREAM), then reads until closed
   h2_frames.py PORT big_headers SIZE  one stream with a SIZE-byte header value, then a normal one
@@ -63,7 +67,54 @@ def goaway_of(events):
     return None
 
 
+def seeds(out_dir):
+    import os
+
+    def frames_after_preface(build):
+        conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        data = conn.data_to_send()[24:]  # SETTINGS, after the 24-byte preface
+        build(conn)
+        return data + conn.data_to_send()
+
+    def get(conn):
+        conn.send_headers(1, request("/a?b=c", [("cookie", "a=1"), ("cookie", "b=2")]), end_stream=True)
+
+    def post(conn):
+        conn.send_headers(1, [(":method", "POST")] + request("/up")[1:] + [("content-length", "3000")])
+        conn.send_data(1, b"x" * 3000, end_stream=True)
+
+    def many(conn):
+        for sid in range(1, 40, 2):
+            conn.send_headers(sid, request("/s%d" % sid), end_stream=True)
+
+    def reset(conn):
+        for sid in range(1, 20, 2):
+            conn.send_headers(sid, request("/"), end_stream=True)
+            conn.reset_stream(sid)
+
+    def trailers(conn):
+        conn.send_headers(1, [(":method", "POST")] + request("/t")[1:] + [("te", "trailers")])
+        conn.send_data(1, b"body")
+        conn.send_headers(1, [("x-trailer", "1")], end_stream=True)
+
+    def ping(conn):
+        conn.ping(b"12345678")
+        conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 100})
+        conn.send_headers(1, request("/"), end_stream=True)
+        conn.increment_flow_control_window(1000)
+
+    os.makedirs(out_dir, exist_ok=True)
+    for name, build in [("get", get), ("post", post), ("many", many), ("reset", reset), ("trailers", trailers),
+                        ("ping", ping)]:
+        with open(os.path.join(out_dir, name), "wb") as f:
+            f.write(frames_after_preface(build))
+
+
 def main():
+    if sys.argv[1] == "seeds":
+        seeds(sys.argv[2])
+        return
     port, what = int(sys.argv[1]), sys.argv[2]
     sock, conn = connect(port)
     out = {}
