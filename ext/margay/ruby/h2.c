@@ -11,7 +11,6 @@
 #include "ruby/head.h"
 #include "ruby/respond.h"
 #include <ruby/thread.h>
-#include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -91,8 +90,13 @@ static void head_build(h2_head *hh, int status, VALUE headers, int64_t body_len)
     size_t nlen = (size_t)(colon - p);
     for (size_t i = 0; i < nlen; i++)
       if (p[i] >= 'A' && p[i] <= 'Z') p[i] = (char)(p[i] + 32);
-    if (!connection_specific(p, nlen) && hh->n < sizeof hh->nv / sizeof hh->nv[0] - 2)
+    if (!connection_specific(p, nlen)) {
+      if (hh->n >= sizeof hh->nv / sizeof hh->nv[0] - 2) {
+        mg_head_release(h);
+        rb_raise(mg_eInvalidResponse, "more than %d header fields", (int)(sizeof hh->nv / sizeof hh->nv[0] - 2));
+      }
       hh->nv[hh->n++] = (mg_h2_nv){p, colon + 2, nlen, (size_t)(eol - colon - 2)};
+    }
     p = eol + 2;
   }
   size_t used = 0;
