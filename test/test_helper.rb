@@ -28,10 +28,10 @@ module Margay
     # Start a server for +app+ (wrapped in Rack::Lint unless lint: false), yield
     # [host, port, server, thread running it], stop it afterwards. Extra keywords are Configuration
     # settings. The server's log is in @server_log (a StringIO) meanwhile.
-    def with_server(app, lint: true, **settings)
+    def with_server(app, lint: true, binds: ["tcp://127.0.0.1:0"], **settings)
       log_io = @server_log = StringIO.new
       settings = { event_backend: BACKEND }.merge(settings)
-      config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], silent: true, **settings)
+      config = Margay::Configuration.new(binds: binds, silent: true, **settings)
       wrapped = lint ? Rack::Lint.new(app) : app
       server = Margay::Server.new(wrapped, config, log: Margay::Log.new(out: log_io, err: log_io))
       server.bind

@@ -81,6 +81,28 @@ else
   message "margay: built without OpenSSL: TLS binds will refuse to start\n"
 end
 
+# HTTP/2 (core/h2.c) with libnghttp2 1.52 or later (libnghttp2-dev on Debian). Without it the
+# extension still builds, Margay::Native::H2 is false and an http2 bind refuses to start.
+# MARGAY_NO_H2=1 builds without it on purpose.
+def nghttp2_found?
+  return false if ENV["MARGAY_NO_H2"] == "1"
+
+  (pkg_config("libnghttp2") || have_library("nghttp2", "nghttp2_session_server_new2")) &&
+    have_header("nghttp2/nghttp2.h") &&
+    try_compile(<<~C)
+      #include <nghttp2/nghttp2.h>
+      #if NGHTTP2_VERSION_NUM < 0x013400
+      #error nghttp2 1.52 or later is needed
+      #endif
+      int main(void) { return (int)nghttp2_session_mem_send(0, 0); }
+    C
+end
+if nghttp2_found?
+  $defs << "-DMG_HAVE_H2=1" # rubocop:disable Style/GlobalVars
+else
+  message "margay: built without libnghttp2: http2 binds will refuse to start\n"
+end
+
 create_makefile("margay/margay_native")
 
 # mkmf knows the headers of the top folder only: make every object depend on every header, so

@@ -23,6 +23,7 @@
 #include "ruby/respond.h"
 #include "ruby/stream.h"
 #include "ruby/testing.h"
+#include "ruby/h2.h"
 #include "ruby/tls.h"
 
 /* Native.child_subreaper -> true when this process now adopts its orphaned
@@ -72,4 +73,5 @@ void Init_margay_native(void) {
   mg_env_init();
   mg_waits_init(mNative);
   mg_tls_init(mNative);
+  mg_rb_h2_init(mNative);
 }

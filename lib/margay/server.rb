@@ -69,7 +69,9 @@ module Margay
       @engine = Native::Engine.new(@config.to_h.values_at(*Native::Engine::SETTINGS),
                                    RequestHandler.env_template(@config))
       by_io = Native::Engine.respond_to?(:listener_io?) # the pure-Ruby engine takes the IO itself
-      @listeners.each { |l| @engine.add_listener(by_io ? l.io : l.io.fileno, l.unix, l.server_name, l.server_port, l.tls) }
+      @listeners.each do |l|
+        @engine.add_listener(by_io ? l.io : l.io.fileno, l.unix, l.server_name, l.server_port, l.tls, l.http2 || false)
+      end
       health_listeners.each { |l| @engine.add_health_listener(l.io.fileno, agent_listener?(l)) }
       @engine.publish_idle(*@idle_board) if @idle_board
       @engine.drain if @drain_until # TERM came while booting
@@ -176,6 +178,9 @@ module Margay
     # :auto on a system without epoll).
     def fiber_mode?
       return false unless @config.fiber_scheduler
+      if (h2 = @listeners.find(&:http2))
+        raise ConfigError, "bind #{h2.url}: http2=true is served by thread mode only (drop fiber_scheduler or http2)"
+      end
       return true if @engine.stats[:event_backend] == "epoll"
 
       raise ConfigError, "fiber_scheduler: fiber mode needs the epoll event backend (this system's is " \

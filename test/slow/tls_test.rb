@@ -65,6 +65,30 @@ class TLSSlowTest < Minitest::Test
     end
   end
 
+  # ssl_bind's http2: true (Margay's own) through the real executable, single and -w 2: curl
+  # picks h2 by ALPN and is answered over HTTP/2; --http1.1 on the same port still works.
+  def test_ssl_bind_with_http2
+    skip "built without libnghttp2" unless Margay::Native::H2
+    @runs = []
+    dir = SideBySide.app_dir
+    (@dirs ||= []) << dir
+    File.write(File.join(dir, "puma.rb"), config.sub("key: ", "http2: true, key: "))
+    [[], %w[-w 2]].each do |args|
+      run = start(:margay, ["-C", "puma.rb", *args], dir: dir)
+      port = port_of(run)
+      out, err, = Open3.capture3("curl", "-sS", "-v", "--http2", "--max-time", "10", "--cacert", CERTS.path("ca.pem"),
+                                 "--resolve", "localhost:#{port}:127.0.0.1", "https://localhost:#{port}/")
+      assert_includes err, "ALPN: server accepted h2", run.output
+      assert_match(%r{^< HTTP/2 200}, err)
+      assert_match(/\Aok \d+\z/, out)
+      out, err, = Open3.capture3("curl", "-sS", "-v", "--http1.1", "--max-time", "10", "--cacert", CERTS.path("ca.pem"),
+                                 "--resolve", "localhost:#{port}:127.0.0.1", "https://localhost:#{port}/")
+      assert_includes err, "ALPN: server accepted http/1.1", "HTTP/1.1 on the same port"
+      assert_match(/\Aok \d+\z/, out)
+      assert_equal 0, run.stop&.exitstatus
+    end
+  end
+
   # A hot restart (USR2: exec with the listeners inherited) keeps the TLS port and serves HTTPS
   # again with a new context made from the same bind, flags with commas in its query included.
   def test_usr2_keeps_the_tls_listener

@@ -38,7 +38,8 @@ module Margay
 
     def make
       dir = Dir.mktmpdir("margay-tls")
-      at_exit { FileUtils.rm_rf(dir) }
+      owner = Process.pid
+      at_exit { FileUtils.rm_rf(dir) if Process.pid == owner } # not a forked child's exit (a test's fork)
       openssl(dir, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
               "-days", "2", "-subj", "/CN=Margay Test CA")
       File.write(File.join(dir, "server.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")

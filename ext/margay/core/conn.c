@@ -7,9 +7,13 @@
  */
 #include "core/conn.h"
 #include "core/board.h"
+#include "core/h2.h"
 #include "core/listeners.h"
 #include "http/status.h"
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,6 +30,7 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
     if (!c) { close(fd); return -1; }
     c->bfd = -1;
     c->out.spill_fd = -1;
+    pthread_mutex_init(&c->h2_lock, NULL);
     e->conns[fd] = c;
   }
   assert(mg_state_st(atomic_load(&c->state)) == MG_FREE); /* the fd was closed or handed on with it */
@@ -114,6 +119,7 @@ void mg_conn_reached(mg_engine *e, mg_conn *c) {
 int mg_conn_forget(mg_engine *e, mg_conn *c) {
   assert(mg_conn_owned(c));
   int fd = c->fd;
+  mg_h2_end(c); /* first: no response call touches the socket or its TLS session after this */
   mg_ev_disarm(e->ev, fd);
   mg_tls_free(&c->tls);
   mg_out_free(&c->out);
@@ -133,6 +139,21 @@ int mg_conn_forget(mg_engine *e, mg_conn *c) {
   return fd;
 }
 
+const char *mg_conn_peer_text(mg_conn *c) {
+  if (c->peer_text[0]) return c->peer_text;
+  const char *ip = NULL;
+  if (c->peer.ss_family == AF_INET) {
+    struct sockaddr_in *a = (struct sockaddr_in *)&c->peer;
+    ip = inet_ntop(AF_INET, &a->sin_addr, c->peer_text, sizeof c->peer_text);
+  } else if (c->peer.ss_family == AF_INET6) {
+    struct sockaddr_in6 *a = (struct sockaddr_in6 *)&c->peer;
+    if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) ip = inet_ntop(AF_INET, a->sin6_addr.s6_addr + 12, c->peer_text, sizeof c->peer_text);
+    else ip = inet_ntop(AF_INET6, &a->sin6_addr, c->peer_text, sizeof c->peer_text);
+  }
+  if (!ip) snprintf(c->peer_text, sizeof c->peer_text, "127.0.0.1"); /* Unix sockets, like Puma */
+  return c->peer_text;
+}
+
 int mg_conn_has_pending_input(const mg_conn *c) {
   if (mg_tls_pending(&c->tls)) return 1;
   char b;
@@ -142,12 +163,14 @@ int mg_conn_has_pending_input(const mg_conn *c) {
 void mg_conn_close(mg_engine *e, mg_conn *c) {
   /* Last: once the fd is closed, accept() may hand out the same number and
    * another thread reuses this struct, so nothing may touch it after close. */
+  mg_h2_end(c); /* before the TLS session's close_notify: response calls use the session too */
   mg_tls_shutdown(&c->tls);
   close(mg_conn_forget(e, c));
 }
 
 void mg_conn_close_all(mg_engine *e) {
   if (!e->conns) return;
+  mg_h2_drop_all(e);
   for (int fd = 0; fd < e->max_fds; fd++) {
     mg_conn *c = e->conns[fd];
     if (!c) continue;
@@ -158,6 +181,7 @@ void mg_conn_close_all(mg_engine *e) {
     }
     free(c->rbuf);
     free(c->bmem);
+    pthread_mutex_destroy(&c->h2_lock);
     free(c);
     e->conns[fd] = NULL;
   }

@@ -13,6 +13,7 @@
 #define MARGAY_CORE_CONN_H
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -33,7 +34,8 @@ enum mg_phase {
   MG_PH_BODY,    /* head parsed, receiving the body */
   MG_PH_APP,     /* complete request handed to Ruby */
   MG_PH_WRITE,   /* response queued, waiting for the socket to drain */
-  MG_PH_LINGER   /* write side shut, discarding input before close */
+  MG_PH_LINGER,  /* write side shut, discarding input before close */
+  MG_PH_H2       /* an HTTP/2 session (core/h2.h): its streams are the requests */
 };
 
 typedef struct mg_conn {
@@ -82,6 +84,14 @@ typedef struct mg_conn {
 
   mg_tls tls;             /* a TLS listener's connection: its session (core/tls.h); else OFF */
 
+  /* HTTP/2 (core/h2.h): the session, and the lock that guards it and the socket's I/O while it
+   * is set (Ruby threads answer streams while a loop thread owns the connection) */
+  struct mg_h2 *h2;
+  pthread_mutex_t h2_lock;
+  uint64_t h2_seq;        /* streams' sequence on this struct, never reset: stale tokens fail */
+  _Atomic int h2_kick;    /* a response call left output, or the session must end (mg_h2_kick) */
+  int h2_goaway;          /* the session sent its GOAWAY for a stop (read by the sweep) */
+
   struct sockaddr_storage peer;
   socklen_t peer_len;
   /* proxy_protocol: the PROXY v1 line is read once, before the first request (never on a
@@ -105,6 +115,10 @@ static inline int mg_conn_movable(const mg_conn *c) { return c->proxy_addr[0] ==
 static inline int mg_conn_handshaking(const mg_conn *c) {
   return c->tls.state == MG_TLS_HELLO || c->tls.state == MG_TLS_HANDSHAKE;
 }
+
+/* The socket's peer as text, formatted once per connection (into c->peer_text); an IPv4 client
+ * of a dual-stack listener as IPv4 (::ffff:1.2.3.4 is 1.2.3.4, as Puma gives it). */
+const char *mg_conn_peer_text(mg_conn *c);
 
 /* Whether the client of idle connection +c+ has sent bytes the engine has not read yet (its
  * next request, waiting in the kernel: a MSG_PEEK; or decrypted inside its TLS session). */

@@ -40,6 +40,9 @@ int mg_engine_open(mg_engine *e, int backend) {
   pthread_mutex_init(&e->sweep_lock, NULL);
   pthread_mutex_init(&e->standby_lock, NULL);
   pthread_mutex_init(&e->stash_lock, NULL);
+  pthread_mutex_init(&e->h2_lock, NULL);
+  e->h2_head = e->h2_tail = NULL;
+  atomic_store(&e->h2_ready, 0);
   e->stash_head = e->stash_len = e->stash_reserved = 0;
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -58,6 +61,7 @@ void mg_engine_close(mg_engine *e) {
   pthread_mutex_destroy(&e->sweep_lock);
   pthread_mutex_destroy(&e->standby_lock);
   pthread_mutex_destroy(&e->stash_lock);
+  pthread_mutex_destroy(&e->h2_lock);
   pthread_cond_destroy(&e->standby_cond);
   mg_pins_destroy(&e->pins); /* every segment is gone with its connection */
 }

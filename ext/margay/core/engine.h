@@ -58,12 +58,14 @@ typedef struct {
   int fd;
   int is_unix;
   struct mg_tls_ctx *tls;     /* its connections speak TLS (core/tls.h), or NULL */
+  int h2;                     /* HTTP/2 (core/h2.h): ALPN h2 on TLS, a client preface on plain */
 } mg_listener;
 
 #define MG_MAX_LISTENERS 16
 #define MG_MAX_HEALTH_LISTENERS 4
 
 struct mg_text;
+struct mg_h2_req;
 
 struct mg_conn;
 
@@ -137,6 +139,11 @@ typedef struct mg_engine {
   mg_wake health_wake;         /* tells the health thread to end */
   _Atomic(struct mg_text *) metrics; /* what GET /metrics answers (NULL: 404) */
   struct mg_text *own_metrics; /* this engine's own text (single mode), unmapped at close */
+  /* HTTP/2 streams whose request is complete, oldest first (core/h2.h): a connection's streams
+   * are taken by any thread in the loop, not by the one that read them. */
+  pthread_mutex_t h2_lock;
+  struct mg_h2_req *h2_head, *h2_tail; /* under h2_lock */
+  _Atomic int h2_ready;        /* their number, read without the lock */
 } mg_engine;
 
 /* Event data: the wake fd, a listener (its index in the low bits), or a connection

@@ -5,6 +5,7 @@
  * with a complete request.
  */
 #include "core/input.h"
+#include "core/h2.h"
 #include "core/tempfile.h"
 #include <errno.h>
 #include <stdlib.h>
@@ -28,32 +29,7 @@ static int error_out(mg_engine *e, mg_conn *c, int status) {
 }
 
 static int body_store(mg_engine *e, mg_conn *c, const char *data, size_t n) {
-  if (!n) return 0;
-  if (c->bfd < 0 && c->blen + n > e->cfg.body_buffer_size) {
-    int fd = mg_open_tempfile(e->cfg.tmpdir);
-    if (fd < 0) return -1;
-    c->bfd = fd;
-    if (c->blen && write(fd, c->bmem, c->blen) != (ssize_t)c->blen) return -1;
-    c->blen = 0;
-  }
-  if (c->bfd >= 0) {
-    while (n) {
-      ssize_t w = write(c->bfd, data, n);
-      if (w < 0) { if (errno == EINTR) continue; return -1; }
-      data += w; n -= (size_t)w;
-    }
-    return 0;
-  }
-  if (c->blen + n > c->bcap) {
-    size_t cap = c->bcap ? c->bcap : 4096;
-    while (cap < c->blen + n) cap *= 2;
-    char *m = realloc(c->bmem, cap);
-    if (!m) return -1;
-    c->bmem = m; c->bcap = cap;
-  }
-  memcpy(c->bmem + c->blen, data, n);
-  c->blen += n;
-  return 0;
+  return mg_spool(e->cfg.tmpdir, e->cfg.body_buffer_size, &c->bmem, &c->blen, &c->bcap, &c->bfd, data, n);
 }
 
 static void drop_input(mg_conn *c, size_t at, size_t n) {
@@ -199,6 +175,7 @@ int mg_input_handshake(mg_engine *e, mg_conn *c) {
   assert(mg_conn_owned(c) && mg_conn_handshaking(c));
   switch (mg_tls_handshake(&c->tls, c->fd)) {
   case MG_TLS_DONE:
+    if (mg_tls_alpn_h2(&c->tls)) { mg_h2_begin(e, c); return MG_IN_DONE; }
     return mg_input_read(e, c); /* a TLS 1.3 client may have sent its request with its Finished */
   case MG_TLS_WANT_IN:
     mg_conn_arm(e, c, MG_EV_IN);

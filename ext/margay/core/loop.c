@@ -9,6 +9,7 @@
 #include "core/loop.h"
 #include "core/accept.h"
 #include "core/board.h"
+#include "core/h2.h"
 #include "core/health.h"
 #include "core/input.h"
 #include "core/sweep.h"
@@ -62,6 +63,12 @@ static int handle_conn(mg_engine *e, mg_conn *c) {
     if (!gvl_held) return mg_input_handshake(e, c);
     mg_conn_arm(e, c, c->tls.want_out ? MG_EV_OUT : MG_EV_IN);
     deferred = 1; /* the caller stops taking events: the same one would come back at once */
+    return MG_IN_DONE;
+  }
+  if (c->phase == MG_PH_H2) { mg_h2_event(e, c); return MG_IN_DONE; } /* its requests: e->h2_head */
+  if (c->phase == MG_PH_IDLE && c->requests == 0 && c->rlen == 0 && !c->tls.ssl && !c->proxy_pending &&
+      e->listeners[c->listener].h2 && mg_h2_preface(c)) {
+    mg_h2_begin(e, c); /* h2c with prior knowledge */
     return MG_IN_DONE;
   }
   switch (c->phase) {
@@ -195,7 +202,9 @@ static void leave(mg_engine *e) {
 /* At most this many events per mg_loop_try (each was ready, so each is quick). */
 #define MG_TRY_EVENTS 64
 
-int mg_loop_try(mg_engine *e, mg_conn **out) {
+int mg_loop_try(mg_engine *e, mg_conn **out, mg_h2_req **h2) {
+  *out = NULL;
+  if ((*h2 = mg_h2_take(e))) return 1;
   if (atomic_load(&e->pollers) || atomic_load(&e->gvl_waiters) || atomic_load(&e->stopping)) return 0;
   enter(e);
   mg_accept_early(e);
@@ -210,6 +219,7 @@ int mg_loop_try(mg_engine *e, mg_conn **out) {
      * or an interrupted poller). */
     if (ev.data & MG_DATA_WAKE) break;
     got = mg_loop_dispatch(e, &ev, out);
+    if (!got && (*h2 = mg_h2_take(e))) got = 1; /* a stream an HTTP/2 connection just completed */
   }
   mg_loop_hold_gvl(0);
   if (got) atomic_store(&e->visit_us, mg_now_us());
@@ -278,8 +288,14 @@ void *mg_wait_nogvl(void *p) {
   enter(e);
   mg_accept_early(e);
   a->conn = NULL;
+  a->h2req = NULL;
   for (;;) {
     if (atomic_load(&a->interrupted)) { a->result = MG_WAIT_INTR; break; }
+    if ((a->h2req = mg_h2_take(e))) { /* HTTP/2 streams complete first: they were read already */
+      atomic_fetch_add(&e->gvl_waiters, 1);
+      a->result = MG_WAIT_READY;
+      break;
+    }
     int stopping = atomic_load(&e->stopping);
     if (stopping && atomic_load(&e->nconns) == 0) {
       mg_engine_wake(e); /* pass it on to the other waiting threads */

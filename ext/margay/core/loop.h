@@ -13,6 +13,7 @@ enum mg_wait_result { MG_WAIT_READY = 1, MG_WAIT_TIMEOUT = 2, MG_WAIT_STOP = 3, 
 typedef struct {
   mg_engine *e;
   mg_conn *conn;         /* out: the connection with a complete request (MG_WAIT_READY), owned */
+  struct mg_h2_req *h2req; /* out, in place of conn: an HTTP/2 stream's request (core/h2.h) */
   int64_t idle_ms;       /* return MG_WAIT_TIMEOUT after this long without work; <0: never */
   int result;
   _Atomic int interrupted; /* set by mg_loop_unblock (Ruby's unblocking function) */
@@ -58,9 +59,9 @@ int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out);
 /* With the GVL, never blocking: when no other thread is blocked in the event set
  * (it would take what is ready anyway) and none is back with a request waiting for the GVL,
  * take the events that are ready now, up to a bound, until one completes a request. Returns
- * 1 with *out set (owned, its turn begun), else 0: nothing ready, or the blocking wait must
- * decide (the engine stops). */
-int mg_loop_try(mg_engine *e, mg_conn **out);
+ * 1 with *out set (owned, its turn begun) or *h2 set (an HTTP/2 stream's request, the other
+ * NULL), else 0: nothing ready, or the blocking wait must decide (the engine stops). */
+int mg_loop_try(mg_engine *e, mg_conn **out, struct mg_h2_req **h2);
 
 /* Ruby's unblocking function for mg_wait_nogvl (rb_thread_call_without_gvl2's ubf, with the
  * same mg_wait_args): makes that thread return MG_WAIT_INTR, standing by or polling. */

@@ -4,6 +4,7 @@
  */
 #include "core/sweep.h"
 #include "core/conn.h"
+#include "core/h2.h"
 #include "core/input.h"
 #include "core/listeners.h"
 #include <pthread.h>
@@ -50,13 +51,18 @@ void mg_sweep(mg_engine *e, int64_t now) {
      * see a reset; a balancer that does not retry answers its client 502. */
     int idle_stop = stopping && (kept_alive || silent) && !mg_conn_has_pending_input(c);
     int forced = stopping == MG_STOP_FORCED;
+    /* an HTTP/2 connection on a graceful stop: its GOAWAY, then it closes once its streams are
+     * answered (core/h2.h) */
+    int h2_stop = stopping && !forced && c->phase == MG_PH_H2 && !c->h2_goaway;
     /* at the limit: keep-alive connections idle for 1 s, and silent ones */
     int reclaimed = reclaim > 0 && ((kept_alive && now - (c->deadline_ms - e->cfg.keepalive_timeout_ms) >= 1000) || silent);
-    if (!idle_stop && !forced && !reclaimed && !(c->deadline_ms && now >= c->deadline_ms)) continue;
+    if (!idle_stop && !forced && !reclaimed && !h2_stop && !(c->deadline_ms && now >= c->deadline_ms)) continue;
     uint64_t owned = (mg_state_gen(s) << 8) | MG_OWNED;
     if (!atomic_compare_exchange_strong(&c->state, &s, owned)) continue;
     if (reclaimed) reclaim--;
-    if (forced || idle_stop || reclaimed) mg_conn_close(e, c); else expire(e, c);
+    if (forced || idle_stop || reclaimed) mg_conn_close(e, c);
+    else if (h2_stop && !(c->deadline_ms && now >= c->deadline_ms)) mg_h2_event(e, c);
+    else expire(e, c);
   }
   if (atomic_load(&e->accept_paused) == MG_PAUSED_NO_FDS && now >= atomic_load(&e->resume_accept_ms)) mg_listeners_resume(e);
   pthread_mutex_unlock(&e->sweep_lock);

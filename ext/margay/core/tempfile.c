@@ -3,7 +3,9 @@
  * unlink): nothing is left behind in the directory, whatever happens to the process.
  */
 #include "core/tempfile.h"
+#include <errno.h>
 #include <fcntl.h>
+#include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -22,4 +24,39 @@ int mg_open_tempfile(const char *dir) {
     fcntl(fd, F_SETFD, FD_CLOEXEC);
   }
   return fd;
+}
+
+int mg_grow(char **buf, size_t *cap, size_t need, size_t first) {
+  if (need <= *cap) return 0;
+  size_t c = *cap ? *cap : first;
+  while (c < need) c *= 2;
+  char *m = realloc(*buf, c);
+  if (!m) return -1;
+  *buf = m;
+  *cap = c;
+  return 0;
+}
+
+int mg_spool(const char *dir, size_t limit, char **mem, size_t *len, size_t *cap, int *fd, const char *data, size_t n) {
+  if (!n) return 0;
+  if (*fd < 0 && *len + n > limit) {
+    int f = mg_open_tempfile(dir);
+    if (f < 0) return -1;
+    *fd = f;
+    if (*len && write(f, *mem, *len) != (ssize_t)*len) return -1;
+    *len = 0;
+  }
+  if (*fd >= 0) {
+    while (n) {
+      ssize_t w = write(*fd, data, n);
+      if (w < 0) { if (errno == EINTR) continue; return -1; }
+      data += w;
+      n -= (size_t)w;
+    }
+    return 0;
+  }
+  if (mg_grow(mem, cap, *len + n, 4096) != 0) return -1;
+  memcpy(*mem + *len, data, n);
+  *len += n;
+  return 0;
 }

@@ -8,4 +8,12 @@
 /* An unlinked, close-on-exec file open for reading and writing in directory +dir+, or -1. */
 int mg_open_tempfile(const char *dir);
 
+#include <stddef.h>
+/* A request body being received (HTTP/1 and HTTP/2 alike): appended to memory (*mem, *len, *cap)
+ * while it stays within +limit+ bytes, then moved to an unlinked tempfile in +dir+ (*fd, -1
+ * until then) and appended there. 0, or -1 (no memory, the file failed). */
+int mg_spool(const char *dir, size_t limit, char **mem, size_t *len, size_t *cap, int *fd, const char *data, size_t n);
+/* Make room for +need+ bytes in *buf (realloc, doubling from +first+). 0, or -1. */
+int mg_grow(char **buf, size_t *cap, size_t need, size_t first);
+
 #endif

@@ -115,6 +115,27 @@ static int load_verify(SSL_CTX *ctx, const mg_tls_options *o, char *err, size_t 
   return 1;
 }
 
+/* ALPN on an http2 listener: h2 when the client offers it, else http/1.1 (when offered); a
+ * client offering neither goes on without ALPN (HTTP/1.1). */
+static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
+                       unsigned int inlen, void *arg) {
+  (void)ssl; (void)arg;
+  static const unsigned char ours[] = "\x02h2\x08http/1.1";
+  unsigned char *chosen;
+  if (SSL_select_next_proto(&chosen, outlen, ours, sizeof ours - 1, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+    return SSL_TLSEXT_ERR_NOACK;
+  *out = chosen;
+  return SSL_TLSEXT_ERR_OK;
+}
+
+int mg_tls_alpn_h2(const mg_tls *t) {
+  if (!t->ssl) return 0;
+  const unsigned char *p;
+  unsigned int n;
+  SSL_get0_alpn_selected(t->ssl, &p, &n);
+  return n == 2 && p[0] == 'h' && p[1] == '2';
+}
+
 mg_tls_ctx *mg_tls_ctx_new(const mg_tls_options *o, char *err, size_t errlen) {
   ERR_clear_error();
   mg_tls_ctx *t = calloc(1, sizeof *t);
@@ -146,6 +167,7 @@ mg_tls_ctx *mg_tls_ctx_new(const mg_tls_options *o, char *err, size_t errlen) {
   }
   ok = ok && load_identity(ctx, o, err, errlen) && load_verify(ctx, o, err, errlen);
   SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
+  if (ok && o->alpn_h2) SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
   if (!ok) { mg_tls_ctx_free(t); return NULL; }
   return t;
 }
@@ -292,6 +314,7 @@ int mg_tls_handshake(mg_tls *t, int fd) { (void)t; (void)fd; return MG_TLS_FAIL;
 ssize_t mg_tls_read(mg_tls *t, void *buf, size_t len) { (void)t; (void)buf; (void)len; errno = EPIPE; return -1; }
 ssize_t mg_tls_write(mg_tls *t, const void *buf, size_t len) { (void)t; (void)buf; (void)len; errno = EPIPE; return -1; }
 int mg_tls_pending(const mg_tls *t) { (void)t; return 0; }
+int mg_tls_alpn_h2(const mg_tls *t) { (void)t; return 0; }
 void mg_tls_shutdown(mg_tls *t) { (void)t; }
 void mg_tls_free(mg_tls *t) { t->ssl = NULL; t->state = MG_TLS_OFF; }
 long mg_tls_peer_der(const mg_tls *t, unsigned char **der) { (void)t; *der = NULL; return 0; }

@@ -47,6 +47,7 @@ typedef struct {
   const char *ciphersuites;        /* TLS 1.3 suites; NULL: OpenSSL's (all AEAD) */
   long cache_size;                 /* server session cache: <0 off, 0 OpenSSL's default size */
   long cache_timeout;              /* its entries' lifetime in seconds; 0: OpenSSL's default */
+  int alpn_h2;                     /* offer ALPN h2 and http/1.1 (an http2 listener); else no ALPN */
 } mg_tls_options;
 
 /* 1 when built with OpenSSL. */
@@ -83,6 +84,8 @@ ssize_t mg_tls_write(mg_tls *t, const void *buf, size_t len);
  * (SSL_pending, not SSL_has_pending: the part of a record not yet received is the socket's to
  * announce.) */
 int mg_tls_pending(const mg_tls *t);
+/* Whether the client chose h2 by ALPN (only on a context made with alpn_h2). */
+int mg_tls_alpn_h2(const mg_tls *t);
 /* One non-blocking close_notify, when the session is open (best effort: never waits). */
 void mg_tls_shutdown(mg_tls *t);
 /* Free the session (state OFF afterwards). */

@@ -13,6 +13,7 @@
 #include "ruby/settings.h"
 #include "ruby/tls.h"
 #include "core/board.h"
+#include "core/h2.h"
 #include "core/health.h"
 #include "core/listeners.h"
 #include <fcntl.h>
@@ -102,11 +103,12 @@ static VALUE engine_initialize(VALUE self, VALUE values, VALUE env_template) {
   return self;
 }
 
-/* Engine#add_listener(fd, unix?, server_name, server_port, tls = nil) -> index; +tls+: a
+/* Engine#add_listener(fd, unix?, server_name, server_port, tls = nil, http2 = false) -> index;
+ * +http2+: HTTP/2 on this listener (ALPN h2 on TLS, the client preface on plain TCP); +tls+: a
  * Native::TLSContext, and the listener's connections speak TLS. */
 static VALUE engine_add_listener(int argc, VALUE *argv, VALUE self) {
-  VALUE fd, is_unix, name, port, tls;
-  rb_scan_args(argc, argv, "41", &fd, &is_unix, &name, &port, &tls);
+  VALUE fd, is_unix, name, port, tls, http2;
+  rb_scan_args(argc, argv, "42", &fd, &is_unix, &name, &port, &tls, &http2);
   mg_rb_engine *rb = mg_rb_engine_get(self);
   mg_engine *e = &rb->core;
   if (e->nlisteners >= MG_MAX_LISTENERS) rb_raise(rb_eArgError, "at most %d listeners", MG_MAX_LISTENERS);
@@ -117,6 +119,8 @@ static VALUE engine_add_listener(int argc, VALUE *argv, VALUE self) {
   server->server_name = rb_str_new_frozen(StringValue(name));
   server->server_port = rb_str_new_frozen(StringValue(port));
   l->tls = NIL_P(tls) ? NULL : mg_rb_tls_context(tls);
+  l->h2 = RTEST(http2);
+  if (l->h2 && !mg_h2_available()) rb_raise(rb_eArgError, "Margay was built without libnghttp2: no HTTP/2");
   server->tls = tls;
   int flags = fcntl(l->fd, F_GETFL);
   if (flags < 0 || fcntl(l->fd, F_SETFL, flags | O_NONBLOCK) != 0) rb_sys_fail("Margay::Native::Engine#add_listener: fcntl");
@@ -202,6 +206,7 @@ static VALUE engine_stop(int argc, VALUE *argv, VALUE self) {
   int was = atomic_load(&e->stopping);
   if (was < level) atomic_store(&e->stopping, level);
   if (was == MG_RUNNING) mg_listeners_stop(e); /* later calls: the listeners may be closed (and their numbers reused) */
+  if (was == MG_RUNNING && level == MG_STOP_GRACEFUL) mg_h2_stop_all(e);
   mg_board_ready(e, 0);
   atomic_store(&e->next_sweep_ms, 0);
   mg_engine_wake(e);

@@ -3,6 +3,7 @@
  * are interned frozen strings, so building an env allocates only its values.
  */
 #include "ruby/env.h"
+#include "core/h2.h"
 #include <ruby/encoding.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -12,8 +13,8 @@
 static VALUE k_REQUEST_METHOD, k_PATH_INFO, k_QUERY_STRING, k_REQUEST_URI, k_SERVER_PROTOCOL,
     k_SERVER_NAME, k_SERVER_PORT, k_REMOTE_ADDR, k_CONTENT_LENGTH, k_CONTENT_TYPE, k_HTTP_HOST,
     k_HTTP_COOKIE, k_rack_input, k_queue_time, k_body_wait, k_HTTP_X_REQUEST_START,
-    k_url_scheme, k_HTTPS, k_peercert;
-static VALUE v_https, v_HTTP_1_1, v_HTTP_1_0, v_port80, v_port443, v_localhost, v_star;
+    k_url_scheme, k_HTTPS, k_peercert, k_is_hijack, k_protocol;
+static VALUE v_https, v_HTTP_2, v_HTTP_1_1, v_HTTP_1_0, v_port80, v_port443, v_localhost, v_star;
 static VALUE cStringIO;
 static ID id_for_fd;
 
@@ -36,23 +37,6 @@ static VALUE method_string(const char *p, size_t n) {
 }
 
 static VALUE span_str(const char *buf, mg_span s) { return rb_str_new(buf + s.off, s.len); }
-
-/* The socket's peer as text, formatted once per connection; an IPv4 client of a dual-stack
- * listener as IPv4 (::ffff:1.2.3.4 is 1.2.3.4, as Puma gives it). */
-static const char *peer_text(mg_conn *c) {
-  if (c->peer_text[0]) return c->peer_text;
-  const char *ip = NULL;
-  if (c->peer.ss_family == AF_INET) {
-    struct sockaddr_in *a = (struct sockaddr_in *)&c->peer;
-    ip = inet_ntop(AF_INET, &a->sin_addr, c->peer_text, sizeof c->peer_text);
-  } else if (c->peer.ss_family == AF_INET6) {
-    struct sockaddr_in6 *a = (struct sockaddr_in6 *)&c->peer;
-    if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) ip = inet_ntop(AF_INET, a->sin6_addr.s6_addr + 12, c->peer_text, sizeof c->peer_text);
-    else ip = inet_ntop(AF_INET6, &a->sin6_addr, c->peer_text, sizeof c->peer_text);
-  }
-  if (!ip) snprintf(c->peer_text, sizeof c->peer_text, "127.0.0.1"); /* Unix sockets, like Puma */
-  return c->peer_text;
-}
 
 /* An address as a new String. (Interned strings, rb_interned_str, were tried: on Ruby 3.1 one
  * kept in the env of an earlier request was seen replaced by another object for the same
@@ -80,7 +64,7 @@ static VALUE remote_addr(const mg_settings *cfg, mg_conn *c) {
     }
   }
   if (c->proxy_addr[0]) return addr_str(c->proxy_addr);
-  return addr_str(peer_text(c));
+  return addr_str(mg_conn_peer_text(c));
 }
 
 /* HTTP_<NAME> for a field name; NULL key (Qnil) when the name must be dropped. */
@@ -98,20 +82,21 @@ static VALUE header_key(const char *name, size_t n) {
   return rb_interned_str(buf, (long)(n + 5));
 }
 
-/* rack.input for a request with a body (in memory or in a tempfile); Qundef without one: the
- * env keeps the template's shared empty input (RequestHandler::EMPTY_INPUT). */
-static VALUE make_input(mg_conn *c) {
-  if (c->bfd >= 0) {
-    VALUE io = rb_funcall(rb_cFile, id_for_fd, 2, INT2FIX(c->bfd), rb_str_new_cstr("rb"));
-    c->bfd = -1; /* Ruby owns it now and closes it after the request */
+/* rack.input for a request with a body (in memory, or in tempfile *bfd, which Ruby owns from
+ * here: *bfd is -1 after); Qundef without one: the env keeps the template's shared empty input
+ * (RequestHandler::EMPTY_INPUT). */
+static VALUE body_input(int *bfd, const char *mem, size_t len) {
+  if (*bfd >= 0) {
+    VALUE io = rb_funcall(rb_cFile, id_for_fd, 2, INT2FIX(*bfd), rb_str_new_cstr("rb"));
+    *bfd = -1; /* Ruby owns it now and closes it after the request */
     return io;
   }
-  if (!c->blen) return Qundef;
+  if (!len) return Qundef;
   if (!cStringIO) {
     cStringIO = rb_const_get(rb_cObject, rb_intern("StringIO"));
     rb_gc_register_mark_object(cStringIO);
   }
-  VALUE str = rb_str_new(c->bmem, (long)c->blen);
+  VALUE str = rb_str_new(mem, (long)len);
   rb_enc_associate(str, rb_ascii8bit_encoding());
   return rb_class_new_instance(1, &str, cStringIO);
 }
@@ -132,6 +117,31 @@ static void put(pairs *p, VALUE key, VALUE value) {
 static VALUE *find(pairs *p, VALUE key) {
   for (long i = 0; i < p->n; i += 2) if (p->kv[i] == key) return &p->kv[i + 1];
   return NULL;
+}
+
+/* A request field's pair (the pairs from index +fields+ on are the fields): a repeated field's
+ * values joined with ", " (cookie crumbs with "; "), the last content-type kept. */
+static void put_field(pairs *p, long fields, VALUE key, VALUE value) {
+  pairs seen = {p->kv + fields, p->n - fields};
+  VALUE *prev = find(&seen, key);
+  if (prev && key != k_CONTENT_TYPE) {
+    rb_str_cat(*prev, key == k_HTTP_COOKIE ? "; " : ", ", 2);
+    rb_str_append(*prev, value);
+  } else if (prev) {
+    *prev = value; /* the last content-type wins */
+  } else {
+    put(p, key, value);
+  }
+}
+
+/* The env: a copy of the template with the pairs and rack.input (Qundef: the template's); frees
+ * the pairs' buffer (+tmp+, ALLOCV's). */
+static VALUE finish_env(VALUE env_template, pairs *p, VALUE input, VALUE tmp) {
+  if (input != Qundef) put(p, k_rack_input, input);
+  VALUE env = rb_hash_dup(env_template);
+  for (long i = 0; i < p->n; i += 2) rb_hash_aset(env, p->kv[i], p->kv[i + 1]);
+  ALLOCV_END(tmp);
+  return env;
 }
 
 /* SERVER_NAME and SERVER_PORT from a host[:port] authority. */
@@ -214,17 +224,7 @@ VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_set
       key = header_key(name, nlen);
       if (NIL_P(key)) continue;
     }
-    VALUE value = span_str(b, r->headers[i].value);
-    pairs seen = {p.kv + fields, p.n - fields};
-    VALUE *prev = find(&seen, key);
-    if (prev && key != k_CONTENT_TYPE) {
-      rb_str_cat(*prev, key == k_HTTP_COOKIE ? "; " : ", ", 2);
-      rb_str_append(*prev, value);
-    } else if (prev) {
-      *prev = value; /* the last content-type wins */
-    } else {
-      put(&p, key, value);
-    }
+    put_field(&p, fields, key, span_str(b, r->headers[i].value));
   }
   if (r->content_length >= 0 || r->chunked) {
     char num[24];
@@ -246,12 +246,100 @@ VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_set
   }
   put_times(&p, cfg, c);
   if (c->tls.ssl) put_tls(&p, c);
-  VALUE input = make_input(c);
-  if (input != Qundef) put(&p, k_rack_input, input);
-  VALUE env = rb_hash_dup(env_template);
-  for (long i = 0; i < p.n; i += 2) rb_hash_aset(env, p.kv[i], p.kv[i + 1]);
-  ALLOCV_END(tmp);
-  return env;
+  return finish_env(env_template, &p, body_input(&c->bfd, c->bmem, c->blen), tmp);
+}
+
+static VALUE h2_value(const mg_h2_req *q, int i) {
+  return rb_str_new(q->buf + q->fields[i].value, q->fields[i].value_len);
+}
+
+static int h2_is(const mg_h2_req *q, const mg_h2_field *f, const char *lower) {
+  return f->name_len == strlen(lower) && memcmp(q->buf + f->name, lower, f->name_len) == 0;
+}
+
+VALUE mg_env_build_h2(VALUE env_template, const mg_env_server *server, const mg_settings *cfg, mg_h2_req *q) {
+  VALUE tmp = 0;
+  pairs p = {ALLOCV_N(VALUE, tmp, 2 * (MG_ENV_FIXED_PAIRS + 4 + q->nfields)), 0};
+  const mg_h2_field *m = &q->fields[q->method];
+  put(&p, k_REQUEST_METHOD, method_string(q->buf + m->value, m->value_len));
+  if (q->path >= 0) {
+    const char *path = q->buf + q->fields[q->path].value;
+    size_t n = q->fields[q->path].value_len;
+    const char *hash = memchr(path, '#', n);
+    if (hash) n = (size_t)(hash - path); /* a fragment is never the server's */
+    const char *qm = memchr(path, '?', n);
+    size_t plen = qm ? (size_t)(qm - path) : n;
+    put(&p, k_PATH_INFO, plen ? rb_str_new(path, (long)plen) : rb_str_new_cstr("/"));
+    put(&p, k_QUERY_STRING, qm ? rb_str_new(qm + 1, (long)(n - plen - 1)) : rb_str_new(NULL, 0));
+    put(&p, k_REQUEST_URI, rb_str_new(path, (long)n));
+  } else { /* CONNECT: :authority only */
+    put(&p, k_PATH_INFO, rb_str_new(NULL, 0));
+    put(&p, k_QUERY_STRING, rb_str_new(NULL, 0));
+    put(&p, k_REQUEST_URI, rb_str_new(NULL, 0));
+  }
+  put(&p, k_SERVER_PROTOCOL, v_HTTP_2);
+  VALUE remote = Qnil;
+  if (cfg->remote_value[0]) remote = addr_str(cfg->remote_value);
+  long fields = p.n;
+  const char *host = NULL;
+  size_t host_len = 0;
+  for (size_t i = 0; i < q->nfields; i++) {
+    const mg_h2_field *f = &q->fields[i];
+    const char *name = q->buf + f->name;
+    if (f->name_len && name[0] == ':') continue;
+    if (NIL_P(remote) && cfg->remote_header[0] && f->name_len == strlen(cfg->remote_header) &&
+        memcmp(name, cfg->remote_header, f->name_len) == 0) {
+      char ip[MG_ADDR_MAX];
+      if (mg_forwarded_last(q->buf + f->value, f->value_len, ip)) remote = addr_str(ip);
+    }
+    VALUE key;
+    if (h2_is(q, f, "content-length")) continue; /* set below from the body's size */
+    if (h2_is(q, f, "content-type")) key = k_CONTENT_TYPE;
+    else {
+      key = header_key(name, f->name_len);
+      if (NIL_P(key)) continue;
+    }
+    if (key == k_HTTP_HOST) { host = q->buf + f->value; host_len = f->value_len; }
+    put_field(&p, fields, key, h2_value(q, (int)i));
+  }
+  if (NIL_P(remote)) remote = addr_str(q->remote);
+  put(&p, k_REMOTE_ADDR, remote);
+  int has_body = q->btotal > 0; /* or an empty one the client announced */
+  for (size_t i = 0; !has_body && i < q->nfields; i++) has_body = h2_is(q, &q->fields[i], "content-length");
+  if (has_body) {
+    char num[24];
+    int n = snprintf(num, sizeof num, "%llu", (unsigned long long)q->btotal);
+    put(&p, k_CONTENT_LENGTH, rb_str_new(num, n));
+  }
+  if (q->authority >= 0) {
+    const mg_h2_field *a = &q->fields[q->authority];
+    VALUE authority = h2_value(q, q->authority);
+    VALUE *hv = find(&p, k_HTTP_HOST);
+    if (hv) *hv = authority;
+    else put(&p, k_HTTP_HOST, authority);
+    set_server(&p, q->buf + a->value, a->value_len, q->tls);
+  } else if (host) {
+    set_server(&p, host, host_len, q->tls);
+  } else {
+    put(&p, k_SERVER_NAME, server->server_name);
+    put(&p, k_SERVER_PORT, server->server_port);
+  }
+  int64_t queued = q->taken_ns - q->arrival_ns, body = q->ready_ns - q->head_ns;
+  put(&p, k_queue_time, DBL2NUM(queued > 0 ? (double)queued / 1e9 : 0.0));
+  put(&p, k_body_wait, DBL2NUM(body > 0 ? (double)body / 1e6 : 0.0));
+  if (q->tls) {
+    put(&p, k_url_scheme, v_https);
+    put(&p, k_HTTPS, v_https);
+    unsigned char *der;
+    long n = mg_h2_req_peer_der(q, &der);
+    if (n > 0) {
+      put(&p, k_peercert, rb_str_new((const char *)der, n));
+      mg_tls_free_der(der);
+    }
+  }
+  if (q->protocol >= 0) put(&p, k_protocol, rb_ary_new_from_args(1, h2_value(q, q->protocol)));
+  put(&p, k_is_hijack, Qfalse); /* no hijack on HTTP/2: the connection carries other streams */
+  return finish_env(env_template, &p, body_input(&q->bfd, q->body, q->blen), tmp);
 }
 
 void mg_env_init(void) {
@@ -272,6 +360,9 @@ void mg_env_init(void) {
   k_body_wait = interned("puma.request_body_wait");
   k_HTTP_X_REQUEST_START = interned("HTTP_X_REQUEST_START");
   v_HTTP_1_1 = interned("HTTP/1.1");
+  v_HTTP_2 = interned("HTTP/2");
+  k_is_hijack = interned("rack.hijack?");
+  k_protocol = interned("rack.protocol");
   v_HTTP_1_0 = interned("HTTP/1.0");
   v_port80 = interned("80");
   v_port443 = interned("443");

@@ -18,5 +18,10 @@ void mg_env_init(void);
 /* The env of the request whose head +c+ holds: a copy of +env_template+ plus the request's
  * keys, rack.input (the body) included; REMOTE_ADDR as +cfg+ says. */
 VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_settings *cfg, mg_conn *c);
+/* The env of an HTTP/2 stream's request (core/h2.h), by the same rules: SERVER_PROTOCOL HTTP/2,
+ * :authority as HTTP_HOST, cookie crumbs joined with "; ", rack.hijack? false. The body's
+ * tempfile goes to Ruby (q->bfd is -1 afterwards). */
+struct mg_h2_req;
+VALUE mg_env_build_h2(VALUE env_template, const mg_env_server *server, const mg_settings *cfg, struct mg_h2_req *q);
 
 #endif

@@ -6,6 +6,7 @@
  * request. #next_request waits for work without the GVL.
  */
 #include "ruby/request.h"
+#include "ruby/h2.h"
 #include "ruby/tls.h"
 #include "core/input.h"
 #include "core/loop.h"
@@ -74,6 +75,14 @@ static VALUE mg_rb_ready(mg_rb_engine *rb, mg_conn *c) {
   return out;
 }
 
+/* [token, env] for an HTTP/2 stream's request taken from the engine's queue. */
+static VALUE mg_rb_h2_ready(mg_rb_engine *rb, struct mg_h2_req *q) {
+  int state;
+  VALUE out = mg_rb_h2_request(rb, q, &state);
+  if (state) rb_jump_tag(state);
+  return out;
+}
+
 /* When the calling thread last got the GVL back from the blocking wait: it takes ready work
  * without releasing the GVL (mg_loop_try) for at most MG_GVL_TURN_US after that. */
 static _Thread_local int64_t gvl_since_us;
@@ -99,8 +108,9 @@ static VALUE engine_next_request(int argc, VALUE *argv, VALUE self) {
   }
   /* Ready work first, keeping the GVL: no hand-off, no wake of another thread (core/loop.h). */
   mg_conn *c;
-  if (mg_now_us() - gvl_since_us < MG_GVL_TURN_US && mg_loop_try(e, &c)) return mg_rb_ready(rb, c);
-  mg_wait_args a = {e, NULL, NIL_P(idle) ? -1 : NUM2LL(idle), 0, 0};
+  struct mg_h2_req *q;
+  if (mg_now_us() - gvl_since_us < MG_GVL_TURN_US && mg_loop_try(e, &c, &q)) return q ? mg_rb_h2_ready(rb, q) : mg_rb_ready(rb, c);
+  mg_wait_args a = {.e = e, .idle_ms = NIL_P(idle) ? -1 : NUM2LL(idle)};
   for (;;) {
     a.result = MG_WAIT_INTR;
     atomic_store(&a.interrupted, 0);
@@ -108,7 +118,7 @@ static VALUE engine_next_request(int argc, VALUE *argv, VALUE self) {
     gvl_since_us = mg_now_us();
     if (a.result == MG_WAIT_READY) {
       mg_loop_got_gvl(e);
-      return mg_rb_ready(rb, a.conn);
+      return a.h2req ? mg_rb_h2_ready(rb, a.h2req) : mg_rb_ready(rb, a.conn);
     }
     if (a.result == MG_WAIT_TIMEOUT) return ID2SYM(id_timeout);
     if (a.result == MG_WAIT_STOP) return Qnil;
@@ -123,6 +133,7 @@ static VALUE engine_next_request(int argc, VALUE *argv, VALUE self) {
  * (a pipelined request buffered, nobody else owns it) is dropped as well. */
 static VALUE engine_abort(VALUE self, VALUE token) {
   mg_engine *e = mg_rb_engine_core(self);
+  if (mg_rb_h2_token_p(token)) return mg_rb_h2_abort(e, token);
   mg_conn *c = mg_rb_token_lookup(e, token, MG_PH_APP);
   if (c) mg_timing_done(e, c);
   if (!c) c = mg_rb_token_lookup(e, token, MG_PH_IDLE);
@@ -135,6 +146,7 @@ static VALUE engine_abort(VALUE self, VALUE token) {
  * would give the app ciphertext). */
 static VALUE engine_hijack(VALUE self, VALUE token) {
   mg_engine *e = mg_rb_engine_core(self);
+  if (mg_rb_h2_token_p(token)) rb_raise(mg_eInvalidResponse, "no hijack on HTTP/2 (rack.hijack? is false)");
   mg_conn *c = mg_rb_request_conn(e, token);
   VALUE rest = rb_str_new(c->rbuf, (long)c->rlen);
   VALUE session = c->tls.ssl ? mg_rb_tls_session(&c->tls, c->fd) : Qnil; /* before forget frees it */
@@ -146,6 +158,7 @@ static VALUE engine_hijack(VALUE self, VALUE token) {
 /* Engine#error_response(token, status): a plain-text error, then close. */
 static VALUE engine_error_response(VALUE self, VALUE token, VALUE status) {
   mg_engine *e = mg_rb_engine_core(self);
+  if (mg_rb_h2_token_p(token)) return mg_rb_h2_error_response(e, token, NUM2INT(status));
   mg_conn *c = mg_rb_request_conn(e, token);
   mg_conn_simple_response(c, NUM2INT(status));
   c->resp_started = 1;

@@ -8,6 +8,7 @@
 #include "ruby/respond.h"
 #include "core/conn.h"
 #include "ruby/request.h"
+#include "ruby/h2.h"
 #include "ruby/head.h"
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -54,6 +55,7 @@ static int body_unchanged(VALUE body, long nparts, int64_t blen) {
 /* Engine#respond(token, status, headers, body_array) -> token to continue with, or nil */
 static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers, VALUE body) {
   mg_engine *e = mg_rb_engine_core(self);
+  if (mg_rb_h2_token_p(token)) return mg_rb_h2_respond(e, token, status, headers, body);
   mg_conn *c = mg_rb_request_conn(e, token);
   int st = mg_rb_status_of(status);
   Check_Type(body, T_ARRAY);
@@ -99,18 +101,25 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
   return mg_respond_complete(e, c);
 }
 
-/* Engine#respond_file(token, status, headers, path) -> like #respond; false if the file cannot be opened */
-static VALUE engine_respond_file(VALUE self, VALUE token, VALUE status, VALUE headers, VALUE path) {
-  mg_engine *e = mg_rb_engine_core(self);
-  mg_conn *c = mg_rb_request_conn(e, token);
-  int st = mg_rb_status_of(status);
+int mg_rb_open_file(VALUE path, struct stat *sb) {
   FilePathValue(path);
   /* O_NONBLOCK: a FIFO (or a device) named by to_path must not block every
    * Ruby thread while this one holds the GVL; only regular files are sent. */
   int fd = open(StringValueCStr(path), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return Qfalse;
+  if (fd < 0) return -1;
+  if (fstat(fd, sb) != 0 || !S_ISREG(sb->st_mode)) { close(fd); return -1; }
+  return fd;
+}
+
+/* Engine#respond_file(token, status, headers, path) -> like #respond; false if the file cannot be opened */
+static VALUE engine_respond_file(VALUE self, VALUE token, VALUE status, VALUE headers, VALUE path) {
+  mg_engine *e = mg_rb_engine_core(self);
+  if (mg_rb_h2_token_p(token)) return mg_rb_h2_respond_file(e, token, status, headers, path);
+  mg_conn *c = mg_rb_request_conn(e, token);
+  int st = mg_rb_status_of(status);
   struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) { close(fd); return Qfalse; }
+  int fd = mg_rb_open_file(path, &sb);
+  if (fd < 0) return Qfalse;
   mg_head h;
   int status_ok = 0;
   mg_rb_head_begin(&h, st, headers, 0);
@@ -125,9 +134,11 @@ static VALUE engine_respond_file(VALUE self, VALUE token, VALUE status, VALUE he
   return mg_respond_complete(e, c);
 }
 
-/* Engine#early_hints(token, headers): a 103 response before the final one (HTTP/1.1 only). */
+/* Engine#early_hints(token, headers): a 103 response before the final one (HTTP/1.1 only: false
+ * on an HTTP/2 stream). */
 static VALUE engine_early_hints(VALUE self, VALUE token, VALUE headers) {
   mg_engine *e = mg_rb_engine_core(self);
+  if (mg_rb_h2_token_p(token)) return Qfalse;
   mg_conn *c = mg_rb_request_conn(e, token);
   if (c->minor < 1 || c->resp_started) return Qfalse;
   mg_head h;
@@ -141,6 +152,7 @@ static VALUE engine_early_hints(VALUE self, VALUE token, VALUE headers) {
 /* Engine#response_started?(token) */
 static VALUE engine_response_started(VALUE self, VALUE token) {
   mg_engine *e = mg_rb_engine_core(self);
+  if (mg_rb_h2_token_p(token)) return mg_rb_h2_started(e, token);
   return mg_rb_request_conn(e, token)->resp_started ? Qtrue : Qfalse;
 }
 

@@ -19,4 +19,9 @@ int mg_rb_respond_send(mg_conn *c);
  * its token) or hand the connection to the event loop (nil). */
 VALUE mg_respond_complete(mg_engine *e, mg_conn *c);
 
+#include <sys/stat.h>
+/* A body's to_path opened for sending (read-only, never blocking on a FIFO): its fd and *sb, or
+ * -1 when it cannot be opened or is no regular file (the caller then iterates the body). */
+int mg_rb_open_file(VALUE path, struct stat *sb);
+
 #endif

@@ -7,6 +7,7 @@
  * GVL, under a fiber scheduler in the fiber.
  */
 #include "ruby/stream.h"
+#include "ruby/h2.h"
 #include "core/conn.h"
 #include "ruby/request.h"
 #include "ruby/head.h"
@@ -22,6 +23,7 @@
 /* Engine#stream_start(token, status, headers) -> partial-hijack callable or nil */
 static VALUE engine_stream_start(VALUE self, VALUE token, VALUE status, VALUE headers) {
   mg_engine *e = mg_rb_engine_core(self);
+  if (mg_rb_h2_token_p(token)) return mg_rb_h2_stream_start(e, token, status, headers);
   mg_conn *c = mg_rb_request_conn(e, token);
   int st = mg_rb_status_of(status);
   mg_head h;
@@ -95,6 +97,7 @@ static void drain_to(mg_engine *e, mg_conn *c, size_t limit) {
 
 /* Engine#stream_write(token, string) */
 static VALUE engine_stream_write(VALUE self, VALUE token, VALUE data) {
+  if (mg_rb_h2_token_p(token)) return mg_rb_h2_stream_write(mg_rb_engine_core(self), token, data);
   mg_engine *e = mg_rb_engine_core(self);
   mg_conn *c = mg_rb_request_conn(e, token);
   StringValue(data);
@@ -138,6 +141,7 @@ static VALUE engine_stream_write(VALUE self, VALUE token, VALUE data) {
 
 /* Engine#stream_finish(token) -> token to continue with, or nil */
 static VALUE engine_stream_finish(VALUE self, VALUE token) {
+  if (mg_rb_h2_token_p(token)) return mg_rb_h2_stream_finish(mg_rb_engine_core(self), token);
   mg_engine *e = mg_rb_engine_core(self);
   mg_conn *c = mg_rb_request_conn(e, token);
   if (c->resp_chunked) mg_out_queue(&c->out, "0\r\n\r\n", 5);
@@ -147,6 +151,7 @@ static VALUE engine_stream_finish(VALUE self, VALUE token) {
 
 /* Engine#flush(token): block until everything queued is written (streaming bodies' flush). */
 static VALUE engine_flush(VALUE self, VALUE token) {
+  if (mg_rb_h2_token_p(token)) return mg_rb_h2_flush(mg_rb_engine_core(self), token);
   mg_engine *e = mg_rb_engine_core(self);
   drain_to(e, mg_rb_request_conn(e, token), 0);
   return Qnil;

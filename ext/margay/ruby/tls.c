@@ -52,7 +52,7 @@ static long number(VALUE options, const char *name, long otherwise) {
 /* TLSContext.new(options): a Hash with String keys: "cert", "key" (file paths) or "cert_pem",
  * "key_pem" (PEM text), "key_password", "ca", "verify" (0 none, 1 peer, 2 force_peer),
  * "verification_flags" (Integer), "ssl_cipher_filter", "ssl_ciphersuites", "cache_size"
- * (-1: no session cache), "cache_timeout". Raises ArgumentError with OpenSSL's reason. */
+ * (-1: no session cache), "cache_timeout", "http2" (true: ALPN h2 and http/1.1). Raises ArgumentError with OpenSSL's reason. */
 static VALUE context_initialize(VALUE self, VALUE options) {
   tls_context *t = rb_check_typeddata(self, &context_type);
   Check_Type(options, T_HASH);
@@ -70,6 +70,7 @@ static VALUE context_initialize(VALUE self, VALUE options) {
   o.ciphersuites = text(options, "ssl_ciphersuites");
   o.cache_size = number(options, "cache_size", -1);
   o.cache_timeout = number(options, "cache_timeout", 0);
+  o.alpn_h2 = RTEST(rb_hash_aref(options, rb_str_new_cstr("http2")));
   if (!(o.cert || o.cert_pem) || !(o.key || o.key_pem)) rb_raise(rb_eArgError, "a certificate and a key are needed");
   char err[512];
   t->ctx = mg_tls_ctx_new(&o, err, sizeof err);

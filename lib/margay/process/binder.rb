@@ -22,7 +22,9 @@ module Margay
     # bind: the URL as configured; url: as bound (port 0 resolved).
     # activated: handed over by systemd (never unlinked or re-bound by us).
     # tls: the Native::TLSContext of an ssl:// bind (made here, before any fork), else nil.
-    Listener = Struct.new(:io, :bind, :url, :unix, :server_name, :server_port, :activated, :tls, keyword_init: true)
+    # http2: the bind's http2=true (HTTP/2 by ALPN on ssl://, h2c with prior knowledge on tcp://).
+    Listener = Struct.new(:io, :bind, :url, :unix, :server_name, :server_port, :activated, :tls, :http2,
+                          keyword_init: true)
 
     # A parsed bind URL. options: Puma's query options, typed (:backlog,
     # :low_latency, :reuse_port for tcp; :backlog, :umask, :mode for unix).
@@ -30,7 +32,7 @@ module Margay
 
     # Query options each scheme takes, and how each value is read.
     OPTIONS = {
-      tcp: { "backlog" => :positive, "low_latency" => :boolean, "reuse_port" => :boolean },
+      tcp: { "backlog" => :positive, "low_latency" => :boolean, "reuse_port" => :boolean, "http2" => :boolean },
       unix: { "backlog" => :positive, "umask" => :octal, "mode" => :octal }
     }.freeze
 
@@ -167,6 +169,7 @@ module Margay
              end
         listener = parsed.scheme == :unix ? bind_unix(url, parsed, io) : bind_tcp(url, parsed, io)
         listener.tls = TLS.context(listener.url, parsed.options, @pems) if parsed.scheme == :ssl
+        listener.http2 = http2?(listener.url, parsed.options)
         listener
       end
       (@inherited.keys - listeners.map(&:bind)).each { |url| close_fd(@inherited[url]) }
@@ -175,7 +178,21 @@ module Margay
       raise ConfigError, "cannot bind: #{e.message}"
     end
 
+    # The bind's http2=true, refused with one line when the extension was built without libnghttp2.
+    def self.http2?(url, options)
+      return false unless options[:http2]
+
+      require_relative "../native"
+      unless defined?(Native::H2) && Native::H2
+        raise ConfigError, "bind #{url}: http2=true, but Margay was built without libnghttp2 " \
+                           "(install libnghttp2-dev and reinstall margay)"
+      end
+      true
+    end
+
     private
+
+    def http2?(url, options) = self.class.http2?(url, options)
 
     def parse_inherited(value)
       self.class.parse_inherited(value)

@@ -16,7 +16,7 @@ module Margay
       "key_password_command" => :text, "ca" => :text, "verify_mode" => :verify,
       "verification_flags" => :flags, "ssl_cipher_filter" => :text, "ssl_ciphersuites" => :text,
       "reuse" => :reuse, "no_tlsv1" => :boolean, "no_tlsv1_1" => :boolean,
-      "low_latency" => :boolean, "backlog" => :positive
+      "low_latency" => :boolean, "backlog" => :positive, "http2" => :boolean
     }.freeze
 
     VERIFY_MODES = { "none" => 0, "peer" => 1, "force_peer" => 2 }.freeze
@@ -59,6 +59,7 @@ module Margay
       query << "verification_flags=#{Array(opts[:verification_flags]).join(',')}" if opts[:verification_flags]
       query << "backlog=#{Integer(opts[:backlog])}" if opts[:backlog]
       query << "low_latency=#{opts[:low_latency]}" if opts.key?(:low_latency)
+      query << "http2=true" if opts[:http2] # Margay's own: ALPN h2 (Puma has no HTTP/2)
       "ssl://#{host}:#{port}?#{query.join('&')}"
     end
 
@@ -142,7 +143,8 @@ module Margay
         "key_password" => (password(url, options[:key_password_command]) if options[:key_password_command]),
         "ca" => options[:ca], "verify" => VERIFY_MODES.fetch(options[:verify_mode] || "none"),
         "verification_flags" => options[:verification_flags], "ssl_cipher_filter" => options[:ssl_cipher_filter],
-        "ssl_ciphersuites" => options[:ssl_ciphersuites], "cache_size" => size, "cache_timeout" => timeout
+        "ssl_ciphersuites" => options[:ssl_ciphersuites], "cache_size" => size, "cache_timeout" => timeout,
+        "http2" => options[:http2] == true
       }
     end
 

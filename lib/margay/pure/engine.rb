@@ -54,9 +54,10 @@ module Margay
       end
 
       # +io+: the listening socket (or its fd under MRI); +unix+, +name+, +port+: its env values;
-      # +tls+: an ssl:// bind's context (no TLS here: refused).
-      def add_listener(io, unix, name, port, tls = nil)
+      # +tls+: an ssl:// bind's context, +http2+: the bind's http2=true (neither here: refused).
+      def add_listener(io, unix, name, port, tls = nil, http2 = false)
         raise NotImplementedError, "ssl:// binds: not served by the pure-Ruby engine yet" if tls
+        raise NotImplementedError, "http2=true: not served by the pure-Ruby engine" if http2
 
         io = Socket.for_fd(io).tap { |s| s.autoclose = false } if io.is_a?(Integer)
         @listeners << [io, unix, name.to_s.dup.freeze, port.to_s.dup.freeze]

@@ -119,7 +119,7 @@ module Margay
         started = Clock.now if @access_log
         input = env[Rack::RACK_INPUT]
         hijack = Hijack.new(@engine, token, env)
-        env[Rack::RACK_HIJACK] = hijack
+        env[Rack::RACK_HIJACK] = hijack if env[Rack::RACK_IS_HIJACK] # false on HTTP/2 (other streams share the socket)
         env[PUMA_PEERCERT] = OpenSSL::X509::Certificate.new(env[PUMA_PEERCERT]) if env.key?(PUMA_PEERCERT) # DER from the engine
         env[RACK_EARLY_HINTS] = EarlyHints.new(@engine, token)
         Upgrade.prepare(env) if env.key?("HTTP_UPGRADE")

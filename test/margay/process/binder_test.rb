@@ -81,6 +81,27 @@ class BinderTest < Minitest::Test
     assert_raises(Errno::EBADF) { IO.for_fd(dropped.fileno, autoclose: false) }
   end
 
+  # http2=true on tcp:// and ssl:// binds; built without libnghttp2 (Native::H2 false) it
+  # refuses to start with one line.
+  def test_http2_option
+    assert_equal({ http2: true }, Margay::Binder.parse("tcp://127.0.0.1:1?http2=true").options)
+    assert_includes Margay::Binder.parse("ssl://127.0.0.1:1?cert=c&key=k&http2=true").options, :http2
+    require "margay/native"
+    native = Margay::Native
+    saved = native::H2
+    native.send(:remove_const, :H2)
+    native.const_set(:H2, false)
+    error = assert_raises(Margay::ConfigError) { Margay::Binder.http2?("tcp://127.0.0.1:1", { http2: true }) }
+    assert_equal "bind tcp://127.0.0.1:1: http2=true, but Margay was built without libnghttp2 " \
+                 "(install libnghttp2-dev and reinstall margay)", error.message
+    refute Margay::Binder.http2?("tcp://127.0.0.1:1", {})
+  ensure
+    unless saved.nil?
+      native.send(:remove_const, :H2)
+      native.const_set(:H2, saved)
+    end
+  end
+
   # Puma's query options are parsed strictly: one line for anything unknown.
   def test_parse_bind_options
     url = Binder.parse("tcp://127.0.0.1:0?backlog=2048&low_latency=true&reuse_port=true")
@@ -90,7 +111,7 @@ class BinderTest < Minitest::Test
     assert_equal [:unix, "/tmp/u.sock", { umask: 0o111, mode: 0o666, backlog: 5 }], [url.scheme, url.path, url.options]
     assert_equal "::1", Binder.parse("tcp://[::1]:80").host
     {
-      "tcp://127.0.0.1:1?umask=0111" => /unknown option "umask" \(known: backlog, low_latency, reuse_port\)/,
+      "tcp://127.0.0.1:1?umask=0111" => /unknown option "umask" \(known: backlog, low_latency, reuse_port, http2\)/,
       "unix:///tmp/u.sock?reuse_port=true" => /unknown option "reuse_port"/,
       "tcp://127.0.0.1:1?backlog=0" => /backlog must be a positive integer, got "0"/,
       "tcp://127.0.0.1:1?backlog" => /backlog must be a positive integer, got nil/,

@@ -31,6 +31,10 @@ class TLSOptionsTest < Minitest::Test
                                             verification_flags: ["PARTIAL_CHAIN"], backlog: 32, low_latency: false)
     assert_equal "ssl://h:1?cert=c&key=k&ssl_cipher_filter=ECDHE%2BAESGCM&reuse=5,9&verify_mode=none",
                  TLS.bind_url("h", 1, cert: "c", key: "k", ssl_cipher_filter: "ECDHE+AESGCM", reuse: { size: 5, timeout: 9 })
+    # http2: Margay's own option (Puma has no HTTP/2), read back by the query parser
+    url = TLS.bind_url("h", 1, cert: "c", key: "k", http2: true)
+    assert_equal "ssl://h:1?cert=c&key=k&verify_mode=none&http2=true", url
+    assert_equal true, TLS.parse_query(url, url.split("?", 2).last)[:http2]
   end
 
   # Built without OpenSSL (Native::TLS false), a TLS bind refuses to start with one line.

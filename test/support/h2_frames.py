@@ -1,0 +1,189 @@
+"""Raw HTTP/2 frames against a server (test/wire/h2_test.rb): python3-h2 for the session,
+hyperframe for frames h2 would refuse to send. Prints one JSON line of what it saw.
+
+  h2_frames.py seeds DIR              writes the h2 fuzz harness's seeds (ext/margay/fuzz/seeds/h2):
+                                      client frames after the preface, one scenario a file
+                                      (/usr/bin/python3 test/support/h2_frames.py seeds ext/margay/fuzz/seeds/h2)
+
+  h2_frames.py PORT settings          the server's SETTINGS
+  h2_frames.py PORT rapid_reset N     N x (HEADERS + RST_STREAM), then reads until closed
+  h2_frames.py PORT big_headers SIZE  one stream with a SIZE-byte header value, then a normal one
+  h2_frames.py PORT continuation N    HEADERS without END_HEADERS, then N empty CONTINUATION frames
+  h2_frames.py PORT made_you_reset N  N x (HEADERS with END_STREAM + a WINDOW_UPDATE that overflows
+                                      the stream's window, which the server answers with RST_STREAM
+                                      FLOW_CONTROL_ERROR), then reads until closed
+"""
+import json
+import socket
+import sys
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
+from hyperframe.frame import ContinuationFrame, HeadersFrame, WindowUpdateFrame
+
+
+def connect(port):
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+    conn.initiate_connection()
+    sock.sendall(conn.data_to_send())
+    return sock, conn
+
+
+def request(path, extra=()):
+    return [(":method", "GET"), (":path", path), (":scheme", "http"), (":authority", "localhost")] + list(extra)
+
+
+def pump(sock, conn, until, limit=10.0):
+    """Read and feed events until until(events_so_far) or the connection closes."""
+    seen = []
+    sock.settimeout(limit)
+    try:
+        while not until(seen):
+            data = sock.recv(65536)
+            if not data:
+                seen.append("closed")
+                break
+            try:
+                seen.extend(conn.receive_data(data))
+            except h2.exceptions.ProtocolError:
+                pass
+            out = conn.data_to_send()
+            if out:
+                sock.sendall(out)
+    except (ConnectionResetError, BrokenPipeError):
+        seen.append("closed")
+    except socket.timeout:
+        seen.append("timeout")
+    return seen
+
+
+def goaway_of(events):
+    for e in events:
+        if isinstance(e, h2.events.ConnectionTerminated):
+            return e.error_code
+    return None
+
+
+def seeds(out_dir):
+    import os
+
+    def frames_after_preface(build):
+        conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        data = conn.data_to_send()[24:]  # SETTINGS, after the 24-byte preface
+        build(conn)
+        return data + conn.data_to_send()
+
+    def get(conn):
+        conn.send_headers(1, request("/a?b=c", [("cookie", "a=1"), ("cookie", "b=2")]), end_stream=True)
+
+    def post(conn):
+        conn.send_headers(1, [(":method", "POST")] + request("/up")[1:] + [("content-length", "3000")])
+        conn.send_data(1, b"x" * 3000, end_stream=True)
+
+    def many(conn):
+        for sid in range(1, 40, 2):
+            conn.send_headers(sid, request("/s%d" % sid), end_stream=True)
+
+    def reset(conn):
+        for sid in range(1, 20, 2):
+            conn.send_headers(sid, request("/"), end_stream=True)
+            conn.reset_stream(sid)
+
+    def trailers(conn):
+        conn.send_headers(1, [(":method", "POST")] + request("/t")[1:] + [("te", "trailers")])
+        conn.send_data(1, b"body")
+        conn.send_headers(1, [("x-trailer", "1")], end_stream=True)
+
+    def ping(conn):
+        conn.ping(b"12345678")
+        conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 100})
+        conn.send_headers(1, request("/"), end_stream=True)
+        conn.increment_flow_control_window(1000)
+
+    os.makedirs(out_dir, exist_ok=True)
+    for name, build in [("get", get), ("post", post), ("many", many), ("reset", reset), ("trailers", trailers),
+                        ("ping", ping)]:
+        with open(os.path.join(out_dir, name), "wb") as f:
+            f.write(frames_after_preface(build))
+
+
+def main():
+    if sys.argv[1] == "seeds":
+        seeds(sys.argv[2])
+        return
+    port, what = int(sys.argv[1]), sys.argv[2]
+    sock, conn = connect(port)
+    out = {}
+    if what == "settings":
+        seen = pump(sock, conn, lambda s: any(isinstance(e, h2.events.RemoteSettingsChanged) for e in s))
+        changed = next(e for e in seen if isinstance(e, h2.events.RemoteSettingsChanged)).changed_settings
+        out = {str(int(k)): v.new_value for k, v in changed.items()}
+    elif what == "rapid_reset":
+        n = int(sys.argv[3])
+        for i in range(n):
+            sid = conn.get_next_available_stream_id()
+            conn.send_headers(sid, request("/"), end_stream=True)
+            conn.reset_stream(sid)
+            if i % 50 == 49:
+                try:
+                    sock.sendall(conn.data_to_send())
+                except (ConnectionResetError, BrokenPipeError):
+                    break
+        try:
+            sock.sendall(conn.data_to_send())
+        except (ConnectionResetError, BrokenPipeError):
+            pass
+        seen = pump(sock, conn, lambda s: "closed" in s)
+        out = {"goaway": goaway_of(seen), "closed": "closed" in seen}
+    elif what == "made_you_reset":
+        n = int(sys.argv[3])
+        for i in range(n):
+            sid = conn.get_next_available_stream_id()
+            conn.send_headers(sid, request("/"), end_stream=True)
+            data = conn.data_to_send() + WindowUpdateFrame(sid, window_increment=2**31 - 1).serialize()
+            try:
+                sock.sendall(data)
+            except (ConnectionResetError, BrokenPipeError):
+                break
+        seen = pump(sock, conn, lambda s: "closed" in s)
+        out = {"goaway": goaway_of(seen), "closed": "closed" in seen}
+    elif what == "big_headers":
+        size = int(sys.argv[3])
+        big = conn.get_next_available_stream_id()
+        conn.send_headers(big, request("/big", [("x-big", "a" * size)]), end_stream=True)
+        small = conn.get_next_available_stream_id()
+        conn.send_headers(small, request("/small"), end_stream=True)
+        sock.sendall(conn.data_to_send())
+        statuses = {}
+
+        def done(seen):
+            for e in seen:
+                if isinstance(e, h2.events.ResponseReceived):
+                    statuses[e.stream_id] = dict(e.headers)[":status"]
+                if isinstance(e, h2.events.StreamReset):
+                    statuses[e.stream_id] = "reset"
+            return len(statuses) == 2 or "closed" in seen
+
+        seen = pump(sock, conn, done)
+        out = {"big": statuses.get(big), "small": statuses.get(small), "goaway": goaway_of(seen)}
+    elif what == "continuation":
+        n = int(sys.argv[3])
+        sid = conn.get_next_available_stream_id()
+        block = conn.encoder.encode(request("/"))
+        frames = HeadersFrame(sid, block, flags=["END_STREAM"]).serialize()
+        for i in range(n):
+            frames += ContinuationFrame(sid, b"", flags=[]).serialize()
+        try:
+            sock.sendall(frames)
+        except (ConnectionResetError, BrokenPipeError):
+            pass
+        seen = pump(sock, conn, lambda s: "closed" in s)
+        out = {"goaway": goaway_of(seen), "closed": "closed" in seen}
+    print(json.dumps(out), flush=True)
+
+
+main()

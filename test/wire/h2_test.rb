@@ -1,0 +1,275 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "digest"
+require "json"
+require "open3"
+require "tempfile"
+require "margay/native"
+require "support/tls_certs"
+
+# HTTP/2 done by the engine (ext/margay/core/h2.c) over real sockets: ALPN h2 on an ssl:// bind
+# and h2c with prior knowledge on a tcp:// bind (http2=true), with curl, nghttp and raw frames
+# (test/support/h2_frames.py on Debian's python3-h2) as clients.
+class H2Test < Minitest::Test
+  include Margay::TestHelper
+
+  CERTS = Margay::TLSCerts
+  # Debian's python3 (python3-h2 is installed for it), not one a version manager put first on PATH.
+  PYTHON = File.executable?("/usr/bin/python3") ? "/usr/bin/python3" : "python3"
+  FRAMES = File.expand_path("../support/h2_frames.py", __dir__)
+  # The clients run without the ASan runtime rake test:asan preloads (curl hangs under it).
+  CLIENT = { "LD_PRELOAD" => nil }.freeze
+
+  ECHO = lambda do |env|
+    body = env["rack.input"].read
+    keys = %w[SERVER_PROTOCOL REQUEST_METHOD PATH_INFO QUERY_STRING REQUEST_URI HTTP_HOST SERVER_NAME SERVER_PORT
+              HTTP_COOKIE CONTENT_LENGTH CONTENT_TYPE rack.url_scheme rack.hijack?]
+    lines = keys.map { |k| "#{k}=#{env[k].inspect}" }
+    lines << "hijack=#{env.key?('rack.hijack')}" << "body=#{Digest::SHA256.hexdigest(body)}:#{body.bytesize}"
+    [200, { "content-type" => "text/plain", "connection" => "keep-alive" }, [lines.join("\n")]]
+  end
+
+  # ECHO with a field name in capitals, which Rack 3 forbids and the server lowercases anyway.
+  ECHO_CAPITALS = lambda do |env|
+    status, headers, body = ECHO.call(env)
+    [status, headers.merge("X-Mixed-Case" => "yes"), body]
+  end
+
+  def setup
+    skip "built without libnghttp2" unless Margay::Native::H2
+    skip "built without OpenSSL" unless Margay::Native::TLS
+    skip "no openssl command" unless CERTS.cli?
+  end
+
+  # An ssl:// bind with the test CA's RSA certificate (made when first asked: not at load, where
+  # the certificates' at_exit would run before the tests).
+  def tls_bind = "ssl://127.0.0.1:0?cert=#{CERTS.path('rsa.pem')}&key=#{CERTS.path('rsa.key')}"
+
+  # A server with an ssl:// and a tcp:// bind, both http2=true (or +binds+): yields their ports.
+  def with_h2_server(app, binds: ["#{tls_bind}&http2=true", "tcp://127.0.0.1:0?http2=true"], **settings)
+    with_server(app, binds: binds, **settings) do |_host, _port, server|
+      yield(*server.addresses.map { |a| a[/:(\d+)\z/, 1].to_i }, server)
+    end
+  end
+
+  def curl(*args)
+    skip "no curl" unless system(CLIENT, "curl", "--version", out: File::NULL, err: File::NULL)
+    out, err, status = Open3.capture3(CLIENT, "curl", "-sS", "--max-time", "20", "--cacert", CERTS.path("ca.pem"), *args)
+    assert status.success?, "curl #{args.join(' ')}: #{err}"
+    [out, err]
+  end
+
+  # Runs h2_frames.py against +port+; its JSON line.
+  def frames(port, *args)
+    skip "no python3-h2" unless system(CLIENT, PYTHON, "-c", "import h2", out: File::NULL, err: File::NULL)
+    out, err, status = Open3.capture3(CLIENT, PYTHON, FRAMES, port.to_s, *args.map(&:to_s))
+    assert status.success?, "h2_frames.py #{args.join(' ')}: #{err}"
+    JSON.parse(out.lines.last)
+  end
+
+  def test_get_over_tls_by_alpn_with_the_http11_env_rules
+    with_h2_server(ECHO_CAPITALS, lint: false) do |tls, _plain|
+      out, err = curl("--http2", "-v", "-H", "cookie: a=1", "-H", "cookie: b=2", "https://localhost:#{tls}/p/a?x=1&y=2")
+      assert_includes err, "ALPN: server accepted h2"
+      assert_match(%r{^< HTTP/2 200}, err)
+      assert_match(/^< x-mixed-case: yes/, err, "field names go out lowercased")
+      refute_match(/^< connection/i, err, "connection-specific fields are dropped")
+      assert_match(/^< content-length: \d+/, err)
+      assert_match(/^< date: /, err)
+      assert_includes out, %(SERVER_PROTOCOL="HTTP/2")
+      assert_includes out, %(PATH_INFO="/p/a")
+      assert_includes out, %(QUERY_STRING="x=1&y=2")
+      assert_includes out, %(REQUEST_URI="/p/a?x=1&y=2")
+      assert_includes out, %(HTTP_HOST="localhost:#{tls}")
+      assert_includes out, %(SERVER_NAME="localhost")
+      assert_includes out, %(SERVER_PORT="#{tls}")
+      assert_includes out, %(HTTP_COOKIE="a=1; b=2")
+      assert_includes out, %(rack.url_scheme="https")
+      assert_includes out, %(rack.hijack?=false)
+      assert_includes out, "hijack=false"
+    end
+  end
+
+  def test_post_bodies_in_memory_and_in_a_tempfile
+    with_h2_server(ECHO, body_buffer_size: 4096) do |tls, plain|
+      [10, 3 * 1024 * 1024].each do |size|
+        data = Random.new(size).bytes(size)
+        Tempfile.create("h2-body") do |f|
+          f.binmode
+          f.write(data)
+          f.flush
+          out, = curl("--http2", "--data-binary", "@#{f.path}", "-H", "content-type: application/x-test",
+                      "https://localhost:#{tls}/up")
+          assert_includes out, "body=#{Digest::SHA256.hexdigest(data)}:#{size}"
+          assert_includes out, %(CONTENT_LENGTH="#{size}")
+          assert_includes out, %(CONTENT_TYPE="application/x-test")
+          out, = curl("--http2-prior-knowledge", "--data-binary", "@#{f.path}", "http://127.0.0.1:#{plain}/up")
+          assert_includes out, "body=#{Digest::SHA256.hexdigest(data)}:#{size}"
+          assert_includes out, %(rack.url_scheme="http")
+        end
+      end
+    end
+  end
+
+  def test_http11_still_served_on_both_listeners
+    with_h2_server(ECHO) do |tls, plain|
+      out, err = curl("--http1.1", "-v", "https://localhost:#{tls}/one")
+      assert_includes err, "ALPN: server accepted http/1.1"
+      assert_includes out, %(SERVER_PROTOCOL="HTTP/1.1")
+      assert_includes out, %(rack.hijack?=true)
+      out, = curl("http://127.0.0.1:#{plain}/two")
+      assert_includes out, %(SERVER_PROTOCOL="HTTP/1.1")
+    end
+  end
+
+  def test_without_http2_no_alpn_is_offered
+    with_h2_server(ECHO, binds: [tls_bind]) do |port|
+      out, err = curl("--http2", "-v", "https://localhost:#{port}/")
+      refute_includes err, "server accepted h2"
+      assert_includes out, %(SERVER_PROTOCOL="HTTP/1.1")
+    end
+  end
+
+  def test_client_certificate_by_h2
+    app = ->(env) { [200, { "content-type" => "text/plain" }, ["peercert=#{env['puma.peercert']&.subject}"]] }
+    binds = ["#{tls_bind}&http2=true&verify_mode=peer&ca=#{CERTS.path('ca.pem')}"]
+    with_h2_server(app, binds: binds) do |tls|
+      out, err = curl("--http2", "-v", "--cert", CERTS.path("client.pem"), "--key", CERTS.path("client.key"),
+                      "https://localhost:#{tls}/")
+      assert_includes err, "ALPN: server accepted h2"
+      assert_equal "peercert=/CN=Margay Test Client", out
+      out, = curl("--http2", "https://localhost:#{tls}/")
+      assert_equal "peercert=", out, "none without a client certificate"
+    end
+  end
+
+  def test_many_streams_of_one_connection_run_on_several_threads
+    lock = Mutex.new
+    now = peak = 0
+    app = lambda do |_env|
+      lock.synchronize { peak = [peak, now += 1].max }
+      sleep 0.2
+      lock.synchronize { now -= 1 }
+      [200, { "content-type" => "text/plain" }, ["ok"]]
+    end
+    skip "no nghttp" unless system(CLIENT, "nghttp", "--version", out: File::NULL, err: File::NULL)
+    with_h2_server(app, min_threads: 4, max_threads: 4) do |tls, plain|
+      out, status = Open3.capture2e(CLIENT, "nghttp", "-n", "-s", "-m", "24", "http://127.0.0.1:#{plain}/slow")
+      assert status.success?, out
+      assert_equal 24, out.lines.count { |l| l.match?(/\s200\s+\d+\s+\/slow$/) }, out
+      assert_operator peak, :>=, 2, "the streams of one connection overlap across threads"
+      out, status = Open3.capture2e(CLIENT, "nghttp", "-n", "-s", "-m", "24", "https://localhost:#{tls}/slow",
+                                    "--no-verify-peer")
+      assert status.success?, out
+      assert_equal 24, out.lines.count { |l| l.match?(/\s200\s+\d+\s+\/slow$/) }, out
+    end
+  end
+
+  def test_settings_advertise_the_limits
+    with_h2_server(ECHO, max_header_size: 16_384) do |_tls, plain|
+      settings = frames(plain, "settings")
+      assert_equal 100, settings["3"], "SETTINGS_MAX_CONCURRENT_STREAMS"
+      assert_equal 16_384, settings["6"], "SETTINGS_MAX_HEADER_LIST_SIZE"
+    end
+  end
+
+  # A flood of +frames_args+ ends its connection with a GOAWAY (+code+ when given); another client
+  # is served after.
+  def assert_flood_closed(*frames_args, code: nil)
+    with_h2_server(ECHO) do |tls, plain|
+      result = frames(plain, *frames_args)
+      code ? assert_equal(code, result["goaway"]) : refute_nil(result["goaway"])
+      assert result["closed"]
+      out, = curl("--http2", "https://localhost:#{tls}/after")
+      assert_includes out, %(SERVER_PROTOCOL="HTTP/2")
+    end
+  end
+
+  def test_rapid_reset_is_closed_with_enhance_your_calm_and_others_are_served
+    assert_flood_closed("rapid_reset", 2000, code: 11) # ENHANCE_YOUR_CALM
+  end
+
+  def test_made_you_reset_is_closed_with_enhance_your_calm_and_others_are_served
+    assert_flood_closed("made_you_reset", 1000, code: 11) # streams the server resets count as well
+  end
+
+  def test_a_header_list_over_max_header_size_is_answered_431_and_the_connection_goes_on
+    with_h2_server(ECHO, max_header_size: 8192) do |_tls, plain|
+      result = frames(plain, "big_headers", 20_000)
+      assert_equal "431", result["big"]
+      assert_equal "200", result["small"]
+      assert_nil result["goaway"]
+    end
+  end
+
+  def test_continuation_flood_closes_the_connection
+    assert_flood_closed("continuation", 64) # the code differs: nghttp2 may count them first
+  end
+
+  def test_graceful_stop_sends_goaway_and_answers_the_stream_in_flight
+    skip "no nghttp" unless system(CLIENT, "nghttp", "--version", out: File::NULL, err: File::NULL)
+    started = Queue.new
+    app = lambda do |_env|
+      started << true
+      sleep 0.5
+      [200, { "content-type" => "text/plain" }, ["late"]]
+    end
+    with_h2_server(app) do |_tls, plain, server|
+      Open3.popen2e(CLIENT, "nghttp", "-v", "http://127.0.0.1:#{plain}/slow") do |_in, out, wait|
+        started.pop
+        server.stop
+        log = out.read
+        assert wait.value.success?, log
+        goaway = log.index(/recv GOAWAY frame.*\n.*last_stream_id=(\d+), error_code=NO_ERROR/)
+        assert goaway, "GOAWAY NO_ERROR: #{log}"
+        status = log.index(/recv \(stream_id=#{Regexp.last_match(1)}\) :status: 200/)
+        assert status, "the stream GOAWAY named is answered: #{log}"
+        assert_operator goaway, :<, status, "the GOAWAY comes first, then the stream in flight is answered"
+        assert_includes log, "late"
+      end
+    end
+  end
+
+  def test_files_streams_and_head
+    file = Tempfile.create("h2-file")
+    file.write("x" * 100_000)
+    file.flush
+    app = lambda do |env|
+      case env["PATH_INFO"]
+      when "/file" then [200, { "content-type" => "text/plain" }, FileBody.new(file.path)]
+      when "/stream" then [200, { "content-type" => "text/plain" }, Enumerator.new { |y| 3.times { |i| y << "part#{i}\n" } }]
+      else [200, { "content-type" => "text/plain", "content-length" => "5" }, ["hello"]]
+      end
+    end
+    with_h2_server(app) do |tls, _plain|
+      out, = curl("--http2", "https://localhost:#{tls}/file")
+      assert_equal 100_000, out.bytesize
+      out, = curl("--http2", "https://localhost:#{tls}/stream")
+      assert_equal "part0\npart1\npart2\n", out
+      out, err = curl("--http2", "-I", "-v", "https://localhost:#{tls}/head")
+      assert_match(/^< content-length: 5/, err)
+      refute_includes out, "hello"
+    end
+  ensure
+    file&.close
+    File.unlink(file.path) if file
+  end
+
+  # A body answering to_path (Rack::Files does the same).
+  class FileBody
+    def initialize(path) = @path = path
+    def to_path = @path
+    def each = yield(File.binread(@path))
+  end
+
+  def test_fiber_mode_refuses_http2_binds
+    config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0?http2=true"], silent: true, fiber_scheduler: true)
+    server = Margay::Server.new(ECHO, config, log: Margay::Log.new(out: StringIO.new, err: StringIO.new))
+    server.bind
+    error = assert_raises(Margay::ConfigError) { server.run }
+    assert_includes error.message, "http2=true is served by thread mode only"
+  ensure
+    server&.stop
+  end
+end
