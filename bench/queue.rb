@@ -15,8 +15,10 @@
 #
 #   bundle exec ruby bench/queue.rb [--load ab|wrk] [--rounds 5] [--workers 2] [--threads 5] [--min-threads 0]
 #                                   [--connections 50] [--requests 3000] [--seconds 6]
-#                                   [--app bench/apps/io.ru | --rails] [--baseline DIR] [--results-dir DIR]
+#                                   [--app bench/apps/io.ru | --rails] [--fibers] [--baseline DIR]
+#                                   [--results-dir DIR]
 #
+# --fibers: the Margay trees in fiber mode (a fiber per request; Puma keeps its threads).
 # --rails: the Rails bench app (bench/apps/rails, GET /: a page from SQLite), every server with the
 # bench bundle in production, the database made in the run's temp dir before the first server.
 #
@@ -50,6 +52,7 @@ module MargayBench
         end
         p.on("--app PATH") { |v| @o[:app] = v }
         p.on("--rails") { @o[:app] = RAILS_APP }
+        p.on("--fibers") { @o[:fibers] = true }
         p.on("--baseline DIR") { |v| @o[:baseline] = File.expand_path(v) }
         p.on("--results-dir DIR") { |v| @o[:results_dir] = File.expand_path(v) }
       end.parse!(argv)
@@ -99,13 +102,19 @@ module MargayBench
       threads = "#{@o[:min_threads]}:#{@o[:threads]}" # 0: as both servers default, the pool grows from one thread
       app = File.expand_path(@o[:app], ROOT)
       case name
-      when "margay" then [Servers.margay(port, app, workers: @o[:workers], threads: threads), ROOT, @env[name]]
-      when "margay-base" then [Servers.margay(port, app, workers: @o[:workers], threads: threads), @o[:baseline], @env[name]]
+      when "margay", "margay-base"
+        [Servers.margay(port, app, workers: @o[:workers], threads: margay_threads(threads), extra: margay_extra),
+         name == "margay" ? ROOT : @o[:baseline], @env[name]]
       else [Servers.puma(port, app, workers: @o[:workers], threads: threads), ROOT, @env[name]]
       end
     end
 
     def rails? = @o[:app] == RAILS_APP
+
+    def margay_extra = @o[:fibers] ? %w[--fibers] : []
+
+    # In fiber mode Margay runs its default fiber threads (-t sets them otherwise).
+    def margay_threads(threads) = @o[:fibers] ? nil : threads
 
     # Each server's environment: Puma (and every server of the Rails app) with the bench
     # bundle; the Rails app in production on SQLite in +tmp+.
@@ -170,7 +179,8 @@ module MargayBench
 
     def markdown
       load = @o[:load] == "ab" ? "ab -n #{@o[:requests]} -c #{@o[:connections]}" : "wrk -c#{@o[:connections]} -d#{@o[:seconds]}s"
-      lines = ["#{load}, #{@o[:workers]} workers x #{@o[:min_threads]}:#{@o[:threads]} threads, #{@o[:app]}", "",
+      mode = @o[:fibers] ? " (Margay in fiber mode)" : ""
+      lines = ["#{load}, #{@o[:workers]} workers x #{@o[:min_threads]}:#{@o[:threads]} threads#{mode}, #{@o[:app]}", "",
                "| round | server | req/s | p50 ms | p99 ms | p99/p50 | conns per worker (fewest, most) | backlog median (max) | failed |",
                "|---:|---|---:|---:|---:|---:|---|---|---:|"]
       @rows.each do |r|
