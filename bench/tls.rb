@@ -15,9 +15,9 @@
 # Writes DIR/tls-<time>.json and .md (DIR: bench/results/tls-<UTC date>).
 require "json"
 require "optparse"
-require "socket"
 require "time"
 require "tmpdir"
+require_relative "lib/certificates"
 require_relative "lib/procs"
 require_relative "lib/servers"
 require_relative "lib/stats"
@@ -28,13 +28,9 @@ module MargayBench
   class TlsBench
     APP = "bench/apps/hello.ru"
     SERVERS = %w[margay puma nginx margay-plain].freeze
-    KEYS = {
-      "rsa" => %w[-newkey rsa:2048],
-      "ecdsa" => %w[-newkey ec -pkeyopt ec_paramgen_curve:P-256]
-    }.freeze
 
     def initialize(argv)
-      @o = { rounds: 3, seconds: 10, connections: 64, keys: KEYS.keys, servers: SERVERS,
+      @o = { rounds: 3, seconds: 10, connections: 64, keys: Certificates::KEYS.keys, servers: SERVERS,
              results_dir: File.join(ROOT, "bench/results", "tls-#{Time.now.utc.strftime('%Y%m%d')}") }
       OptionParser.new do |p|
         %i[rounds seconds connections].each { |k| p.on("--#{k} N", Integer) { |v| @o[k] = v } }
@@ -48,7 +44,7 @@ module MargayBench
       rows = []
       Dir.mktmpdir("margay-tls-") do |tmp|
         @o[:keys].each do |key|
-          cert, pem = certificate(tmp, key)
+          cert, pem = Certificates.make(tmp, key, who: "bench/tls.rb")
           @o[:rounds].times do |round|
             @o[:servers].each do |server|
               row = measure(server, key, cert, pem, round + 1, tmp)
@@ -65,16 +61,6 @@ module MargayBench
 
     private
 
-    # A self-signed certificate for 127.0.0.1 with a +key+ key: [cert path, key path].
-    def certificate(tmp, key)
-      cert = File.join(tmp, "#{key}.crt")
-      pem = File.join(tmp, "#{key}.key")
-      ok = system("openssl", "req", "-x509", *KEYS.fetch(key), "-nodes", "-keyout", pem, "-out", cert, "-days", "2",
-                  "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", %i[out err] => File::NULL)
-      abort "bench/tls.rb: openssl could not make the #{key} certificate" unless ok
-      [cert, pem]
-    end
-
     def measure(server, key, cert, pem, round, tmp)
       port = Env.free_port
       log = File.join(tmp, "#{server}-#{key}-#{round}.log")
@@ -82,7 +68,7 @@ module MargayBench
       pid = Procs.spawn_server(env, argv, log, chdir: chdir)
       begin
         # listening is enough: a plain GET to a TLS port is not answered 200
-        Procs.await_server("bench/tls.rb: #{server} on #{port}", log) { listening?(port) }
+        Procs.await_server("bench/tls.rb: #{server} on #{port}", log) { Env.listening?(port) }
         url = "#{server == 'margay-plain' ? 'http' : 'https'}://127.0.0.1:#{port}/"
         Wrk.run(Wrk.argv(threads: 2, connections: @o[:connections], seconds: 2, timeout: 2, url: url),
                 out_path: File.join(tmp, "warm.out"), bound: 30) # handshakes and the pool's growth out of the way
@@ -107,20 +93,10 @@ module MargayBench
         [Servers.puma(port, app, bind: ssl), ROOT,
          Env.clean.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile"))]
       when "nginx"
-        argv, = Servers.nginx(port, workers: 1, tmp: tmp, nginx: Env.which("nginx"))
-        conf = argv[argv.index("-c") + 1]
-        File.write(conf, File.read(conf).sub("listen 127.0.0.1:#{port};",
-                                             "listen 127.0.0.1:#{port} ssl;\n        ssl_certificate #{cert};\n" \
-                                             "        ssl_certificate_key #{pem};\n        ssl_protocols TLSv1.2 TLSv1.3;"))
+        argv, = Servers.nginx(port, workers: 1, tmp: tmp, nginx: Env.which("nginx"), tls: [cert, pem])
         [argv, ROOT, Env.clean]
       else abort "bench/tls.rb: unknown server #{server}"
       end
-    end
-
-    def listening?(port)
-      Socket.tcp("127.0.0.1", port, connect_timeout: 1).close.nil?
-    rescue SystemCallError
-      false
     end
 
     def markdown(rows)

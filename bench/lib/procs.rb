@@ -101,6 +101,20 @@ module MargayBench
       nil
     end
 
+    # Runs a client +argv+ (wrk, h2load) in ROOT with its output in +out_path+; yields its pid
+    # once started (so a signal handler can stop it); stops it and raises if it is still
+    # running after +bound+ seconds. Returns [its Process::Status, its output].
+    def run_bounded(argv, out_path:, bound:, env: {})
+      pid = Process.spawn(env, *argv, chdir: ROOT, in: File::NULL, %i[out err] => [out_path, "w"])
+      yield pid if block_given?
+      status = wait(pid, bound)
+      unless status
+        stop(pid, grace: 2)
+        raise "#{argv.first} did not finish within #{bound}s"
+      end
+      [status, File.read(out_path)]
+    end
+
     # TERM, then KILL (with every descendant) after +grace+ seconds.
     def stop(pid, grace: 10)
       family = tree(pid)
@@ -273,6 +287,14 @@ module MargayBench
         s.read.to_s.start_with?("HTTP/1.1 200", "HTTP/1.0 200")
       end
     rescue SystemCallError, IOError
+      false
+    end
+
+    # Whether something accepts connections on 127.0.0.1:+port+ (for listeners that answer
+    # no plain GET: TLS, HTTP/2 only).
+    def listening?(port)
+      Socket.tcp("127.0.0.1", port, connect_timeout: 1).close.nil?
+    rescue SystemCallError
       false
     end
 

@@ -34,16 +34,47 @@ module MargayBench
         flag("-w", workers) + flag("-t", threads) + extra + [app]
     end
 
-    # Falcon's forked model: +processes+ processes, a fiber per request.
+    # Falcon's forked model: +processes+ processes, a fiber per request. On http:// it serves
+    # HTTP/1.1 and h2c with prior knowledge (async-http reads the preface).
     def falcon(port, app, processes:)
       %W[bundle exec falcon serve -b http://127.0.0.1:#{port} --forked -n #{processes} -c #{app}]
     end
 
-    # Itsi in fiber-scheduler mode (-f), +workers+ workers, backlog raised (ITSI_CONFIG
-    # written to +conf+).
-    def itsi(port, app, workers:, conf:)
+    # Falcon over TLS with the certificate +cert+ and its key +key+ (RSA or EC), ALPN h2 and
+    # http/1.1, +processes+ processes: `falcon serve` takes no certificate (it makes its own
+    # with the localhost gem), so this is `falcon host` with a service file written to +conf+
+    # that includes Falcon's Rack and TLS environments (its TLS environment pins TLS 1.2).
+    def falcon_tls(port, app, processes:, cert:, key:, conf:)
+      File.write(conf, <<~RUBY)
+        # frozen_string_literal: true
+
+        require "falcon/environment/rack"
+        require "falcon/environment/tls"
+
+        service "bench" do
+          include Falcon::Environment::Rack
+          include Falcon::Environment::TLS
+
+          rackup_path #{File.expand_path(app, ROOT).inspect}
+          ssl_certificate_path #{cert.inspect}
+          ssl_private_key_path #{key.inspect}
+          ssl_private_key { OpenSSL::PKey.read(File.read(ssl_private_key_path)) }
+          url "https://127.0.0.1:#{port}"
+          endpoint { Async::HTTP::Endpoint.parse(url).with(ssl_context: ssl_context, **endpoint_options) }
+          count #{processes}
+        end
+      RUBY
+      %W[bundle exec falcon host #{conf}]
+    end
+
+    # Itsi, +workers+ workers, backlog raised (ITSI_CONFIG written to +conf+); +fibers+: its
+    # fiber-scheduler mode (-f), else its default (blocking, one thread). +bind+: another URL
+    # on +port+ (https://...?cert=&key=); on http:// and https:// alike hyper serves HTTP/1.1
+    # and HTTP/2 (ALPN h2 over TLS, the preface on plain TCP).
+    def itsi(port, app, workers:, conf:, fibers: true, bind: "http://127.0.0.1:#{port}")
       File.write(conf, ITSI_CONFIG)
-      %W[bundle exec itsi -C #{conf} -b http://127.0.0.1:#{port} -w #{workers} -f -r #{File.expand_path(app, ROOT)}]
+      %W[bundle exec itsi -C #{conf} -b #{bind} -w #{workers}] + (fibers ? ["-f"] : []) +
+        %W[-r #{File.expand_path(app, ROOT)}]
     end
 
     def iodine(port, app, workers:, threads:)
@@ -73,12 +104,19 @@ module MargayBench
     end
 
     # nginx serving bench/nginx/hello.conf on +port+ with +workers+ workers, its prefix a new
-    # folder under +tmp+: [argv, prefix].
-    def nginx(port, workers:, tmp:, nginx:)
+    # folder under +tmp+: [argv, prefix]. +tls+: [certificate, key] (TLS 1.2-1.3); +http2+:
+    # HTTP/2 on the listener (ALPN h2 with +tls+, else h2c with prior knowledge only);
+    # +keepalive_requests+: requests (HTTP/2: streams) per connection instead of hello.conf's.
+    def nginx(port, workers:, tmp:, nginx:, tls: nil, http2: false, keepalive_requests: nil)
       prefix = File.join(tmp, "nginx-#{port}")
       FileUtils.mkdir_p(prefix)
+      listen = ["listen 127.0.0.1:#{port}", *("ssl" if tls), *("http2" if http2)].join(" ")
+      listen += ";\n        ssl_certificate #{tls[0]};\n        ssl_certificate_key #{tls[1]};\n" \
+                "        ssl_protocols TLSv1.2 TLSv1.3" if tls
       conf = File.read(File.join(BENCH, "nginx", "hello.conf")).gsub("__PORT__", port.to_s)
                  .sub(/^worker_processes \d+;/, "worker_processes #{workers};")
+                 .sub("listen 127.0.0.1:#{port}", listen)
+      conf = conf.sub(/^(\s*keepalive_requests) \d+;/, "\\1 #{keepalive_requests};") if keepalive_requests
       File.write(File.join(prefix, "nginx.conf"), conf)
       [[nginx, "-p", "#{prefix}/", "-c", File.join(prefix, "nginx.conf"), "-e", "stderr"], prefix]
     end

@@ -17,15 +17,8 @@ module MargayBench
     # Runs +argv+ in ROOT with its output in +out_path+, killed after +bound+ seconds;
     # yields wrk's pid once it is started (so a signal handler can stop it). Returns
     # [the parsed BENCH_JSON, wrk's text output without that line].
-    def run(argv, out_path:, bound:, env: {})
-      pid = Process.spawn(env, *argv, chdir: ROOT, in: File::NULL, %i[out err] => [out_path, "w"])
-      yield pid if block_given?
-      status = Procs.wait(pid, bound)
-      unless status
-        Procs.stop(pid, grace: 2)
-        raise "wrk did not finish within #{bound}s"
-      end
-      out = File.read(out_path)
+    def run(argv, out_path:, bound:, env: {}, &started)
+      status, out = Procs.run_bounded(argv, out_path: out_path, bound: bound, env: env, &started)
       json = out[/^BENCH_JSON (.*)$/, 1]
       raise "wrk failed (#{status}): #{out.lines.last(5).join}" unless json
 
