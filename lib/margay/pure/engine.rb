@@ -25,7 +25,7 @@ module Margay
 
       # A client connection; +head+ and +input+ describe its current request.
       Conn = Struct.new(:io, :buf, :listener, :addr, :head, :chunked, :input, :deadline, :requests, :arrival,
-                        :started, :close, :stream)
+                        :started, :close, :stream, :left)
 
       READ_SIZE = 16_384
 
@@ -96,15 +96,26 @@ module Margay
       def respond(token, status, headers, body)
         conn = held(token)
         status = check_status(status)
-        no_body = no_body?(conn, status)
-        length = body.sum(&:bytesize) unless no_body || header?(headers, "content-length")
-        out = head_bytes(conn, status, headers, length && { "content-length" => length.to_s })
-        body.each { |part| out << part.b } unless no_body
+        raise InvalidResponse, "body must be an Array" unless body.is_a?(Array)
+
+        length = body.sum do |part|
+          raise InvalidResponse, "body parts must be Strings, got #{part.class}" unless part.is_a?(String)
+
+          part.bytesize
+        end
+        built = head_begin(status, headers)
+        send_body = conn.head.method != "HEAD" && !bodyless?(status)
+        if built.content_length >= 0 && send_body && !built.has_te && built.content_length != length
+          raise InvalidResponse, "content-length #{built.content_length} does not match the body's #{length} bytes"
+        end
+
+        out = head_finish(conn, built, status, bodyless?(status) || built.has_te ? -1 : length)
+        body.each { |part| out << part.b } if send_body
         write(conn, out)
         finish(token, conn)
       end
 
-      # -> like #respond; false if the file cannot be opened
+      # -> like #respond; false if the file cannot be opened (or its length is not the app's)
       def respond_file(token, status, headers, path)
         file = File.open(path, "rb") rescue (return false) # rubocop:disable Style/RescueModifier
         begin
@@ -112,10 +123,11 @@ module Margay
 
           conn = held(token)
           status = check_status(status)
-          no_body = no_body?(conn, status)
-          extra = { "content-length" => file.size.to_s } unless no_body || header?(headers, "content-length")
-          write(conn, head_bytes(conn, status, headers, extra))
-          unless no_body
+          built = head_begin(status, headers)
+          return false if built.has_te || (built.content_length >= 0 && built.content_length != file.size)
+
+          write(conn, head_finish(conn, built, status, bodyless?(status) ? -1 : file.size))
+          if conn.head.method != "HEAD" && !bodyless?(status)
             while (chunk = file.read(65_536))
               write(conn, chunk)
             end
@@ -126,12 +138,13 @@ module Margay
         end
       end
 
-      # A 103 response before the final one (HTTP/1.1 only).
+      # A 103 response before the final one (HTTP/1.1 only): true when sent.
       def early_hints(token, headers)
         conn = held(token)
-        return if conn.head.minor.zero?
+        return false if conn.head.minor.zero? || conn.started
 
-        write(conn, "HTTP/1.1 103 Early Hints\r\n#{fields(headers)}\r\n".b)
+        write(conn, "HTTP/1.1 103 Early Hints\r\n#{hint_fields(headers)}\r\n".b)
+        true
       end
 
       def response_started?(token) = held(token).started ? true : false
@@ -140,16 +153,13 @@ module Margay
       def stream_start(token, status, headers)
         conn = held(token)
         status = check_status(status)
-        if no_body?(conn, status) || header?(headers, "content-length")
-          conn.stream = :raw
-        elsif conn.head.minor.zero?
-          conn.stream = :raw
-          conn.close = true
-        else
-          conn.stream = :chunked
-        end
-        extra = { "transfer-encoding" => "chunked" } if conn.stream == :chunked
-        write(conn, head_bytes(conn, status, headers, extra))
+        built = head_begin(status, headers)
+        raise NotImplementedError, "rack.hijack: not supported by the pure-Ruby engine yet" if built.hijack
+
+        out = head_finish(conn, built, status, bodyless?(status) ? -1 : built.content_length)
+        conn.stream = built.chunked && conn.head.method != "HEAD" ? :chunked : :raw
+        conn.left = conn.head.method == "HEAD" || bodyless?(status) ? 0 : built.content_length
+        write(conn, out)
         nil
       end
 
@@ -157,12 +167,20 @@ module Margay
         conn = held(token)
         return if string.empty? || conn.head.method == "HEAD"
 
+        if conn.left >= 0
+          if string.bytesize > conn.left
+            raise InvalidResponse, "body is longer than its content-length (#{string.bytesize - conn.left} more bytes)"
+          end
+
+          conn.left -= string.bytesize
+        end
         write(conn, conn.stream == :chunked ? "#{string.bytesize.to_s(16)}\r\n#{string.b}\r\n".b : string.b)
       end
 
       def stream_finish(token)
         conn = held(token)
-        write(conn, "0\r\n\r\n".b) if conn.stream == :chunked && conn.head.method != "HEAD"
+        write(conn, "0\r\n\r\n".b) if conn.stream == :chunked
+        conn.close = true if conn.left.to_i.positive? # fewer bytes than announced: only closing frames it
         finish(token, conn)
       end
 
@@ -279,7 +297,7 @@ module Margay
       end
 
       def reset(conn)
-        conn.head = conn.chunked = conn.input = conn.stream = conn.started = nil
+        conn.head = conn.chunked = conn.input = conn.stream = conn.started = conn.left = nil
         conn.close = false
         conn.arrival = nil
         conn.deadline = now + @cfg[:keepalive_timeout]
@@ -424,9 +442,9 @@ module Margay
       end
 
       def send_error(conn, status)
-        text = "#{status} #{REASONS.fetch(status, 'Error')}\n"
-        write(conn, "HTTP/1.1 #{status} #{REASONS.fetch(status, 'Error')}\r\ncontent-type: text/plain\r\n" \
-                    "content-length: #{text.bytesize}\r\nconnection: close\r\n\r\n#{text}".b)
+        reason = REASONS.fetch(status, "")
+        write(conn, "HTTP/1.1 #{status} #{reason}\r\ncontent-type: text/plain\r\ncontent-length: #{reason.bytesize + 1}" \
+                    "\r\nconnection: close\r\n#{date_field}\r\n#{reason}\n".b)
       rescue ClientGone
         nil
       ensure
