@@ -392,7 +392,7 @@ module Margay
           conn.buf = conn.buf.byteslice(head.length..)
           return 413 if @cfg[:max_body_size] && head.content_length.to_i > @cfg[:max_body_size]
 
-          conn.chunked = Chunked.new(@cfg[:max_body_size], @cfg[:max_chunk_extensions]) if head.chunked
+          conn.chunked = Chunked.new(@cfg[:max_body_size], @cfg[:max_chunk_extensions], @cfg[:max_header_size]) if head.chunked
           conn.deadline = now + @cfg[:body_timeout]
           if head.expect_continue && (head.chunked || head.content_length.to_i.positive?)
             conn.io.write("HTTP/1.1 100 Continue\r\n\r\n")
@@ -410,7 +410,7 @@ module Margay
 
           conn.buf = conn.chunked.rest
           conn.input = conn.chunked.body
-        elsif head.content_length.to_i.positive?
+        elsif head.content_length
           return :more if conn.buf.bytesize < head.content_length
 
           conn.input = conn.buf.byteslice(0, head.content_length)

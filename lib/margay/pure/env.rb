@@ -62,7 +62,7 @@ module Margay
           [authority[0..close], port && !port.empty? ? port : nil]
         else
           name, port = authority.split(":", 2)
-          [name, port && !port.empty? ? port : nil]
+          [name.to_s, port && !port.empty? ? port : nil]
         end
       end
     end
