@@ -6,6 +6,7 @@ require_relative "parser"
 require_relative "chunked"
 require_relative "env"
 require_relative "head"
+require_relative "proxy"
 
 module Margay
   module Pure
@@ -21,11 +22,12 @@ module Margay
       include Env
       SETTINGS = %i[max_request_target max_header_size max_headers max_body_size max_chunk_extensions
                     header_timeout body_timeout keepalive_timeout write_timeout max_keepalive_requests
-                    max_connections supported_http_methods].freeze
+                    max_connections supported_http_methods remote_address remote_address_header
+                    proxy_protocol].freeze
 
       # A client connection; +head+ and +input+ describe its current request.
       Conn = Struct.new(:io, :buf, :listener, :addr, :head, :chunked, :input, :deadline, :requests, :arrival,
-                        :started, :close, :stream, :left)
+                        :started, :close, :stream, :left, :proxy)
 
       READ_SIZE = 16_384
 
@@ -39,6 +41,9 @@ module Margay
         methods = @cfg[:supported_http_methods]
         @methods = methods.is_a?(Array) ? methods.map(&:to_s) : nil
         @env_template = env_template.dup.freeze
+        remote = @cfg[:remote_address]
+        @remote_value = remote == :localhost ? "127.0.0.1" : (remote.is_a?(String) ? remote.dup.freeze : nil)
+        @remote_header = @cfg[:remote_address_header]&.downcase&.tr("_", "-")
         @listeners = []
         @conns = {} # io => Conn, the connections the reactor watches
         @returned = Queue.new # connections pool threads give back
@@ -285,7 +290,11 @@ module Margay
           return nil
         end
         reset(conn)
-        return continue_token(conn) if advance(conn) == :complete && !conn.io.closed?
+        case (state = advance(conn))
+        when :complete then return conn.io.closed? ? nil : continue_token(conn)
+        when :drop then return close_conn(conn)
+        when Integer then return send_error(conn, state)
+        end
 
         @returned << conn
         wake
@@ -350,6 +359,7 @@ module Margay
           addr = @listeners[index][1] ? "127.0.0.1" : (client.remote_address.ip_address rescue "127.0.0.1") # rubocop:disable Style/RescueModifier
           client.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_NODELAY, 1) unless @listeners[index][1]
           @conns[client] = Conn.new(client, +"".b, index, addr, nil, nil, nil, now + @cfg[:header_timeout], 0)
+          @conns[client].proxy = :pending if @cfg[:proxy_protocol]
         end
       rescue SystemCallError
         nil
@@ -370,6 +380,7 @@ module Margay
             @ready << conn
             @work.signal
           end
+        when :drop then drop(conn)
         when Integer
           @conns.delete(conn.io)
           send_error(conn, state)
@@ -378,10 +389,11 @@ module Margay
         drop(conn)
       end
 
-      # Parse what +conn+ has buffered: :complete, :more, or an error status.
+      # Parse what +conn+ has buffered: :complete, :more, :drop (close unanswered) or an error status.
       def advance(conn)
         unless conn.head
           return :more if conn.buf.empty?
+          return proxy_line(conn) if conn.proxy == :pending
 
           head = Parser.parse(conn.buf, max_head: @cfg[:max_header_size], max_target: @cfg[:max_request_target],
                                         max_headers: @cfg[:max_headers], methods: @methods)
@@ -399,6 +411,18 @@ module Margay
           end
         end
         body(conn)
+      end
+
+      # The PROXY v1 line a connection starts with (proxy_protocol): its address kept for every
+      # request, the line dropped; anything else closes the connection unanswered.
+      def proxy_line(conn)
+        result = Proxy.parse(conn.buf)
+        return :more if result == 0 # rubocop:disable Style/NumericPredicate -- a status, not a number
+        return :drop if result == -1
+
+        conn.proxy = result[1]
+        conn.buf = conn.buf.byteslice(result[0]..)
+        advance(conn)
       end
 
       def body(conn)
