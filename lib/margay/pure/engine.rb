@@ -7,6 +7,7 @@ require_relative "chunked"
 require_relative "env"
 require_relative "head"
 require_relative "proxy"
+require_relative "health"
 
 module Margay
   module Pure
@@ -20,14 +21,15 @@ module Margay
     class Engine
       include Head
       include Env
+      include Health
       SETTINGS = %i[max_request_target max_header_size max_headers max_body_size max_chunk_extensions
                     header_timeout body_timeout keepalive_timeout write_timeout max_keepalive_requests
                     max_connections supported_http_methods remote_address remote_address_header
-                    proxy_protocol].freeze
+                    proxy_protocol health_check_path max_threads].freeze
 
       # A client connection; +head+ and +input+ describe its current request.
       Conn = Struct.new(:io, :buf, :listener, :addr, :head, :chunked, :input, :deadline, :requests, :arrival,
-                        :started, :close, :stream, :left, :proxy)
+                        :started, :close, :stream, :left, :proxy, :pipelined)
 
       READ_SIZE = 16_384
 
@@ -54,7 +56,7 @@ module Margay
         @work = ConditionVariable.new
         @wake_r, @wake_w = IO.pipe
         @stopping = @draining = @closed = false
-        @requests = 0
+        @requests = @abandoned = 0
         @busy = 0
       end
 
@@ -68,13 +70,11 @@ module Margay
         @listeners.size - 1
       end
 
-      def add_health_listener(*)
-        raise NotImplementedError, "health_bind: not served by the pure-Ruby engine yet"
-      end
-
       def start
         @reactor = Thread.new { reactor }
         @reactor.name = "margay-reactor" if @reactor.respond_to?(:name=)
+        @started = true
+        start_health
         self
       end
 
@@ -84,17 +84,22 @@ module Margay
           conn = @lock.synchronize { @held.delete(continue_token) }
           return conn && hand_out(conn)
         end
-        conn = @lock.synchronize do
-          deadline = idle_ms && (now + (idle_ms / 1000.0))
-          while @ready.empty?
-            return nil if @stopping
-            return :timeout if deadline && now >= deadline
+        deadline = idle_ms && (now + (idle_ms / 1000.0))
+        loop do
+          conn = @lock.synchronize do
+            while @ready.empty?
+              return nil if @stopping
+              return :timeout if deadline && now >= deadline
 
-            @work.wait(@lock, deadline ? [deadline - now, 0.001].max : nil)
+              @work.wait(@lock, deadline ? [deadline - now, 0.001].max : nil)
+            end
+            @ready.shift
           end
-          @ready.shift
+          return hand_out(conn) unless abandoned?(conn)
+
+          @abandoned += 1
+          close_conn(conn)
         end
-        hand_out(conn)
       end
 
       # -> a token to continue with (a pipelined request is buffered), or nil
@@ -221,8 +226,6 @@ module Margay
 
       def draining? = @draining
 
-      def metrics_text=(_text); end
-
       # Stop accepting; pool threads get nil once the ready requests are taken.
       def stop(_timeout = nil)
         @lock.synchronize do
@@ -236,8 +239,9 @@ module Margay
       def stopping? = @stopping
 
       def stats
-        { requests: @requests, abandoned: 0, shed: 0, queue_time_seconds: nil, request_duration_seconds: nil,
-          connections: @conns.size + @held.size, event_backend: "select", max_connections: @cfg[:max_connections] }
+        { requests: @requests, abandoned: @abandoned, shed: 0, queue_time_seconds: nil, request_duration_seconds: nil,
+          connections: @conns.size + @held.size, event_backend: "select", max_connections: @cfg[:max_connections],
+          ready: health_ready? }
       end
 
       def backlog = @lock.synchronize { @ready.size }
@@ -250,6 +254,7 @@ module Margay
         stop
         @closed = true
         @reactor&.join(5)
+        @health_thread&.join(1)
         @lock.synchronize { (@ready + @held.values).each { |c| close_conn(c) } }
         @conns.each_value { |c| close_conn(c) }
         [@wake_r, @wake_w].each(&:close)
@@ -268,6 +273,18 @@ module Margay
 
       def held(token)
         @lock.synchronize { @held[token] } or raise IOError, "stale request token"
+      end
+
+      # A request its client gave up on while it waited: the client closed its sending side, and
+      # the request has no body and nothing after it. Not run, as in Puma (its closed_socket?
+      # check). Never on a connection that has pipelined: a client that pipelines and then
+      # half-closes still gets every answer.
+      def abandoned?(conn)
+        return false if conn.pipelined || !conn.buf.empty? || conn.head.chunked || conn.head.content_length.to_i.positive?
+
+        conn.io.recv_nonblock(1, Socket::MSG_PEEK, exception: false) == ""
+      rescue SystemCallError, IOError
+        true
       end
 
       def hand_out(conn)
@@ -290,8 +307,20 @@ module Margay
           return nil
         end
         reset(conn)
-        case (state = advance(conn))
-        when :complete then return conn.io.closed? ? nil : continue_token(conn)
+        case (state = answer_probes(conn, advance(conn)))
+        when :complete
+          conn.pipelined = true
+          return nil if conn.io.closed?
+
+          # a pipelined request goes behind the requests already waiting (no hogging the thread)
+          queued = @lock.synchronize do
+            next false if @ready.empty?
+
+            @ready << conn
+            @work.signal
+            true
+          end
+          return queued ? nil : continue_token(conn)
         when :drop then return close_conn(conn)
         when Integer then return send_error(conn, state)
         end
@@ -373,8 +402,9 @@ module Margay
         conn.arrival ||= now
         conn.deadline = now + @cfg[:header_timeout] if conn.buf.empty? && conn.head.nil?
         conn.buf << data
-        case (state = advance(conn))
+        case (state = answer_probes(conn, advance(conn)))
         when :complete
+          conn.pipelined ||= !conn.buf.empty?
           @conns.delete(conn.io)
           @lock.synchronize do
             @ready << conn
@@ -385,7 +415,7 @@ module Margay
           @conns.delete(conn.io)
           send_error(conn, state)
         end
-      rescue SystemCallError, IOError
+      rescue SystemCallError, IOError, ClientGone
         drop(conn)
       end
 
@@ -466,9 +496,7 @@ module Margay
       end
 
       def send_error(conn, status)
-        reason = REASONS.fetch(status, "")
-        write(conn, "HTTP/1.1 #{status} #{reason}\r\ncontent-type: text/plain\r\ncontent-length: #{reason.bytesize + 1}" \
-                    "\r\nconnection: close\r\n#{date_field}\r\n#{reason}\n".b)
+        write(conn, error_page(status))
       rescue ClientGone
         nil
       ensure
