@@ -16,6 +16,24 @@ require_relative "support/watchdog"
 require_relative "support/wire"
 
 module Margay
+  # JRuby runs the fast suite on the pure-Ruby engine (`.ci/jruby -S rake test:jruby`); what cannot
+  # apply there skips with its reason, in a test (`skip_on_jruby "no fork"`) or for a whole class
+  # (the same call in its body).
+  module OnJRuby
+    JRUBY = RUBY_ENGINE == "jruby"
+
+    # In a test: skip it on JRuby. In a class body: skip every test of the class.
+    def skip_on_jruby(reason)
+      return unless JRUBY
+
+      return skip("on JRuby: #{reason}") if is_a?(Minitest::Test)
+
+      prepend(Module.new { define_method(:setup) { skip("on JRuby: #{reason}") } })
+    end
+  end
+  Minitest::Test.include(OnJRuby)
+  Minitest::Test.extend(OnJRuby)
+
   # Shared helpers for the wire tests: a real server on 127.0.0.1:0 with the app
   # under Rack::Lint, raw sockets to talk to it, and the server's log kept for failures.
   module TestHelper

@@ -385,13 +385,21 @@ module Margay
           client = io.accept_nonblock(exception: false)
           return if client == :wait_readable || client.nil?
 
-          addr = @listeners[index][1] ? "127.0.0.1" : (client.remote_address.ip_address rescue "127.0.0.1") # rubocop:disable Style/RescueModifier
+          addr = @listeners[index][1] ? "127.0.0.1" : peer(client)
           client.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_NODELAY, 1) unless @listeners[index][1]
           @conns[client] = Conn.new(client, +"".b, index, addr, nil, nil, nil, now + @cfg[:header_timeout], 0)
           @conns[client].proxy = :pending if @cfg[:proxy_protocol]
         end
       rescue SystemCallError
         nil
+      end
+
+      # The client's address as text; an IPv4 client of a dual-stack listener as IPv4.
+      def peer(client)
+        addr = client.remote_address
+        (addr.ipv6? && addr.ipv6_v4mapped? ? addr.ipv6_to_ipv4 : addr).ip_address
+      rescue SystemCallError, SocketError
+        "127.0.0.1"
       end
 
       def receive(conn)

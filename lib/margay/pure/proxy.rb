@@ -47,7 +47,7 @@ module Margay
         end
 
         family = rest[3] == "4" ? 4 : 6
-        fields = rest.byteslice(5..).split(" ", -1)
+        fields = rest.byteslice(5..).split(/ /, -1)
         return nil unless fields.size == 4 && address?(family, fields[0]) && address?(family, fields[1]) &&
                           fields[2..].all? { |p| p.match?(PORT) && p.to_i <= 65_535 }
 
