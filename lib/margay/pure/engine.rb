@@ -25,11 +25,12 @@ module Margay
       SETTINGS = %i[max_request_target max_header_size max_headers max_body_size max_chunk_extensions
                     header_timeout body_timeout keepalive_timeout write_timeout max_keepalive_requests
                     max_connections supported_http_methods remote_address remote_address_header
-                    proxy_protocol health_check_path max_threads].freeze
+                    proxy_protocol health_check_path max_threads queue_timeout queue_time_header].freeze
 
       # A client connection; +head+ and +input+ describe its current request.
       Conn = Struct.new(:io, :buf, :listener, :addr, :head, :chunked, :input, :deadline, :requests, :arrival,
-                        :started, :close, :stream, :left, :proxy, :pipelined)
+                        :started, :close, :stream, :left, :proxy, :pipelined,
+                        :body_from, :body_wait)
 
       READ_SIZE = 16_384
 
@@ -56,7 +57,7 @@ module Margay
         @work = ConditionVariable.new
         @wake_r, @wake_w = IO.pipe
         @stopping = @draining = @closed = false
-        @requests = @abandoned = 0
+        @requests = @abandoned = @shed = 0
         @busy = 0
       end
 
@@ -95,10 +96,15 @@ module Margay
             end
             @ready.shift
           end
-          return hand_out(conn) unless abandoned?(conn)
-
-          @abandoned += 1
-          close_conn(conn)
+          if abandoned?(conn)
+            @abandoned += 1
+            close_conn(conn)
+          elsif shed?(conn)
+            @shed += 1
+            send_error(conn, 503, "retry-after: 1\r\n")
+          else
+            return hand_out(conn)
+          end
         end
       end
 
@@ -239,7 +245,7 @@ module Margay
       def stopping? = @stopping
 
       def stats
-        { requests: @requests, abandoned: @abandoned, shed: 0, queue_time_seconds: nil, request_duration_seconds: nil,
+        { requests: @requests, abandoned: @abandoned, shed: @shed, queue_time_seconds: nil, request_duration_seconds: nil,
           connections: @conns.size + @held.size, event_backend: "select", max_connections: @cfg[:max_connections],
           ready: health_ready? }
       end
@@ -285,6 +291,12 @@ module Margay
         conn.io.recv_nonblock(1, Socket::MSG_PEEK, exception: false) == ""
       rescue SystemCallError, IOError
         true
+      end
+
+      # queue_timeout: a request complete longer ago than this is answered 503 instead of run.
+      def shed?(conn)
+        limit = @cfg[:queue_timeout]
+        limit && conn.arrival && now - conn.arrival > limit
       end
 
       def hand_out(conn)
@@ -337,7 +349,7 @@ module Margay
       def reset(conn)
         conn.head = conn.chunked = conn.input = conn.stream = conn.started = conn.left = nil
         conn.close = false
-        conn.arrival = nil
+        conn.arrival = conn.body_from = conn.body_wait = nil
         conn.deadline = now + @cfg[:keepalive_timeout]
       end
 
@@ -439,6 +451,7 @@ module Margay
 
           conn.head = head
           conn.arrival ||= now
+          conn.body_from = now
           conn.buf = conn.buf.byteslice(head.length..)
           return 413 if @cfg[:max_body_size] && head.content_length.to_i > @cfg[:max_body_size]
 
@@ -479,6 +492,7 @@ module Margay
           conn.buf = conn.buf.byteslice(head.content_length..)
         end
         conn.deadline = nil
+        conn.body_wait = (now - conn.body_from) * 1000.0 if conn.chunked || head.content_length.to_i.positive?
         :complete
       end
 
@@ -503,8 +517,8 @@ module Margay
         nil
       end
 
-      def send_error(conn, status)
-        write(conn, error_page(status))
+      def send_error(conn, status, fields = "")
+        write(conn, error_page(status, fields))
       rescue ClientGone
         nil
       ensure

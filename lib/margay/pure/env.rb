@@ -34,7 +34,8 @@ module Margay
           env["SERVER_PORT"] = listener[3]
         end
         env["margay.queue_time"] = conn.arrival ? [now - conn.arrival, 0.0].max : 0.0
-        env["puma.request_body_wait"] = 0.0
+        env["puma.request_body_wait"] = conn.body_wait || 0.0
+        queue_time_header(env, conn) if @cfg[:queue_time_header]
         env["rack.input"] = StringIO.new(conn.input) if conn.input && !conn.input.empty?
         env
       end
@@ -52,6 +53,14 @@ module Margay
           return addr if addr
         end
         conn.proxy.is_a?(String) && !conn.proxy.empty? ? conn.proxy.dup : conn.addr.dup
+      end
+
+      # X-Request-Start: t=<arrival, wall clock, ms> (nginx's format) unless a proxy sent one.
+      def queue_time_header(env, conn)
+        return if env.key?("HTTP_X_REQUEST_START")
+
+        wall = Process.clock_gettime(Process::CLOCK_REALTIME) - (conn.arrival ? now - conn.arrival : 0)
+        env["HTTP_X_REQUEST_START"] = format("t=%.3f", wall)
       end
 
       def put_field(env, name, value)

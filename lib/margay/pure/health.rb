@@ -160,10 +160,11 @@ module Margay
           "cache-control: no-store\r\n#{extra}#{connection}#{date_field}\r\n".b
       end
 
-      def error_page(status)
+      # The engine's own plain-text answer, then close (http/status.c's page); +fields+: more lines.
+      def error_page(status, fields = "")
         reason = Head::REASONS.fetch(status, "")
         "HTTP/1.1 #{status} #{reason}\r\ncontent-type: text/plain\r\ncontent-length: #{reason.bytesize + 1}\r\n" \
-          "connection: close\r\n#{date_field}\r\n#{reason}\n".b
+          "connection: close\r\n#{fields}#{date_field}\r\n#{reason}\n".b
       end
 
       # A complete request on a main listener that is a health_check_path probe (GET or HEAD).
