@@ -57,7 +57,8 @@ module Margay
         @work = ConditionVariable.new
         @wake_r, @wake_w = IO.pipe
         @stopping = @draining = @closed = false
-        @requests = @abandoned = @shed = 0
+        @requests = @abandoned = @shed = @waiting = 0
+        @saturated_since = now # no thread waits for work yet
         @busy = 0
       end
 
@@ -88,13 +89,19 @@ module Margay
         deadline = idle_ms && (now + (idle_ms / 1000.0))
         loop do
           conn = @lock.synchronize do
-            while @ready.empty?
-              return nil if @stopping
-              return :timeout if deadline && now >= deadline
+            @waiting += 1
+            @saturated_since = nil
+            begin
+              while @ready.empty?
+                return nil if @stopping
+                return :timeout if deadline && now >= deadline
 
-              @work.wait(@lock, deadline ? [deadline - now, 0.001].max : nil)
+                @work.wait(@lock, deadline ? [deadline - now, 0.001].max : nil)
+              end
+              @ready.shift
+            ensure
+              @saturated_since = now if (@waiting -= 1).zero?
             end
-            @ready.shift
           end
           if abandoned?(conn)
             @abandoned += 1
@@ -170,13 +177,15 @@ module Margay
         conn = held(token)
         status = check_status(status)
         built = head_begin(status, headers)
-        raise NotImplementedError, "rack.hijack: not supported by the pure-Ruby engine yet" if built.hijack
-
-        out = head_finish(conn, built, status, bodyless?(status) ? -1 : built.content_length)
+        if built.hijack
+          conn.close = true    # the app takes the socket after the head ...
+          built.has_te = true  # ... and frames its bytes itself: no content-length or chunked
+        end
+        out = head_finish(conn, built, status, built.hijack || bodyless?(status) ? -1 : built.content_length)
         conn.stream = built.chunked && conn.head.method != "HEAD" ? :chunked : :raw
         conn.left = conn.head.method == "HEAD" || bodyless?(status) ? 0 : built.content_length
         write(conn, out)
-        nil
+        built.hijack
       end
 
       def stream_write(token, string)
@@ -210,9 +219,11 @@ module Margay
         nil
       end
 
-      # rack.hijack: not ported yet (the app gets a 500 and the connection is closed).
-      def hijack(_token)
-        raise NotImplementedError, "rack.hijack: not supported by the pure-Ruby engine yet"
+      # rack.hijack: the engine lets go of the connection. -> [its socket, the bytes already
+      # read past the request]
+      def hijack(token)
+        conn = @lock.synchronize { @held.delete(token) } or raise IOError, "stale request token"
+        [conn.io, conn.buf.dup]
       end
 
       # A plain-text error, then close.
@@ -252,7 +263,11 @@ module Margay
 
       def backlog = @lock.synchronize { @ready.size }
 
-      def saturated_ms = 0
+      # How long no thread has been waiting for work (0 while one is): the pool's growth signal.
+      def saturated_ms
+        since = @saturated_since
+        @waiting.zero? && since ? ((now - since) * 1000).to_i : 0
+      end
 
       def close
         return if @closed
