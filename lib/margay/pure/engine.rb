@@ -381,9 +381,11 @@ module Margay
           readers = [@wake_r, *@conns.keys]
           readers.concat(@listeners.map(&:first)) if listening
           timeout = @conns.values.map(&:deadline).compact.min
-          ready, = IO.select(readers, nil, nil, timeout && [timeout - now, 0].max)
+          wait = timeout && [timeout - now, 0].max
+          wait = [wait || 0.1, 0.1].min unless listening # look for room again soon
+          ready, = IO.select(readers, nil, nil, wait)
           ready&.each { |io| readable(io) }
-          expire
+          expire(!listening)
         end
       rescue IOError, SystemCallError => e
         warn "margay: the pure-Ruby engine's reactor stopped: #{e.class}: #{e.message}" unless @stopping
@@ -511,13 +513,26 @@ module Margay
         :complete
       end
 
-      def expire
+      # Past their deadline: 408 to a request under way, a close to an idle connection. At the
+      # connection limit, room for new clients: keep-alive connections idle for 1 s and ones
+      # silent for 2 s since their accept are closed, as core/sweep.c does.
+      def expire(at_limit)
         t = now
         @conns.values.each do |conn|
-          next unless conn.deadline && conn.deadline <= t
+          next unless (conn.deadline && conn.deadline <= t) || (at_limit && reclaimable?(conn, t))
 
           @conns.delete(conn.io)
-          conn.arrival ? send_error(conn, 408) : close_conn(conn)
+          conn.arrival && conn.deadline <= t ? send_error(conn, 408) : close_conn(conn)
+        end
+      end
+
+      def reclaimable?(conn, time)
+        return false if conn.arrival || !conn.buf.empty?
+
+        if conn.requests.positive?
+          time - (conn.deadline - @cfg[:keepalive_timeout]) >= 1
+        else
+          time - (conn.deadline - @cfg[:header_timeout]) >= 2
         end
       end
 
