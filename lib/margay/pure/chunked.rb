@@ -17,6 +17,8 @@ module Margay
       OWS = [32, 9].freeze
       CR = 13
       LF = 10
+      # The states that take one byte only: that byte, and the state after it.
+      FIXED = { data_cr: [CR, :data_lf], data_lf: [LF, :size0], trl_lf: [LF, :trl0], end_lf: [LF, :done] }.freeze
 
       attr_reader :body, :rest
 
@@ -132,14 +134,12 @@ module Margay
           @state = @remaining.positive? ? :data : :trl0
           @digits = 0
           nil
-        when :data_cr
-          return 400 unless byte == CR
+        when :data_cr, :data_lf, :trl_lf, :end_lf
+          want, following = FIXED.fetch(state)
+          return 400 unless byte == want
 
-          @state = :data_lf
-        when :data_lf
-          return 400 unless byte == LF
-
-          @state = :size0
+          @state = following
+          following == :done ? :done : nil
         when :trl0
           return @state = :end_lf if byte == CR
           return 400 unless IS_TCHAR[byte] # empty name, obs-fold, bare LF, ...
@@ -152,15 +152,6 @@ module Margay
         when :trl_val
           return @state = :trl_lf if byte == CR
           return 400 unless IS_FIELD[byte] || OWS.include?(byte)
-        when :trl_lf
-          return 400 unless byte == LF
-
-          @state = :trl0
-        when :end_lf
-          return 400 unless byte == LF
-
-          @state = :done
-          :done
         end
       end
 
