@@ -41,6 +41,7 @@ module Margay
         return unless @health_listeners
 
         @health_clients = []
+        @health_lock = Mutex.new
         @health_thread = Thread.new { health_loop }
         @health_thread.name = "margay-health" if @health_thread.respond_to?(:name=)
       end
@@ -49,17 +50,20 @@ module Margay
         ios = @health_listeners.map(&:first)
         until @closed
           ready, = IO.select(ios, nil, nil, 0.2)
-          ready&.each do |io|
-            client = io.accept_nonblock(exception: false)
-            next if client == :wait_readable
-
-            client = client.first if client.is_a?(Array) # Socket#accept_nonblock: [socket, address]
-
-            agent = @health_listeners.find { |l| l.first == io }[1]
-            agent ? health_agent(client) : health_client(client)
-          end
+          ready&.each { |io| health_accept(io) }
         end
       rescue IOError, SystemCallError
+        nil # a listener closed: the server is stopping
+      end
+
+      def health_accept(io)
+        client = io.accept_nonblock(exception: false)
+        return if client == :wait_readable
+
+        client = client.first if client.is_a?(Array) # Socket#accept_nonblock: [socket, address]
+        agent = @health_listeners.find { |l| l.first == io }[1]
+        agent ? health_agent(client) : health_client(client)
+      rescue Errno::ECONNABORTED, Errno::EMFILE, Errno::ENFILE
         nil
       end
 
@@ -81,13 +85,22 @@ module Margay
         "up ready #{weight.clamp(AGENT_MIN_WEIGHT, 100)}% maxconn:#{capacity}\n"
       end
 
+      # Each client on a thread of its own; past MAX_CLIENTS the oldest gives way (clients that
+      # connect and say nothing cannot keep a probe out).
       def health_client(client)
-        @health_clients.shift&.close while @health_clients.size >= MAX_CLIENTS
-        @health_clients << client
+        oldest = @health_lock.synchronize do
+          @health_clients << client
+          @health_clients.shift if @health_clients.size > MAX_CLIENTS
+        end
+        begin
+          oldest&.close
+        rescue IOError
+          nil
+        end
         Thread.new do
           health_exchange(client)
         ensure
-          @health_clients.delete(client)
+          @health_lock.synchronize { @health_clients.delete(client) }
           client.close unless client.closed?
         end
       end
