@@ -93,7 +93,7 @@ module Margay
             @saturated_since = nil
             begin
               while @ready.empty?
-                return nil if @stopping
+                return nil if @stopping && @reactor_done
                 return :timeout if deadline && now >= deadline
 
                 @work.wait(@lock, deadline ? [deadline - now, 0.001].max : nil)
@@ -387,8 +387,21 @@ module Margay
           ready&.each { |io| readable(io) }
           expire(!listening)
         end
+        last_reads
       rescue IOError, SystemCallError => e
         warn "margay: the pure-Ruby engine's reactor stopped: #{e.class}: #{e.message}" unless @stopping
+      ensure
+        @lock.synchronize do
+          @reactor_done = true
+          @work.broadcast
+        end
+      end
+
+      # On stop: a request already waiting in the kernel on an idle connection is read and
+      # served (its response says connection: close); closed, its client would see a reset.
+      def last_reads
+        adopt_returned
+        @conns.values.each { |conn| receive(conn) if conn.io.wait_readable(0) }
       end
 
       def adopt_returned
