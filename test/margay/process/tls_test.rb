@@ -35,6 +35,7 @@ class TLSOptionsTest < Minitest::Test
 
   # Built without OpenSSL (Native::TLS false), a TLS bind refuses to start with one line.
   def test_without_openssl_a_tls_bind_refuses_to_start
+    skip_on_jruby "no TLS in the pure-Ruby engine (Native::TLS is the C extension's)"
     native = Margay::Native
     saved = native::TLS
     native.send(:remove_const, :TLS)
@@ -47,6 +48,7 @@ class TLSOptionsTest < Minitest::Test
   end
 
   def test_context_errors_are_one_line
+    skip_on_jruby "no TLS in the pure-Ruby engine (Native::TLS is the C extension's)"
     skip "built without OpenSSL" unless Margay::Native::TLS
     error = assert_raises(Margay::ConfigError) { TLS.context("ssl://h:1", { cert: "/nonexistent.pem", key: "/k" }, []) }
     assert_match %r{\Abind ssl://h:1: cannot use the certificate /nonexistent.pem}, error.message
