@@ -28,7 +28,10 @@ module Margay
 
       return skip("on JRuby: #{reason}") if is_a?(Minitest::Test)
 
-      prepend(Module.new { define_method(:setup) { skip("on JRuby: #{reason}") } })
+      prepend(Module.new do
+        define_method(:setup) { skip("on JRuby: #{reason}") }
+        define_method(:teardown) { nil } # nothing was set up
+      end)
     end
   end
   Minitest::Test.include(OnJRuby)

@@ -257,7 +257,7 @@ module Margay
 
       def stats
         { requests: @requests, abandoned: @abandoned, shed: @shed, queue_time_seconds: nil, request_duration_seconds: nil,
-          connections: @conns.size + @held.size, event_backend: "select", max_connections: @cfg[:max_connections],
+          connections: @conns.size + @held.size + @returned.size, event_backend: "select", max_connections: @cfg[:max_connections],
           ready: health_ready? }
       end
 
@@ -377,7 +377,7 @@ module Margay
       def reactor
         until @stopping
           adopt_returned
-          listening = @cfg[:max_connections].nil? || @conns.size + @held.size < @cfg[:max_connections]
+          listening = @cfg[:max_connections].nil? || @conns.size + @held.size + @returned.size < @cfg[:max_connections]
           readers = [@wake_r, *@conns.keys]
           readers.concat(@listeners.map(&:first)) if listening
           timeout = @conns.values.map(&:deadline).compact.min
