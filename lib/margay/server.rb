@@ -72,7 +72,7 @@ module Margay
       @listeners.each do |l|
         @engine.add_listener(by_io ? l.io : l.io.fileno, l.unix, l.server_name, l.server_port, l.tls, l.http2 || false)
       end
-      health_listeners.each { |l| @engine.add_health_listener(l.io.fileno, agent_listener?(l)) }
+      health_listeners.each { |l| @engine.add_health_listener(by_io ? l.io : l.io.fileno, agent_listener?(l)) }
       @engine.publish_idle(*@idle_board) if @idle_board
       @engine.drain if @drain_until # TERM came while booting
       fibers = fiber_mode?

@@ -73,4 +73,23 @@ class LauncherTest < Minitest::Test
   def test_nothing_to_restart_or_stop_before_running
     assert_equal [false, false, nil], [launcher.restart, launcher.phased_restart, launcher.stop]
   end
+  # JRuby has no fork: `workers N` warns and serves in one process, as Puma does there.
+  def test_workers_on_jruby_warn_and_serve_in_one_process
+    skip "MRI forks: workers N runs a cluster there (test/slow/cluster_test.rb)" unless Margay::OnJRuby::JRUBY
+    out = StringIO.new
+    config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], workers: 2)
+    app = ->(_env) { [200, { "content-type" => "text/plain" }, ["one process"]] }
+    launcher = Margay::Launcher.new(config, log: Margay::Log.new(out: out, err: out), app: app, app_name: "given")
+    bound = Queue.new
+    thread = Thread.new { launcher.run { |server| bound << server } }
+    port = Timeout.timeout(30) { bound.pop }.addresses.first[/:(\d+)\z/, 1].to_i
+    sock = TCPSocket.new("127.0.0.1", port)
+    sock.write("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert_match(%r{\AHTTP/1.1 200 OK\r\n.*\r\n\r\none process\z}m, sock.read)
+    assert_match(/workers 2 ignored: jruby cannot fork; serving in a single process/, out.string)
+  ensure
+    sock&.close
+    launcher&.stop
+    assert thread.join(10), "the launcher stopped" if thread
+  end
 end

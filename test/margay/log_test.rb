@@ -49,6 +49,7 @@ class LogTest < Minitest::Test
   end
 
   def test_thread_backtraces_name_each_thread_and_its_frames
+    skip_on_jruby "JRuby's backtraces open with its own Java frames"
     out = StringIO.new
     Margay::Log.new(out: out, err: out).thread_backtraces([Thread.current])
     assert_match(/\AThread: TID-#{Thread.current.object_id.to_s(36)}\n  .*log_test\.rb:\d+/m, out.string)
@@ -64,6 +65,7 @@ class LogTest < Minitest::Test
   # error is raised and neither stream moves; stdout used to be closed by
   # the failed IO#reopen(path) of its own, or moved alone.
   def test_redirect_that_cannot_open_a_file_moves_neither_stream
+    skip_on_jruby "spawns a child Ruby, and the jruby-jars JRuby has no executable for RbConfig.ruby"
     Dir.mktmpdir do |dir|
       out = File.join(dir, "out.log")
       script = <<~RUBY
@@ -84,6 +86,7 @@ class LogTest < Minitest::Test
   end
 
   def test_redirect_reopens_stdout_and_stderr_truncating_or_appending
+    skip_on_jruby "spawns a child Ruby, and the jruby-jars JRuby has no executable for RbConfig.ruby"
     Dir.mktmpdir do |dir|
       out, err = File.join(dir, "out.log"), File.join(dir, "err.log")
       File.write(out, "before\n")

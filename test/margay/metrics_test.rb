@@ -23,6 +23,7 @@ class MetricsTest < Minitest::Test
   end
 
   def test_single_mode_names_types_and_values
+    skip_on_jruby "promtool's lint is read through Open3, which comes back empty on JRuby"
     Margay::Stats.started_at = Time.utc(2026, 11, 24, 14, 1, 2)
     stats = Margay::Stats.single(SERVER, 5).merge(errors: 1, abandoned: 4, busy_ms: 2500, shed: 3, listen_queue: 6,
                                                   queue_time_seconds: HISTOGRAM, request_duration_seconds: HISTOGRAM)
@@ -67,6 +68,7 @@ class MetricsTest < Minitest::Test
   end
 
   def test_cluster_shape_index_per_worker_and_cluster_gauges
+    skip_on_jruby "promtool's lint is read through Open3, which comes back empty on JRuby"
     Margay::Stats.started_at = Time.utc(2026, 11, 24, 14, 1, 2)
     status = Margay::Stats.counters(SERVER, 5).merge(errors: 2, abandoned: 0, queue_time_seconds: HISTOGRAM)
     workers = [

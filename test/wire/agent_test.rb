@@ -74,6 +74,7 @@ class AgentTest < Minitest::Test
   # A cluster worker's engine answers for the board: the ready workers' threads, their busy
   # cells; "down" once no worker is ready and none drains; "drain" when the cluster drains.
   def test_a_workers_agent_answers_for_the_board
+    skip_on_jruby "no cluster: JRuby has no fork (Native::IdleBoard is the cluster's shared memory)"
     board = Margay::Native::IdleBoard.new(3)
     server, thread = start_worker_server(board, 1, agent_bind: "tcp://127.0.0.1:0", max_threads: 3)
     ap = agent_port(server)

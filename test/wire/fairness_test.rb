@@ -98,6 +98,7 @@ module Margay
     # while the only thread is busy; a keep-alive client's second request is sent while the
     # second of them is in the app.
     def test_a_kept_alive_client_does_not_overtake_a_deep_backlog
+      skip_on_jruby "the pure engine's reactor accepts the backlog while every pool thread is busy, so it is served first come, first served"
       order = Queue.new
       gates = { "/gate" => Queue.new, "/c/2" => Queue.new }
       started = Queue.new

@@ -88,7 +88,7 @@ class HealthTest < Minitest::Test
     config = Margay::Configuration.new
     engine = Margay::Native::Engine.new(Margay::Native::Engine::SETTINGS.map { |key| config.public_send(key) }, {})
     health = TCPServer.new("127.0.0.1", 0)
-    engine.add_health_listener(health.fileno)
+    engine.add_health_listener(Margay::Native::Engine.respond_to?(:listener_io?) ? health : health.fileno) # the pure engine takes the IO
     engine.start
     assert_equal 404, health_get(health.local_address.ip_port, "/metrics").first, "404 until a snapshot is set"
   ensure
@@ -139,6 +139,7 @@ class HealthTest < Minitest::Test
   end
 
   def test_health_check_path_in_fiber_mode
+    skip_on_jruby "no fiber mode: it needs the C engine's epoll"
     skip "fiber mode needs epoll" if BACKEND == :poll
     with_server(HELLO, health_check_path: "/up", fiber_scheduler: true, max_threads: 1) do |_, port, server|
       status, _, body = exchange(port, "GET /up HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -178,6 +179,7 @@ class HealthTest < Minitest::Test
   # A cluster worker's engine (publish_idle) answers for the cluster: ready while a worker's
   # READY cell is set on the board and the board does not drain; /metrics is the board's text.
   def test_a_workers_health_answers_are_the_boards
+    skip_on_jruby "no cluster: JRuby has no fork (Native::IdleBoard is the cluster's shared memory)"
     board = Margay::Native::IdleBoard.new(4)
     server, thread = start_worker_server(board, 1, health_bind: "tcp://127.0.0.1:0")
     hp = health_port(server)

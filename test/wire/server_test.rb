@@ -210,6 +210,7 @@ class ServerTest < Minitest::Test
   end
 
   def test_unread_large_response_holds_no_thread
+    skip_on_jruby "no spilling of a slow client's response to a tempfile: a pool thread writes it, bounded by write_timeout"
     big = "b" * (8 * 1024 * 1024)
     app = ->(env) { env["PATH_INFO"] == "/big" ? [200, {}, [big]] : HELLO.call(env) }
     with_server(app, min_threads: 1, max_threads: 1) do |_, port|
@@ -250,6 +251,7 @@ class ServerTest < Minitest::Test
   end
 
   def test_streamed_body_beyond_the_buffer_spills_and_frees_the_thread
+    skip_on_jruby "no spilling of a slow client's response to a tempfile: a pool thread writes it, bounded by write_timeout"
     chunk = "0123456789abcdef" * 4096 # 64 KiB
     body = Object.new
     body.define_singleton_method(:each) { |&b| 192.times { |i| b.call("#{i}:#{chunk}") } } # ~12 MiB, lazily
@@ -409,6 +411,7 @@ class BackendTest < Minitest::Test
   include Margay::TestHelper
 
   def test_event_backend_in_use
+    skip_on_jruby "the pure engine waits with IO.select, not epoll or poll(2)"
     with_server(HELLO) do |_, port, server|
       raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
       expected = BACKEND == :auto ? (RUBY_PLATFORM.include?("linux") ? "epoll" : "poll") : BACKEND.to_s
@@ -446,6 +449,7 @@ class FastPathTest < Minitest::Test
   # idle thread waited in the event set, and the kernel handed them the requests in turn: a
   # GVL hand-off and a context switch for much of a fast app's traffic.
   def test_at_rest_one_thread_polls_and_the_others_stand_by
+    skip_on_jruby "the C engine's polling and standby threads; the pure engine's threads wait on a condition variable"
     with_server(HELLO, min_threads: 3, max_threads: 3) do |_, port, server|
       sock = TCPSocket.new("127.0.0.1", port)
       10.times { assert_equal 200, get(sock)[0] }

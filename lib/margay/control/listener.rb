@@ -118,7 +118,7 @@ module Margay
 
         UNIXSocket.new(path).close
         raise ConfigError, "control_url unix://#{path} is in use by another process"
-      rescue Errno::ECONNREFUSED, Errno::ENOENT
+      rescue Errno::ECONNREFUSED, Errno::ENOENT, IOError # JRuby refuses with an IOError
         File.unlink(path) if File.socket?(path)
       end
 

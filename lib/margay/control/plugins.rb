@@ -115,11 +115,11 @@ module Margay
 
       def spawn(name, block)
         thread = Thread.new do
+          Thread.current.name = "margay plugin bg" # before the block: on JRuby it runs at once, in parallel
           block.call
         rescue StandardError, ScriptError => e
           @log.exception(e, "plugin #{name}: background thread failed")
         end
-        thread.name = "margay plugin bg"
         thread.report_on_exception = false
         @threads << thread
         thread

@@ -304,7 +304,7 @@ module Margay
     def socket_in_use?(path)
       UNIXSocket.new(path).close
       true
-    rescue SystemCallError
+    rescue SystemCallError, IOError # JRuby refuses with an IOError
       false
     end
   end

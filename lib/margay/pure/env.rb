@@ -20,7 +20,7 @@ module Margay
         env["QUERY_STRING"] = head.query
         env["REQUEST_URI"] = head.target
         env["SERVER_PROTOCOL"] = head.minor.zero? ? "HTTP/1.0" : "HTTP/1.1"
-        env["REMOTE_ADDR"] = conn.addr
+        env["REMOTE_ADDR"] = remote_addr(conn)
         head.fields.each { |name, value| put_field(env, name, value) }
         env["CONTENT_LENGTH"] = conn.input.bytesize.to_s if head.content_length || head.chunked
         authority = head.authority || head.host
@@ -34,9 +34,33 @@ module Margay
           env["SERVER_PORT"] = listener[3]
         end
         env["margay.queue_time"] = conn.arrival ? [now - conn.arrival, 0.0].max : 0.0
-        env["puma.request_body_wait"] = 0.0
+        env["puma.request_body_wait"] = conn.body_wait || 0.0
+        queue_time_header(env, conn) if @cfg[:queue_time_header]
         env["rack.input"] = StringIO.new(conn.input) if conn.input && !conn.input.empty?
         env
+      end
+
+      # A fixed value; else the last address of the configured forwarding field (the nearest
+      # proxy's: every earlier one is the client's to choose); else the PROXY line's; else the peer.
+      def remote_addr(conn)
+        return @remote_value.dup if @remote_value
+
+        if @remote_header
+          _, value = conn.head.fields.reverse_each.find do |name, _|
+            !name.include?("_") && name.downcase.tr("_", "-") == @remote_header
+          end
+          addr = value && Proxy.forwarded_last(value)
+          return addr if addr
+        end
+        conn.proxy.is_a?(String) && !conn.proxy.empty? ? conn.proxy.dup : conn.addr.dup
+      end
+
+      # X-Request-Start: t=<arrival, wall clock, ms> (nginx's format) unless a proxy sent one.
+      def queue_time_header(env, conn)
+        return if env.key?("HTTP_X_REQUEST_START")
+
+        wall = Process.clock_gettime(Process::CLOCK_REALTIME) - (conn.arrival ? now - conn.arrival : 0)
+        env["HTTP_X_REQUEST_START"] = format("t=%.3f", wall)
       end
 
       def put_field(env, name, value)
@@ -62,7 +86,7 @@ module Margay
           [authority[0..close], port && !port.empty? ? port : nil]
         else
           name, port = authority.split(":", 2)
-          [name, port && !port.empty? ? port : nil]
+          [name.to_s, port && !port.empty? ? port : nil]
         end
       end
     end

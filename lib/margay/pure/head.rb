@@ -5,8 +5,8 @@ require_relative "../errors"
 module Margay
   module Pure
     # A response's head as the engine writes it (ext/margay/ruby/head.c's rules): the status
-    # checked, the app's fields checked and written, content-length and connection added.
-    # Mixed into Engine (head_bytes reads its drain flag).
+    # checked, the app's fields checked and written, then content-length or chunked, connection
+    # and date added. Mixed into Engine (#head_finish reads its settings and drain flag).
     module Head
       REASONS = { 100 => "Continue", 101 => "Switching Protocols", 103 => "Early Hints", 200 => "OK",
                   201 => "Created", 202 => "Accepted", 204 => "No Content", 206 => "Partial Content",
@@ -15,58 +15,131 @@ module Margay
                   401 => "Unauthorized", 403 => "Forbidden", 404 => "Not Found", 405 => "Method Not Allowed",
                   408 => "Request Timeout", 409 => "Conflict", 410 => "Gone", 411 => "Length Required",
                   413 => "Content Too Large", 414 => "URI Too Long", 415 => "Unsupported Media Type",
-                  417 => "Expectation Failed", 422 => "Unprocessable Content", 429 => "Too Many Requests",
-                  431 => "Request Header Fields Too Large", 500 => "Internal Server Error",
-                  501 => "Not Implemented", 502 => "Bad Gateway", 503 => "Service Unavailable",
-                  504 => "Gateway Timeout", 505 => "HTTP Version Not Supported" }.freeze
+                  416 => "Range Not Satisfiable", 417 => "Expectation Failed", 422 => "Unprocessable Content",
+                  429 => "Too Many Requests", 431 => "Request Header Fields Too Large",
+                  500 => "Internal Server Error", 501 => "Not Implemented", 502 => "Bad Gateway",
+                  503 => "Service Unavailable", 504 => "Gateway Timeout",
+                  505 => "HTTP Version Not Supported" }.freeze
+      TCHAR = /\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\z/
+      CONTROL = /[\x00-\x08\x0a-\x1f\x7f]/n
+
+      # A head being built: +out+ the bytes so far, and what the app's fields said.
+      Built = Struct.new(:out, :content_length, :has_te, :has_date, :has_upgrade, :app_close, :hijack, :protocol,
+                         :strip_length, :chunked)
 
       private
 
-      # No body goes with +status+, or with any answer to a HEAD request.
-      def no_body?(conn, status)
-        status < 200 || status == 204 || status == 304 || conn.head.method == "HEAD"
-      end
+      # Status < 200, 204 and 304 never carry a body.
+      def bodyless?(status) = status < 200 || status == 204 || status == 304
 
       def check_status(status)
-        status = Integer(status)
-        raise InvalidResponse, "status #{status} is not 100..999" unless (100..999).cover?(status)
+        raise InvalidResponse, "status must be an Integer, got #{status.inspect}" unless status.is_a?(Integer)
+        raise InvalidResponse, "status #{status} is out of range" unless (100..999).cover?(status)
 
         status
-      rescue ArgumentError, TypeError
-        raise InvalidResponse, "status #{status.inspect} is not an Integer"
       end
 
-      def header?(headers, name) = headers.each_key.any? { |k| k.to_s.casecmp?(name) }
+      # The status line and the app's fields. HTTP/1.1 also to 1.0 clients (RFC 9110 6.2).
+      def head_begin(status, headers)
+        raise InvalidResponse, "headers must be a Hash, got #{headers.class}" unless headers.is_a?(Hash)
 
-      def head_bytes(conn, status, headers, extra)
-        version = conn.head.minor.zero? ? "HTTP/1.0" : "HTTP/1.1"
-        keep = conn.head.keep_alive && !conn.close && !@draining
-        conn.close = true if headers.any? { |k, v| k.to_s.casecmp?("connection") && v.to_s.casecmp?("close") }
-        out = +"#{version} #{status} #{REASONS.fetch(status, 'Unknown')}\r\n#{fields(headers)}"
-        extra&.each { |k, v| out << "#{k}: #{v}\r\n" }
-        out << "connection: close\r\n" if (!keep || conn.close) && !header?(headers, "connection")
-        out << "connection: keep-alive\r\n" if keep && !conn.close && conn.head.minor.zero?
-        conn.close ||= !keep
-        out << "\r\n"
-        out.b
+        h = Built.new(+"HTTP/1.1 #{status} #{REASONS.fetch(status, '')}\r\n".b, -1, false, false, false, false,
+                      nil, nil, status < 200 || status == 204, false)
+        headers.each { |name, value| head_field(h, name, value) }
+        h
       end
 
-      def fields(headers)
-        out = +""
-        headers.each do |name, value|
-          name = name.to_s
-          raise InvalidResponse, "header name #{name.inspect}" unless name.match?(/\A[!#$%&'*+\-.^_`|~0-9a-z]+\z/)
-          next if name.start_with?("rack.")
+      def head_field(built, name, value)
+        raise InvalidResponse, "header names must be Strings, got #{name.inspect}" unless name.is_a?(String)
+        raise InvalidResponse, "empty header name" if name.empty?
 
-          Array(value).each do |v|
-            v.to_s.split("\n").each do |line|
-              raise InvalidResponse, "header #{name}: a control character" if line.match?(/[\x00-\x08\x0a-\x1f\x7f]/)
+        if name.start_with?("rack.") && name.size > 5
+          built.hijack = value if name == "rack.hijack"
+          built.protocol = value if name == "rack.protocol"
+          return # server-only headers never reach the client
+        end
+        raise InvalidResponse, "invalid header name #{name.inspect}" unless name.match?(TCHAR)
 
-              out << "#{name}: #{line}\r\n"
-            end
+        case name.downcase
+        when "content-length" then return built.content_length = app_length(value)
+        when "connection"
+          built.app_close = true if (value.is_a?(Array) ? value.join(",") : value).to_s.include?("close")
+          return # the server decides and writes connection
+        when "date" then built.has_date = true
+        when "upgrade" then built.has_upgrade = true
+        when "transfer-encoding"
+          return if built.strip_length
+
+          built.has_te = true
+        end
+        (value.is_a?(Array) ? value : [value]).each { |v| head_put(built, name, v) }
+      end
+
+      def head_put(built, name, value)
+        raise InvalidResponse, "header #{name} value must be a String" unless value.is_a?(String)
+        if value.b.match?(CONTROL)
+          raise InvalidResponse, "header #{name} value contains a control character (CR, LF or NUL)"
+        end
+
+        built.out << name.b << ": " << value.b << "\r\n"
+      end
+
+      def app_length(value)
+        if value.is_a?(Array)
+          raise InvalidResponse, "several content-length values: #{value.inspect}" unless value.size == 1
+
+          value = value.first
+        end
+        unless value.is_a?(String) && value.match?(/\A\d{1,18}\z/)
+          raise InvalidResponse, "invalid content-length #{value.inspect}"
+        end
+
+        value.to_i
+      end
+
+      # Framing, connection and date fields, then the empty line: the head's bytes.
+      # +body_len+: the body's length, or -1 when unknown (streamed).
+      def head_finish(conn, built, status, body_len)
+        out = built.out
+        unless built.strip_length
+          length = built.content_length >= 0 ? built.content_length : body_len
+          if length >= 0 && !built.has_te
+            out << "content-length: #{length}\r\n" unless status == 304 && built.content_length.negative?
+          elsif !built.has_te && !bodyless?(status) && conn.head.minor >= 1
+            out << "transfer-encoding: chunked\r\n"
+            built.chunked = true
           end
         end
-        out
+        framed = bodyless?(status) || conn.head.method == "HEAD" || built.chunked || built.has_te ||
+                 built.content_length >= 0 || body_len >= 0
+        keep = conn.head.keep_alive && !conn.close && !built.app_close && framed && !@draining && !@stopping &&
+               conn.requests + 1 < @cfg[:max_keepalive_requests] && status != 101
+        conn.close = !keep
+        if status != 101
+          out << "connection: close\r\n" unless keep
+          out << "connection: keep-alive\r\n" if keep && conn.head.minor.zero?
+        else
+          head_put(built, "upgrade", built.protocol) if !built.has_upgrade && built.protocol.is_a?(String)
+          out << "connection: upgrade\r\n"
+        end
+        out << date_field unless built.has_date
+        out << "\r\n"
+      end
+
+      # "date: ...\r\n", formatted once a second.
+      def date_field
+        second = Process.clock_gettime(Process::CLOCK_REALTIME, :second)
+        cached = @date
+        return cached[1] if cached && cached[0] == second
+
+        (@date = [second, "date: #{Time.at(second).utc.strftime('%a, %d %b %Y %H:%M:%S GMT')}\r\n".b.freeze])[1]
+      end
+
+      # The fields of a 103 (no framing, no date).
+      def hint_fields(headers)
+        built = Built.new(+"".b, -1)
+        headers.each { |name, value| head_field(built, name, value) }
+        built.out
       end
     end
   end

@@ -36,9 +36,16 @@ module Margay
       def parse(buf, max_head:, max_target:, max_headers:, methods: nil)
         lead = buf[/\A(?:\r\n)*/n].bytesize # empty lines before the request line (RFC 9112 2.2)
         stop = buf.index(CRLF2, lead)
-        return early(buf, max_head, max_target) if stop.nil? || stop + 4 > max_head
+        return early(buf, lead, max_head, max_target, max_headers, methods) if stop.nil? || stop + 4 > max_head
 
-        head = buf.byteslice(lead, stop + 2 - lead)
+        request = judge(buf.byteslice(lead, stop + 2 - lead), max_target, max_headers, methods, stop + 4)
+        request.is_a?(Head) ? semantics(request) : request
+      end
+
+      # The request line and field lines of +head+ (complete lines, CRLF-terminated): an error
+      # status, or the Head (+length+: the bytes the whole head takes; nil while incomplete,
+      # when the transfer codings are judged at its end).
+      def judge(head, max_target, max_headers, methods, length)
         line = REQUEST_LINE.match(head)
         return line_error(head, max_target) unless line
 
@@ -52,18 +59,23 @@ module Margay
         return 400 if target.empty?
 
         request = Head.new(method: method, target: target, minor: minor == "0" ? 0 : 1, fields: [],
-                           content_length: nil, chunked: false, expect_continue: false, length: stop + 4)
-        status = target_form(request) || fields(request, head.byteslice(line.end(0)..), max_headers)
-        status || semantics(request)
+                           content_length: nil, chunked: false, expect_continue: false, length: length)
+        target_form(request) || fields(request, head.byteslice(line.end(0)..), max_headers, !length.nil?) || request
       end
 
-      # No complete head yet: a status when the bytes so far are already
-      # wrong (or too many), else nil.
-      def early(buf, max_head, max_target)
+      # No complete head yet: a status when the bytes so far are already wrong (each complete
+      # line judged as the C parser judges it as it ends), or too many; else nil.
+      def early(buf, lead, max_head, max_target, max_headers, methods)
+        return 501 if buf.match?(/\A(?:\r\n)*[#{TCHAR}]{#{MAX_METHOD + 1}}/o)
+
+        last = buf.rindex("\r\n")
+        if last && last >= lead
+          status = judge(buf.byteslice(lead, last + 2 - lead), max_target, max_headers, methods, nil)
+          return status if status.is_a?(Integer)
+        end
         return 431 if buf.bytesize >= max_head
         return 400 if buf.match?(/[\x00]|(?<!\r)\n|\r[^\n]/n)
         return 414 if !buf.include?("\r") && buf.bytesize > max_target + MAX_METHOD + 1
-        return 501 if buf.match?(/\A(?:\r\n)*[#{TCHAR}]{#{MAX_METHOD + 1}}/o)
 
         nil
       end
@@ -100,7 +112,7 @@ module Margay
         nil
       end
 
-      def fields(request, block, max_headers)
+      def fields(request, block, max_headers, complete = true)
         te = nil
         block.split("\r\n").each do |line|
           return 400 if line.empty? || line.start_with?(" ", "\t")
@@ -136,7 +148,7 @@ module Margay
             return status if status
           end
         end
-        transfer_encoding(request, te)
+        transfer_encoding(request, te) if complete
       end
 
       # Append the codings of one Transfer-Encoding value to +list+ ([name, parameters?] pairs).

@@ -22,9 +22,11 @@ module Margay
       # connection) the caller owns.
       def self.take(engine, token)
         fd, buffered = engine.hijack(token)
-        return TLSSocket.new(fd, fd.fileno, buffered) if fd.is_a?(Native::TLSSession)
-
-        io = Socket.for_fd(fd)
+        io = case fd
+             when Integer then Socket.for_fd(fd)
+             when IO then fd # the pure-Ruby engine hands over its socket itself
+             else return TLSSocket.new(fd, fd.fileno, buffered) # a Native::TLSSession
+             end
         io.autoclose = true
         io.ungetbyte(buffered) unless buffered.empty?
         io

@@ -228,10 +228,15 @@ module Margay
       # open it): one still pending as a forced stop unwinds the thread's loop
       # would otherwise replace the ForceShutdown.
       def spawn_locked
+        name = "margay-#{@threads.size}"
         thread = Thread.handle_interrupt(ForceShutdown => :never, RequestTimeout => :never) do
-          Thread.new { run_thread }
+          # named by itself before anything runs: on JRuby it runs at once, in parallel
+          Thread.new do
+            Thread.current.name = name
+            run_thread
+          end
         end
-        thread.name = "margay-#{@threads.size}"
+        thread.name = name
         @threads << thread
       end
 

@@ -6,6 +6,7 @@ require "margay/cluster/back_off"
 # The master's back-off after boot failures (Margay::Cluster::BackOff):
 # 1, 2, 4 ... 30 s between attempts, and a booted worker ends the streak.
 class BackOffTest < Minitest::Test
+  skip_on_jruby "no cluster: JRuby has no fork"
   Cluster = Margay::Cluster
 
   def setup

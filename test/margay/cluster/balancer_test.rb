@@ -9,6 +9,7 @@ require "margay/cluster/roster"
 # deterministic: when a worker hands connections over, which worker the
 # master gives them to, and what happens when nobody takes them.
 class BalancerTest < Minitest::Test
+  skip_on_jruby "no cluster: JRuby has no fork"
   Cluster = Margay::Cluster
 
   # An engine that answers as told and records what it was asked.

@@ -6,6 +6,7 @@ require "margay/cluster/channel"
 # The master<->worker protocol (Margay::Cluster::Channel): every message
 # arrives as it was sent, over the real pipe and sockets.
 class ChannelTest < Minitest::Test
+  skip_on_jruby "no cluster: JRuby has no fork"
   Channel = Margay::Cluster::Channel
 
   def setup

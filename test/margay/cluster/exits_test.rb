@@ -8,6 +8,7 @@ require "support/master_side"
 # a boot failure backs off, and after_worker_shutdown runs once with the
 # exit status (or without one, a second later).
 class ExitsTest < Minitest::Test
+  skip_on_jruby "no cluster: JRuby has no fork"
   include Margay::MasterSide
   Cluster = Margay::Cluster
 

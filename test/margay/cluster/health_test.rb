@@ -7,6 +7,7 @@ require "support/master_side"
 # worker is killed, one over worker_memory_limit is handed back to be
 # replaced, and idle_timeout counts from the last activity the workers reported.
 class HealthTest < Minitest::Test
+  skip_on_jruby "no cluster: JRuby has no fork"
   include Margay::MasterSide
   Cluster = Margay::Cluster
 

@@ -7,6 +7,7 @@ require "margay/cluster/channel"
 # The master's set of workers (Margay::Cluster::Roster) and its questions:
 # which serve, which is the mold, which index a new worker gets.
 class RosterTest < Minitest::Test
+  skip_on_jruby "no cluster: JRuby has no fork"
   Cluster = Margay::Cluster
 
   def setup

@@ -6,6 +6,7 @@ require "margay/cluster/signals"
 # The master's signal inbox (Margay::Cluster::Signals), without trapping
 # anything in the test process: test/slow/cluster/ sends real signals.
 class SignalsTest < Minitest::Test
+  skip_on_jruby "no cluster: JRuby has no fork"
   def setup
     @signals = Margay::Cluster::Signals.new
   end

@@ -7,6 +7,7 @@ require "margay/cluster"
 # How the master makes a worker (Margay::Cluster::Spawner), in a real fork
 # with the worker's own code stood in for: what the child keeps of the master.
 class SpawnerTest < Minitest::Test
+  skip_on_jruby "no cluster: JRuby has no fork"
   Cluster = Margay::Cluster
 
   # Stands in for Cluster::Worker: reports which of +fds+ are open in the

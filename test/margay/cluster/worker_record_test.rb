@@ -7,6 +7,7 @@ require "margay/cluster/channel"
 # The master's record of one worker (Margay::Cluster::WorkerRecord): the
 # states a worker goes through and what the master asks of them.
 class WorkerRecordTest < Minitest::Test
+  skip_on_jruby "no cluster: JRuby has no fork"
   WorkerRecord = Margay::Cluster::WorkerRecord
 
   def record(index: 1, pid: 4711)

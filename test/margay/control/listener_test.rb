@@ -128,6 +128,7 @@ class ControlListenerTest < Minitest::Test
   end
 
   def test_a_forked_child_closes_its_copy_of_the_socket
+    skip_on_jruby "no fork"
     start("tcp://127.0.0.1:0")
     r, w = IO.pipe
     pid = fork do
@@ -144,6 +145,7 @@ class ControlListenerTest < Minitest::Test
   # A worker forked while the control thread holds a connection must not
   # keep it open: pumactl reads until the close.
   def test_a_child_forked_during_a_request_does_not_hold_its_connection_open
+    skip_on_jruby "no fork"
     start("tcp://127.0.0.1:0")
     sock = TCPSocket.new("127.0.0.1", @listener.url[/\d+\z/].to_i)
     Timeout.timeout(5) { sleep 0.01 until @listener.instance_variable_get(:@client) }

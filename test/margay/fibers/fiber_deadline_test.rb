@@ -6,6 +6,7 @@ require_relative "fiber_test_helper"
 # Fiber mode's request_timeout (Server::FiberDeadline), over real sockets: the app call only
 # (not the body's close nor the callbacks), and a computing fiber interrupted.
 class FiberDeadlineTest < Minitest::Test
+  skip_on_jruby "no fiber mode: it needs the C engine's epoll"
   include Margay::TestHelper
   include FiberTestHelper
 

@@ -8,6 +8,7 @@ require_relative "fiber_test_helper"
 # cap (a graceful stop at the cap, no growth, one cap across threads), a thread whose wait
 # set cannot be made, a request fiber without a stack.
 class FiberLoopTest < Minitest::Test
+  skip_on_jruby "no fiber mode: it needs the C engine's epoll"
   include Margay::TestHelper
   include FiberTestHelper
 

@@ -8,6 +8,7 @@ require_relative "fiber_test_helper"
 # requests at once, each in its own Fiber under Margay's scheduler. Concurrency is asserted by
 # counting the requests in flight inside the app, never by wall time.
 class FiberModeTest < Minitest::Test
+  skip_on_jruby "no fiber mode: it needs the C engine's epoll"
   include Margay::TestHelper
   include FiberTestHelper
 

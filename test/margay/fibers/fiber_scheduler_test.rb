@@ -9,6 +9,7 @@ require_relative "fiber_test_helper"
 # threads, arming failures, cancelled timers. Behaviour is asserted (who woke, what was
 # answered, which thread), never wall time except as a generous bound.
 class FiberSchedulerTest < Minitest::Test
+  skip_on_jruby "no fiber mode: it needs the C engine's epoll"
   include Margay::TestHelper
   include FiberTestHelper
 

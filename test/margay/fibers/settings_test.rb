@@ -7,6 +7,7 @@ require "margay/native"
 # Fiber mode's settings (issue 13): the flag, the config file's directives (Margay's and
 # Puma's names), their checks, and the refusal on the poll backend.
 class FiberSettingsTest < Minitest::Test
+  skip_on_jruby "no fiber mode: it needs the C engine's epoll"
   include Margay::TestHelper
 
   def cli_config(*argv)

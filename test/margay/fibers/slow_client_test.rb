@@ -8,6 +8,7 @@ require "test_helper"
 # "answered while the slow one still waits" and every byte delivered in the end. And in both
 # modes a flush waits for the bytes spilled past response_buffer_limit too.
 class FiberSlowClientTest < Minitest::Test
+  skip_on_jruby "no fiber mode: it needs the C engine's epoll"
   include Margay::TestHelper
 
   # Far more than the server's send buffer can grow to (net.ipv4.tcp_wmem's maximum) and the

@@ -6,6 +6,7 @@ require "margay/process/reexec"
 # The command a hot restart executes (the exec itself runs in the slow
 # tests' restarts, single and cluster).
 class ReexecTest < Minitest::Test
+  skip_on_jruby "no hot restart: it execs RbConfig.ruby, which the jruby-jars JRuby has no executable for"
   def config(**settings)
     Margay::Configuration.new(**settings)
   end

@@ -73,6 +73,7 @@ class RequestHandlerTest < Minitest::Test
   class NotAnError < Exception; end # rubocop:disable Lint/InheritException
 
   def test_any_exception_from_the_app_is_a_500_and_the_thread_serves_on
+    skip_on_jruby "no fiber mode: it needs the C engine's epoll"
     app = lambda do |env|
       case env["PATH_INFO"]
       when "/exit" then exit(3)
@@ -99,6 +100,7 @@ class RequestHandlerTest < Minitest::Test
   # the thread serves on (an `exit` there used to end the server). Thread and
   # fiber mode, one thread.
   def test_any_exception_from_app_code_after_the_call_is_logged_and_the_thread_serves_on
+    skip_on_jruby "no fiber mode: it needs the C engine's epoll"
     body = Object.new
     body.define_singleton_method(:each) { |&b| b.call("closed") }
     body.define_singleton_method(:close) { exit(4) }

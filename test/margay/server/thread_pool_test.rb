@@ -54,6 +54,7 @@ class ThreadPoolTest < Minitest::Test
   # thread is left for reuse (the child gets the stacks of the parent's other
   # threads to reuse).
   def test_a_thread_the_system_refuses_is_said_once_and_asked_for_again_later
+    skip_on_jruby "no fork"
     if Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.3")
       skip "Ruby 3.3.8: after a refused Thread.new the process hangs at its next thread operation " \
            "(Thread.list, a pipe write), whatever the pool does (docs/CONFIGURATION.md, threads)"
@@ -131,6 +132,7 @@ class ThreadPoolTest < Minitest::Test
   # `exit` in a thread hook (before_thread_start runs in the pool thread) ends the process, as
   # Ruby does for a thread's `exit`: it is not a lost thread to replace.
   def test_exit_in_a_pool_thread_still_ends_the_process
+    skip_on_jruby "no fork"
     pid = fork do
       ThreadPool.new(min: 1, max: 1, idle_timeout: 10) { exit 3 }.start
       sleep 60 # ended by the thread's exit long before, however loaded the machine
@@ -143,6 +145,7 @@ class ThreadPoolTest < Minitest::Test
   end
 
   def test_room_and_the_kernel_ids_of_its_threads
+    skip_on_jruby "JRuby's Thread#native_thread_id is not the kernel's thread id"
     pool = pool(min: 1, max: 2).start
     first = pop_within(@started)
     assert pool.room?
