@@ -12,6 +12,7 @@ require "support/tls_certs"
 # and h2c with prior knowledge on a tcp:// bind (http2=true), with curl, nghttp and raw frames
 # (test/support/h2_frames.py on Debian's python3-h2) as clients.
 class H2Test < Minitest::Test
+  skip_on_jruby "no HTTP/2 in the pure-Ruby engine (http2=true binds are refused at start)"
   include Margay::TestHelper
 
   CERTS = Margay::TLSCerts

@@ -13,6 +13,8 @@ module Margay
   class Binder
     # "bind-url=fd,bind-url=fd": listeners a re-executed master inherits.
     INHERIT_ENV = "MARGAY_INHERIT_FDS"
+    # JRuby runs the pure-Ruby engine (lib/margay/pure/), which has no HTTP/2.
+    NO_C_ENGINE = RUBY_ENGINE == "jruby"
     # "bind-url=fd,...": the health listeners (health_bind, agent_bind) a re-executed process inherits.
     INHERIT_HEALTH_ENV = "MARGAY_INHERIT_HEALTH_FDS"
     # "fd:k,fd:n": client connections a re-executed cluster master inherits
@@ -184,6 +186,7 @@ module Margay
 
       require_relative "../native"
       unless defined?(Native::H2) && Native::H2
+        raise ConfigError, "bind #{url}: http2=true, not on #{RUBY_ENGINE} yet (its pure-Ruby engine has no HTTP/2)" if NO_C_ENGINE
         raise ConfigError, "bind #{url}: http2=true, but Margay was built without libnghttp2 " \
                            "(install libnghttp2-dev and reinstall margay)"
       end

@@ -32,12 +32,18 @@ class AllocatorTest < Minitest::Test
     assert_equal installed, A.library(true)
   end
 
+  def test_jruby_ignores_it
+    skip "JRuby only" unless RUBY_ENGINE == "jruby"
+    assert_equal "jemalloc ignored on JRuby (the JVM manages its own heap)", A.reexec(true, %w[exe/margay])
+  end
+
   def test_nothing_to_do_when_not_asked
     assert_nil A.reexec(false, %w[exe/margay])
     assert_nil A.reexec(nil, %w[exe/margay])
   end
 
   def test_a_missing_library_is_one_line_and_malloc
+    skip_on_jruby "the JVM manages its own heap (test_jruby_ignores_it)"
     skip "this process runs on jemalloc" if A.name == "jemalloc"
     warning = A.reexec("/nonexistent/libjemalloc.so.2", %w[exe/margay])
     assert_equal "jemalloc: no library at /nonexistent/libjemalloc.so.2 (Debian: apt-get install libjemalloc2); " \
@@ -45,6 +51,7 @@ class AllocatorTest < Minitest::Test
   end
 
   def test_a_preload_that_did_not_take_is_reported_not_retried
+    skip_on_jruby "the JVM manages its own heap (test_jruby_ignores_it)"
     skip "this process runs on jemalloc" if A.name == "jemalloc"
     with_env(A::REEXEC_ENV => "1", "LD_PRELOAD" => "/x/libjemalloc.so.2") do
       assert_equal "jemalloc: LD_PRELOAD=/x/libjemalloc.so.2 did not take effect; serving on malloc", A.reexec(true, %w[x])
@@ -53,6 +60,7 @@ class AllocatorTest < Minitest::Test
   end
 
   def test_without_a_command_line_it_says_how_to_preload
+    skip_on_jruby "the JVM manages its own heap (test_jruby_ignores_it)"
     skip "this process runs on jemalloc" if A.name == "jemalloc"
     Dir.mktmpdir do |dir|
       lib = File.join(dir, "libjemalloc.so.2")

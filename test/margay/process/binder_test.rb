@@ -88,6 +88,11 @@ class BinderTest < Minitest::Test
   def test_http2_option
     assert_equal({ http2: true }, Margay::Binder.parse("tcp://127.0.0.1:1?http2=true").options)
     assert_includes Margay::Binder.parse("ssl://127.0.0.1:1?cert=c&key=k&http2=true").options, :http2
+    if RUBY_ENGINE == "jruby"
+      error = assert_raises(Margay::ConfigError) { Margay::Binder.http2?("tcp://127.0.0.1:1", { http2: true }) }
+      assert_equal "bind tcp://127.0.0.1:1: http2=true, not on jruby yet (its pure-Ruby engine has no HTTP/2)", error.message
+      return
+    end
     require "margay/native"
     native = Margay::Native
     saved = native::H2
