@@ -17,9 +17,12 @@ hyperframe for frames h2 would refuse to send. Prints one JSON line of what it s
   h2_frames.py PORT settings_entries N one SETTINGS frame of N entries, then reads until closed
   h2_frames.py PORT empty_data N      a POST's HEADERS, then N DATA frames with no payload and no
                                       END_STREAM, then reads until closed
-  h2_frames.py PORT zero_window N PATH  SETTINGS_INITIAL_WINDOW_SIZE 0, N GETs of PATH; prints
-                                      "ready" once their response heads came, then reads (granting no
-                                      window) until closed: the JSON says how long that took
+  h2_frames.py PORT zero_window N PATH [dribble]
+                                      SETTINGS_INITIAL_WINDOW_SIZE 0, N GETs of PATH; prints "ready"
+                                      once their response heads came, then reads until closed,
+                                      granting no window (with dribble: every 0.2 s a PING and
+                                      1 byte more of each stream's window): the JSON says how long
+                                      that took and the body bytes received
 """
 import json
 import socket
@@ -237,7 +240,35 @@ def main():
         seen = pump(sock, conn, note, limit=30.0)
         print("ready", flush=True)
         start = time.monotonic()
-        seen += pump(sock, conn, lambda s: (note(s) or True) and "closed" in s, limit=60.0)
+        if len(sys.argv) > 5 and sys.argv[5] == "dribble":
+            sock.settimeout(0.2)
+            while "closed" not in seen and time.monotonic() - start < 60:
+                try:
+                    data_in = sock.recv(65536)
+                    if not data_in:
+                        seen.append("closed")
+                        break
+                    try:
+                        seen.extend(conn.receive_data(data_in))
+                    except h2.exceptions.ProtocolError:
+                        pass
+                except socket.timeout:
+                    conn.ping(b"dribble!")
+                    for sid in sids:
+                        try:
+                            conn.increment_flow_control_window(1, stream_id=sid)
+                        except h2.exceptions.H2Error:
+                            pass  # the server reset it
+                except (ConnectionResetError, BrokenPipeError):
+                    seen.append("closed")
+                    break
+                note(seen)
+                try:
+                    sock.sendall(conn.data_to_send())
+                except (ConnectionResetError, BrokenPipeError):
+                    seen.append("closed")
+        else:
+            seen += pump(sock, conn, lambda s: (note(s) or True) and "closed" in s, limit=60.0)
         out = {"heads": len(heads), "data": data[0], "closed": "closed" in seen,
                "seconds": round(time.monotonic() - start, 2), "goaway": goaway_of(seen)}
     print(json.dumps(out), flush=True)

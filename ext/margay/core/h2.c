@@ -92,7 +92,8 @@ typedef struct mg_h2 {
   int empties;           /* frames in a row that carried nothing (CVE-2019-9518) */
   size_t queued;         /* response body bytes waiting in its streams' memory for the client */
   int waiting;           /* output waits for the client (socket or flow control) */
-  uint64_t sent_seen;    /* c->out.sent when progress was last seen */
+  uint64_t body_sent;    /* response body bytes framed (the client's windows let them go) */
+  uint64_t sent_seen, body_seen; /* c->out.sent and body_sent when progress was last seen */
   int64_t progress_ms;   /* ... and when */
   double resets;         /* the rapid-reset bucket */
   int64_t resets_ms;
@@ -401,6 +402,7 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
     st->opos += n;
     st->oleft -= (uint64_t)n;
     if (st->oleft == 0) { *flags |= NGHTTP2_DATA_FLAG_EOF; close(st->ofd); st->ofd = -1; }
+    h->body_sent += (uint64_t)n;
     return n;
   }
   size_t avail = st->olen - st->ooff;
@@ -409,6 +411,7 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
   memcpy(buf, st->out + st->ooff, n);
   st->ooff += n;
   h->queued -= n;
+  h->body_sent += n;
   if (st->ooff == st->olen) {
     st->ooff = st->olen = 0;
     if (st->ocap > MG_H2_KEEP_BUFFER) { free(st->out); st->out = NULL; st->ocap = 0; } /* drained: give it back */
@@ -492,9 +495,13 @@ static void settle(mg_engine *e, mg_conn *c, mg_h2 *h) {
              (c->h2_goaway && h->in_app == 0 && h->receiving == 0 && !pending && !nghttp2_session_want_write(h->s));
   int64_t now = mg_now_ms();
   /* output waits for the client (the socket, or its flow-control windows: a zero window, a
-   * dribble): write_timeout since the client last took a byte, whatever else it sends */
+   * dribble): write_timeout since the client last made progress, whatever else it sends. With
+   * body bytes waiting for its windows, progress is MG_H2_MIN_PROGRESS of them let go (PING
+   * ACKs read, or windows opened a byte at a time, are none); else any byte the socket took. */
   int waiting = pending || backlogged(h);
-  if (waiting && (!h->waiting || c->out.sent != h->sent_seen)) { h->sent_seen = c->out.sent; h->progress_ms = now; }
+  int progress = !h->waiting ||
+                 (backlogged(h) ? h->body_sent - h->body_seen >= MG_H2_MIN_PROGRESS : c->out.sent != h->sent_seen);
+  if (waiting && progress) { h->sent_seen = c->out.sent; h->body_seen = h->body_sent; h->progress_ms = now; }
   h->waiting = waiting;
   if (waiting) c->deadline_ms = h->progress_ms + e->cfg.write_timeout_ms;
   else if (h->receiving) c->deadline_ms = now + e->cfg.body_timeout_ms;
