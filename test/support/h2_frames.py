@@ -48,20 +48,29 @@ def request(path, extra=()):
     return [(":method", "GET"), (":path", path), (":scheme", "http"), (":authority", "localhost")] + list(extra)
 
 
-def pump(sock, conn, until, limit=10.0):
-    """Read and feed events until until(events_so_far) or the connection closes."""
+def pump(sock, conn, until, limit=10.0, tick=None):
+    """Read and feed events until until(events_so_far) or the connection closes, or +limit+
+    seconds of silence. With +tick+: tick() after each 0.2 s of silence, for +limit+ seconds in all."""
     seen = []
-    sock.settimeout(limit)
+    deadline = time.monotonic() + limit
+    sock.settimeout(0.2 if tick else limit)
     try:
         while not until(seen):
-            data = sock.recv(65536)
-            if not data:
+            try:
+                data = sock.recv(65536)
+            except socket.timeout:
+                if not tick or time.monotonic() > deadline:
+                    raise
+                tick()
+                data = None
+            if data == b"":
                 seen.append("closed")
                 break
-            try:
-                seen.extend(conn.receive_data(data))
-            except h2.exceptions.ProtocolError:
-                pass
+            if data:
+                try:
+                    seen.extend(conn.receive_data(data))
+                except h2.exceptions.ProtocolError:
+                    pass
             out = conn.data_to_send()
             if out:
                 sock.sendall(out)
@@ -182,22 +191,14 @@ def main():
 
         seen = pump(sock, conn, done)
         out = {"big": statuses.get(big), "small": statuses.get(small), "goaway": goaway_of(seen)}
-    elif what == "continuation":
+    elif what in ("continuation", "ping_flood", "settings_flood", "settings_entries", "empty_data"):
         n = int(sys.argv[3])
-        sid = conn.get_next_available_stream_id()
-        block = conn.encoder.encode(request("/"))
-        frames = HeadersFrame(sid, block, flags=["END_STREAM"]).serialize()
-        for i in range(n):
-            frames += ContinuationFrame(sid, b"", flags=[]).serialize()
-        try:
-            sock.sendall(frames)
-        except (ConnectionResetError, BrokenPipeError):
-            pass
-        seen = pump(sock, conn, lambda s: "closed" in s)
-        out = {"goaway": goaway_of(seen), "closed": "closed" in seen}
-    elif what in ("ping_flood", "settings_flood", "settings_entries", "empty_data"):
-        n = int(sys.argv[3])
-        if what == "ping_flood":
+        if what == "continuation":
+            sid = conn.get_next_available_stream_id()
+            block = conn.encoder.encode(request("/"))
+            frames = HeadersFrame(sid, block, flags=["END_STREAM"]).serialize()
+            frames += ContinuationFrame(sid, b"", flags=[]).serialize() * n
+        elif what == "ping_flood":
             frames = b"".join(PingFrame(0, opaque_data=i.to_bytes(8, "big")).serialize() for i in range(n))
         elif what == "settings_flood":
             frames = SettingsFrame(0).serialize() * n
@@ -240,35 +241,16 @@ def main():
         seen = pump(sock, conn, note, limit=30.0)
         print("ready", flush=True)
         start = time.monotonic()
-        if len(sys.argv) > 5 and sys.argv[5] == "dribble":
-            sock.settimeout(0.2)
-            while "closed" not in seen and time.monotonic() - start < 60:
+        def dribble():
+            conn.ping(b"dribble!")
+            for sid in sids:
                 try:
-                    data_in = sock.recv(65536)
-                    if not data_in:
-                        seen.append("closed")
-                        break
-                    try:
-                        seen.extend(conn.receive_data(data_in))
-                    except h2.exceptions.ProtocolError:
-                        pass
-                except socket.timeout:
-                    conn.ping(b"dribble!")
-                    for sid in sids:
-                        try:
-                            conn.increment_flow_control_window(1, stream_id=sid)
-                        except h2.exceptions.H2Error:
-                            pass  # the server reset it
-                except (ConnectionResetError, BrokenPipeError):
-                    seen.append("closed")
-                    break
-                note(seen)
-                try:
-                    sock.sendall(conn.data_to_send())
-                except (ConnectionResetError, BrokenPipeError):
-                    seen.append("closed")
-        else:
-            seen += pump(sock, conn, lambda s: (note(s) or True) and "closed" in s, limit=60.0)
+                    conn.increment_flow_control_window(1, stream_id=sid)
+                except h2.exceptions.H2Error:
+                    pass  # the server reset it
+
+        tick = dribble if len(sys.argv) > 5 and sys.argv[5] == "dribble" else None
+        seen += pump(sock, conn, lambda s: (note(s) or True) and "closed" in s, limit=60.0, tick=tick)
         out = {"heads": len(heads), "data": data[0], "closed": "closed" in seen,
                "seconds": round(time.monotonic() - start, 2), "goaway": goaway_of(seen)}
     print(json.dumps(out), flush=True)

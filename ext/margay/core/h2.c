@@ -493,6 +493,7 @@ static void settle(mg_engine *e, mg_conn *c, mg_h2 *h) {
   int pending = out_pending(c);
   int done = h->dead || (!nghttp2_session_want_read(h->s) && !nghttp2_session_want_write(h->s) && !pending) ||
              (c->h2_goaway && h->in_app == 0 && h->receiving == 0 && !pending && !nghttp2_session_want_write(h->s));
+  int calm = h->calm;
   int64_t now = mg_now_ms();
   /* output waits for the client (the socket, or its flow-control windows: a zero window, a
    * dribble): write_timeout since the client last made progress, whatever else it sends. With
@@ -508,6 +509,11 @@ static void settle(mg_engine *e, mg_conn *c, mg_h2 *h) {
   else if (h->in_app) c->deadline_ms = 0;
   else c->deadline_ms = now + e->cfg.keepalive_timeout_ms;
   pthread_mutex_unlock(&c->h2_lock);
+  if (done && calm) { /* a flood's GOAWAY is out: the client still sending must not reset it away */
+    mg_h2_end(c);
+    mg_conn_begin_close(e, c);
+    return;
+  }
   if (done) { close_conn(e, c); return; }
   mg_conn_arm(e, c, pending ? (MG_EV_IN | MG_EV_OUT) : MG_EV_IN);
   /* a response call that kicked meanwhile found the connection owned: take it up now */
