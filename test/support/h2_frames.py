@@ -12,16 +12,28 @@ hyperframe for frames h2 would refuse to send. Prints one JSON line of what it s
   h2_frames.py PORT made_you_reset N  N x (HEADERS with END_STREAM + a WINDOW_UPDATE that overflows
                                       the stream's window, which the server answers with RST_STREAM
                                       FLOW_CONTROL_ERROR), then reads until closed
+  h2_frames.py PORT ping_flood N      N PING frames without reading the ACKs, then reads until closed
+  h2_frames.py PORT settings_flood N  N empty SETTINGS frames without reading the ACKs, then reads until closed
+  h2_frames.py PORT settings_entries N one SETTINGS frame of N entries, then reads until closed
+  h2_frames.py PORT empty_data N      a POST's HEADERS, then N DATA frames with no payload and no
+                                      END_STREAM, then reads until closed
+  h2_frames.py PORT zero_window N PATH [dribble]
+                                      SETTINGS_INITIAL_WINDOW_SIZE 0, N GETs of PATH; prints "ready"
+                                      once their response heads came, then reads until closed,
+                                      granting no window (with dribble: every 0.2 s a PING and
+                                      1 byte more of each stream's window): the JSON says how long
+                                      that took and the body bytes received
 """
 import json
 import socket
 import sys
+import time
 
 import h2.config
 import h2.connection
 import h2.events
 import h2.settings
-from hyperframe.frame import ContinuationFrame, HeadersFrame, WindowUpdateFrame
+from hyperframe.frame import ContinuationFrame, DataFrame, HeadersFrame, PingFrame, SettingsFrame, WindowUpdateFrame
 
 
 def connect(port):
@@ -36,20 +48,29 @@ def request(path, extra=()):
     return [(":method", "GET"), (":path", path), (":scheme", "http"), (":authority", "localhost")] + list(extra)
 
 
-def pump(sock, conn, until, limit=10.0):
-    """Read and feed events until until(events_so_far) or the connection closes."""
+def pump(sock, conn, until, limit=10.0, tick=None):
+    """Read and feed events until until(events_so_far) or the connection closes, or +limit+
+    seconds of silence. With +tick+: tick() after each 0.2 s of silence, for +limit+ seconds in all."""
     seen = []
-    sock.settimeout(limit)
+    deadline = time.monotonic() + limit
+    sock.settimeout(0.2 if tick else limit)
     try:
         while not until(seen):
-            data = sock.recv(65536)
-            if not data:
+            try:
+                data = sock.recv(65536)
+            except socket.timeout:
+                if not tick or time.monotonic() > deadline:
+                    raise
+                tick()
+                data = None
+            if data == b"":
                 seen.append("closed")
                 break
-            try:
-                seen.extend(conn.receive_data(data))
-            except h2.exceptions.ProtocolError:
-                pass
+            if data:
+                try:
+                    seen.extend(conn.receive_data(data))
+                except h2.exceptions.ProtocolError:
+                    pass
             out = conn.data_to_send()
             if out:
                 sock.sendall(out)
@@ -170,19 +191,68 @@ def main():
 
         seen = pump(sock, conn, done)
         out = {"big": statuses.get(big), "small": statuses.get(small), "goaway": goaway_of(seen)}
-    elif what == "continuation":
+    elif what in ("continuation", "ping_flood", "settings_flood", "settings_entries", "empty_data"):
         n = int(sys.argv[3])
-        sid = conn.get_next_available_stream_id()
-        block = conn.encoder.encode(request("/"))
-        frames = HeadersFrame(sid, block, flags=["END_STREAM"]).serialize()
-        for i in range(n):
-            frames += ContinuationFrame(sid, b"", flags=[]).serialize()
+        if what == "continuation":
+            sid = conn.get_next_available_stream_id()
+            block = conn.encoder.encode(request("/"))
+            frames = HeadersFrame(sid, block, flags=["END_STREAM"]).serialize()
+            frames += ContinuationFrame(sid, b"", flags=[]).serialize() * n
+        elif what == "ping_flood":
+            frames = b"".join(PingFrame(0, opaque_data=i.to_bytes(8, "big")).serialize() for i in range(n))
+        elif what == "settings_flood":
+            frames = SettingsFrame(0).serialize() * n
+        elif what == "settings_entries":
+            frames = SettingsFrame(0, settings={0x4000 + i: i for i in range(n)}).serialize()
+        else:
+            sid = conn.get_next_available_stream_id()
+            conn.send_headers(sid, [(":method", "POST")] + request("/up")[1:])
+            frames = conn.data_to_send() + DataFrame(sid, b"").serialize() * n
         try:
             sock.sendall(frames)
         except (ConnectionResetError, BrokenPipeError):
             pass
         seen = pump(sock, conn, lambda s: "closed" in s)
         out = {"goaway": goaway_of(seen), "closed": "closed" in seen}
+    elif what == "zero_window":
+        n, path = int(sys.argv[3]), sys.argv[4]
+        conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        sids = []
+        for i in range(n):
+            sid = conn.get_next_available_stream_id()
+            conn.send_headers(sid, request(path), end_stream=True)
+            sids.append(sid)
+        sock.sendall(conn.data_to_send())
+        heads = set()
+        data = [0]
+        counted = set()
+
+        def note(seen):
+            for e in seen:
+                if id(e) in counted:
+                    continue
+                counted.add(id(e))
+                if isinstance(e, h2.events.ResponseReceived):
+                    heads.add(e.stream_id)
+                if isinstance(e, h2.events.DataReceived):
+                    data[0] += len(e.data)
+            return len(heads) == n or "closed" in seen
+
+        seen = pump(sock, conn, note, limit=30.0)
+        print("ready", flush=True)
+        start = time.monotonic()
+        def dribble():
+            conn.ping(b"dribble!")
+            for sid in sids:
+                try:
+                    conn.increment_flow_control_window(1, stream_id=sid)
+                except h2.exceptions.H2Error:
+                    pass  # the server reset it
+
+        tick = dribble if len(sys.argv) > 5 and sys.argv[5] == "dribble" else None
+        seen += pump(sock, conn, lambda s: (note(s) or True) and "closed" in s, limit=60.0, tick=tick)
+        out = {"heads": len(heads), "data": data[0], "closed": "closed" in seen,
+               "seconds": round(time.monotonic() - start, 2), "goaway": goaway_of(seen)}
     print(json.dumps(out), flush=True)
 
 

@@ -176,12 +176,14 @@ class H2Test < Minitest::Test
   end
 
   # A flood of +frames_args+ ends its connection with a GOAWAY (+code+ when given); another client
-  # is served after.
+  # is served while it runs, and after.
   def assert_flood_closed(*frames_args, code: nil)
     with_h2_server(ECHO) do |tls, plain|
+      meanwhile = Thread.new { curl("--http2", "https://localhost:#{tls}/meanwhile").first }
       result = frames(plain, *frames_args)
       code ? assert_equal(code, result["goaway"]) : refute_nil(result["goaway"])
       assert result["closed"]
+      assert_includes meanwhile.value, %(SERVER_PROTOCOL="HTTP/2")
       out, = curl("--http2", "https://localhost:#{tls}/after")
       assert_includes out, %(SERVER_PROTOCOL="HTTP/2")
     end
@@ -206,6 +208,63 @@ class H2Test < Minitest::Test
 
   def test_continuation_flood_closes_the_connection
     assert_flood_closed("continuation", 64) # the code differs: nghttp2 may count them first
+  end
+
+  def test_ping_flood_is_closed_with_enhance_your_calm_and_others_are_served
+    assert_flood_closed("ping_flood", 20_000, code: 11) # ACKs the client does not read
+  end
+
+  def test_settings_flood_is_closed_with_enhance_your_calm_and_others_are_served
+    assert_flood_closed("settings_flood", 20_000, code: 11)
+  end
+
+  def test_a_settings_frame_of_too_many_entries_is_closed_with_enhance_your_calm
+    assert_flood_closed("settings_entries", 64, code: 11)
+  end
+
+  def test_empty_data_frame_flood_is_closed_with_enhance_your_calm_and_others_are_served
+    assert_flood_closed("empty_data", 10_000, code: 11) # CVE-2019-9518
+  end
+
+  BIG = ("x" * (10 * 1024 * 1024)).freeze
+
+  def rss_kib = File.read("/proc/self/status")[/^VmRSS:\s+(\d+)/, 1].to_i
+
+  # CVE-2019-9517 (internal data buffering) and -9511 (data dribble): a client that grants no
+  # window (or opens it a byte at a time, PINGing meanwhile) holds at most response_buffer_limit of
+  # its responses' bytes in memory, its streams' threads wait, and write_timeout closes it; others
+  # are served meanwhile. Returns the client's JSON.
+  def assert_window_starver_closed(*how)
+    skip "no python3-h2" unless system(CLIENT, PYTHON, "-c", "import h2", out: File::NULL, err: File::NULL)
+    app = ->(env) { [200, { "content-type" => "text/plain" }, [env["PATH_INFO"] == "/big" ? BIG : "small"]] }
+    with_h2_server(app, lint: false, min_threads: 8, max_threads: 8, write_timeout: 3, keepalive_timeout: 120,
+                        response_buffer_limit: 1024 * 1024) do |tls, plain|
+      GC.start
+      before = rss_kib
+      Open3.popen3(CLIENT, PYTHON, FRAMES, plain.to_s, "zero_window", "4", "/big", *how) do |_in, out, err, wait|
+        assert_equal "ready\n", out.gets, err.read
+        sleep 0.5 # the four answers are written as far as they can go
+        grown = rss_kib - before
+        assert_operator grown, :<, 20 * 1024, "4 x 10 MiB answers to a zero window: #{grown} KiB held"
+        assert_equal "small", curl("--http2", "https://localhost:#{tls}/small").first, "served meanwhile"
+        line = out.read.lines.last
+        assert wait.value.success? && line, err.read
+        result = JSON.parse(line)
+        assert_equal 4, result["heads"]
+        assert result["closed"], "closed after write_timeout"
+        assert_operator result["seconds"], :<, 20, "write_timeout (3 s) closes it, not keepalive_timeout (120 s)"
+        assert_equal "small", curl("--http2", "https://localhost:#{tls}/small").first
+        return result
+      end
+    end
+  end
+
+  def test_a_zero_window_client_is_bounded_in_memory_and_closed_after_write_timeout
+    assert_equal 0, assert_window_starver_closed["data"]
+  end
+
+  def test_a_window_dribbling_pinging_client_is_closed_after_write_timeout
+    assert_operator assert_window_starver_closed("dribble")["data"], :>, 0, "it was given bytes, a few at a time"
   end
 
   def test_graceful_stop_sends_goaway_and_answers_the_stream_in_flight

@@ -190,7 +190,7 @@ void mg_conn_close_all(mg_engine *e) {
 /* Shut our side, then read and discard what the client still sends for a
  * short while, so that closing does not turn into a reset that destroys the
  * response before the client read it (RFC 9112 9.6). */
-static void begin_close(mg_engine *e, mg_conn *c) {
+void mg_conn_begin_close(mg_engine *e, mg_conn *c) {
   mg_tls_shutdown(&c->tls);
   shutdown(c->fd, SHUT_WR);
   c->phase = MG_PH_LINGER;
@@ -214,7 +214,7 @@ void mg_conn_linger(mg_engine *e, mg_conn *c) {
 /* Called once the queued response is on the wire. */
 static void after_response(mg_engine *e, mg_conn *c, int *continue_now) {
   *continue_now = 0;
-  if (!c->keep_alive) { begin_close(e, c); return; }
+  if (!c->keep_alive) { mg_conn_begin_close(e, c); return; }
   c->requests++;
   mg_conn_reset_request(c);
   c->phase = MG_PH_IDLE;

@@ -147,6 +147,10 @@ int mg_conn_forget(mg_engine *e, mg_conn *c);
 void mg_conn_close(mg_engine *e, mg_conn *c);
 /* Close every connection and free its struct: the engine closes (no loop thread runs). */
 void mg_conn_close_all(mg_engine *e);
+/* Close +c+ (owned, its output all sent) lingering: the write side shut, what the client still
+ * sends read and discarded for a while, so that its unread input does not turn the close into a
+ * reset that destroys the last bytes sent before the client read them. */
+void mg_conn_begin_close(mg_engine *e, mg_conn *c);
 /* Discard what a lingering connection's client still sends; close at EOF. */
 void mg_conn_linger(mg_engine *e, mg_conn *c);
 /* Forget the request just answered (buffers stay for the next one). */

@@ -50,6 +50,7 @@ int mg_h2_finish(mg_conn *c, mg_h2_stream *s) { (void)c; (void)s; return -1; }
 int mg_h2_send_file(mg_conn *c, mg_h2_stream *s, int fd, uint64_t len) { (void)c; (void)s; (void)len; close(fd); return -1; }
 void mg_h2_reset(mg_conn *c, mg_h2_stream *s) { (void)c; (void)s; }
 size_t mg_h2_backlog(const mg_h2_stream *s) { (void)s; return 0; }
+size_t mg_h2_queued(const mg_conn *c) { (void)c; return 0; }
 int mg_h2_started(const mg_h2_stream *s) { (void)s; return 0; }
 int mg_h2_head_request(const mg_h2_stream *s) { (void)s; return 0; }
 long mg_h2_req_peer_der(mg_h2_req *q, unsigned char **der) { (void)q; *der = NULL; return 0; }
@@ -88,6 +89,12 @@ typedef struct mg_h2 {
   int dead;              /* the socket failed or the peer left: close */
   int calm;              /* a limit was passed: GOAWAY ENHANCE_YOUR_CALM, then close */
   int continuations;     /* CONTINUATION frames of the header block being received */
+  int empties;           /* frames in a row that carried nothing (CVE-2019-9518) */
+  size_t queued;         /* response body bytes waiting in its streams' memory for the client */
+  int waiting;           /* output waits for the client (socket or flow control) */
+  uint64_t body_sent;    /* response body bytes framed (the client's windows let them go) */
+  uint64_t sent_seen, body_seen; /* c->out.sent and body_sent when progress was last seen */
+  int64_t progress_ms;   /* ... and when */
   double resets;         /* the rapid-reset bucket */
   int64_t resets_ms;
 } mg_h2;
@@ -226,6 +233,7 @@ void mg_h2_drop_all(mg_engine *e) {
 
 static void stream_clear(mg_h2 *h, mg_h2_stream *st) {
   if (st->state == ST_RECV) { mg_h2_req_free(st->req); h->receiving--; }
+  h->queued -= st->olen - st->ooff;
   if (st->state == ST_APP) h->in_app--;
   if (st->ofd >= 0) close(st->ofd);
   free(st->out);
@@ -316,10 +324,22 @@ static int reset_allowed(mg_h2 *h) {
   return 1;
 }
 
+/* Empty-frame flood (CVE-2019-9518): frames that carry nothing and end nothing, MG_H2_MAX_EMPTY
+ * in a row, end the connection. 0, or the callback's failure. */
+static int empty_frame(mg_h2 *h, int empty) {
+  if (!empty) { h->empties = 0; return 0; }
+  if (++h->empties <= MG_H2_MAX_EMPTY) return 0;
+  h->calm = 1;
+  return NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
 static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *frame, void *ud) {
   (void)s;
   mg_h2 *h = ud;
   if (frame->hd.type != NGHTTP2_CONTINUATION) h->continuations = 0;
+  if (frame->hd.type == NGHTTP2_DATA &&
+      empty_frame(h, frame->hd.length <= frame->data.padlen && !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) != 0)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
   if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) || !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
     return 0;
   mg_h2_stream *st = stream_of(h, frame->hd.stream_id);
@@ -349,6 +369,11 @@ static int on_begin_frame(nghttp2_session *s, const nghttp2_frame_hd *hd, void *
     h->calm = 1;
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   }
+  /* an empty header block fragment (HEADERS or CONTINUATION without payload) */
+  if (hd->type == NGHTTP2_HEADERS)
+    return empty_frame(h, hd->length == 0 && !(hd->flags & NGHTTP2_FLAG_END_STREAM));
+  if (hd->type == NGHTTP2_CONTINUATION)
+    return empty_frame(h, hd->length == 0 && !(hd->flags & NGHTTP2_FLAG_END_HEADERS));
   return 0;
 }
 
@@ -367,7 +392,8 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *
 
 static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
                          nghttp2_data_source *src, void *ud) {
-  (void)s; (void)id; (void)ud;
+  (void)s; (void)id;
+  mg_h2 *h = ud;
   mg_h2_stream *st = src->ptr;
   if (st->ofd >= 0) {
     size_t want = st->oleft < len ? (size_t)st->oleft : len;
@@ -376,6 +402,7 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
     st->opos += n;
     st->oleft -= (uint64_t)n;
     if (st->oleft == 0) { *flags |= NGHTTP2_DATA_FLAG_EOF; close(st->ofd); st->ofd = -1; }
+    h->body_sent += (uint64_t)n;
     return n;
   }
   size_t avail = st->olen - st->ooff;
@@ -383,7 +410,12 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
   size_t n = avail < len ? avail : len;
   memcpy(buf, st->out + st->ooff, n);
   st->ooff += n;
-  if (st->ooff == st->olen) st->ooff = st->olen = 0;
+  h->queued -= n;
+  h->body_sent += n;
+  if (st->ooff == st->olen) {
+    st->ooff = st->olen = 0;
+    if (st->ocap > MG_H2_KEEP_BUFFER) { free(st->out); st->out = NULL; st->ocap = 0; } /* drained: give it back */
+  }
   if (st->eof && st->olen == 0) *flags |= NGHTTP2_DATA_FLAG_EOF;
   return (ssize_t)n;
 }
@@ -420,6 +452,14 @@ static int pump(mg_h2 *h) {
 
 static int out_pending(const mg_conn *c) { return c->out.head != NULL; }
 
+/* Whether response bytes wait in the streams (in memory, or a file's rest) for the client. */
+static int backlogged(const mg_h2 *h) {
+  if (h->queued) return 1;
+  for (int i = 0; i < MG_H2_SLOTS; i++)
+    if (h->slots[i].seq && h->slots[i].ofd >= 0) return 1;
+  return 0;
+}
+
 void mg_h2_end(mg_conn *c) {
   pthread_mutex_lock(&c->h2_lock);
   mg_h2 *h = c->h2;
@@ -453,12 +493,27 @@ static void settle(mg_engine *e, mg_conn *c, mg_h2 *h) {
   int pending = out_pending(c);
   int done = h->dead || (!nghttp2_session_want_read(h->s) && !nghttp2_session_want_write(h->s) && !pending) ||
              (c->h2_goaway && h->in_app == 0 && h->receiving == 0 && !pending && !nghttp2_session_want_write(h->s));
+  int calm = h->calm;
   int64_t now = mg_now_ms();
-  if (pending) c->deadline_ms = now + e->cfg.write_timeout_ms;
+  /* output waits for the client (the socket, or its flow-control windows: a zero window, a
+   * dribble): write_timeout since the client last made progress, whatever else it sends. With
+   * body bytes waiting for its windows, progress is MG_H2_MIN_PROGRESS of them let go (PING
+   * ACKs read, or windows opened a byte at a time, are none); else any byte the socket took. */
+  int waiting = pending || backlogged(h);
+  int progress = !h->waiting ||
+                 (backlogged(h) ? h->body_sent - h->body_seen >= MG_H2_MIN_PROGRESS : c->out.sent != h->sent_seen);
+  if (waiting && progress) { h->sent_seen = c->out.sent; h->body_seen = h->body_sent; h->progress_ms = now; }
+  h->waiting = waiting;
+  if (waiting) c->deadline_ms = h->progress_ms + e->cfg.write_timeout_ms;
   else if (h->receiving) c->deadline_ms = now + e->cfg.body_timeout_ms;
   else if (h->in_app) c->deadline_ms = 0;
   else c->deadline_ms = now + e->cfg.keepalive_timeout_ms;
   pthread_mutex_unlock(&c->h2_lock);
+  if (done && calm) { /* a flood's GOAWAY is out: the client still sending must not reset it away */
+    mg_h2_end(c);
+    mg_conn_begin_close(e, c);
+    return;
+  }
   if (done) { close_conn(e, c); return; }
   mg_conn_arm(e, c, pending ? (MG_EV_IN | MG_EV_OUT) : MG_EV_IN);
   /* a response call that kicked meanwhile found the connection owned: take it up now */
@@ -493,7 +548,9 @@ void mg_h2_event(mg_engine *e, mg_conn *c) {
     budget -= (size_t)n < budget ? (size_t)n : budget;
     ssize_t r = nghttp2_session_mem_recv(h->s, buf, (size_t)n);
     if (r < 0) {
-      /* a callback refused (a flood) or the input is not HTTP/2: GOAWAY, then close */
+      /* a callback refused (a flood), nghttp2 found a flood (PING or SETTINGS ACKs the client does
+       * not read), or the input is not HTTP/2: GOAWAY, then close */
+      if (r == NGHTTP2_ERR_FLOODED) h->calm = 1;
       nghttp2_session_terminate_session(h->s, h->calm ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR);
       h->calm = 1;
     }
@@ -588,7 +645,8 @@ void mg_h2_unlock(mg_engine *e, mg_conn *c) {
   int kick = 0;
   if (h && !h->dead) {
     if (pump(h) < 0) h->dead = 1;
-    kick = h->dead || out_pending(c) || (c->h2_goaway && h->in_app == 0);
+    /* a backlog the loop has not seen yet: its settle starts the write timeout */
+    kick = h->dead || out_pending(c) || (c->h2_goaway && h->in_app == 0) || (!h->waiting && backlogged(h));
   }
   pthread_mutex_unlock(&c->h2_lock);
   if (kick) mg_h2_kick(e, c);
@@ -636,6 +694,7 @@ int mg_h2_write(mg_conn *c, mg_h2_stream *st, const char *data, size_t len) {
   }
   memcpy(st->out + st->olen, data, len);
   st->olen += len;
+  c->h2->queued += len;
   resume(c->h2, st);
   return 0;
 }
@@ -664,6 +723,7 @@ void mg_h2_reset(mg_conn *c, mg_h2_stream *st) {
 }
 
 size_t mg_h2_backlog(const mg_h2_stream *st) { return st->olen - st->ooff; }
+size_t mg_h2_queued(const mg_conn *c) { return c->h2 ? c->h2->queued : 0; }
 int mg_h2_started(const mg_h2_stream *st) { return st->started; }
 int mg_h2_head_request(const mg_h2_stream *st) { return st->head_request; }
 long mg_h2_req_peer_der(mg_h2_req *q, unsigned char **der) {

@@ -3,7 +3,8 @@
  * an HTTP/1 request's is positive), its [token, env], and the Engine's response methods for such
  * a token (respond.c, stream.c and request.c hand them over). The head is validated as for
  * HTTP/1.1 (ruby/head.c) and its fields sent lowercased, connection-specific ones dropped.
- * Runs with the GVL; never blocks but in stream_write past response_buffer_limit and in flush.
+ * Runs with the GVL; never blocks but in flush and while the connection's queued body bytes are at
+ * response_buffer_limit (a client that takes nothing: write_timeout ends the wait).
  */
 #include "ruby/h2.h"
 #include "core/h2.h"
@@ -135,7 +136,66 @@ static void stream_gone(mg_engine *e, mg_conn *c) {
   rb_raise(mg_eClientGone, "the HTTP/2 stream is gone");
 }
 
-/* Engine#respond for a stream: the head, then the body array's bytes. Returns nil. */
+static void *nap(void *p) {
+  (void)p;
+  usleep(1000);
+  return NULL;
+}
+
+static size_t stream_backlog(mg_conn *c, mg_h2_stream *s) { (void)c; return mg_h2_backlog(s); }
+static size_t conn_queued(mg_conn *c, mg_h2_stream *s) { (void)s; return mg_h2_queued(c); }
+
+/* Wait (without the GVL, 1 ms at a time) until +what+ of the stream's token (its backlog, or its
+ * connection's queued bytes) is at most +limit+; write_timeout bounds the wait without progress:
+ * the stream is reset and ClientGone raised. */
+static void drain_to(mg_engine *e, VALUE token, size_t limit, size_t (*what)(mg_conn *, mg_h2_stream *)) {
+  int64_t deadline = mg_now_ms() + e->cfg.write_timeout_ms;
+  size_t last = (size_t)-1;
+  for (;;) {
+    mg_conn *c;
+    mg_h2_stream *s = lock_token(e, token, &c);
+    size_t backlog = what(c, s);
+    if (backlog <= limit) { mg_h2_unlock(e, c); return; }
+    if (backlog < last) { last = backlog; deadline = mg_now_ms() + e->cfg.write_timeout_ms; }
+    if (mg_now_ms() > deadline) {
+      mg_h2_reset(c, s);
+      mg_h2_unlock(e, c);
+      rb_raise(mg_eClientGone, "the HTTP/2 client read nothing for write_timeout");
+    }
+    mg_h2_unlock(e, c);
+    rb_thread_call_without_gvl(nap, NULL, RUBY_UBF_IO, NULL);
+    rb_thread_check_ints();
+  }
+}
+
+/* The connection's cap on body bytes queued in memory (response_buffer_limit, at least 16 KiB). */
+static size_t conn_cap(const mg_engine *e) {
+  return e->cfg.response_buffer_limit > 16384 ? e->cfg.response_buffer_limit : 16384;
+}
+
+/* Queue the String +data+'s bytes on the locked stream +*s+ (of +token+) as the connection's cap
+ * allows: at the cap, unlock and wait for the client to take some, then lock again (+*c+, +*s+
+ * updated). Raises ClientGone (unlocked) when the stream goes or the wait times out. */
+static void write_capped(mg_engine *e, VALUE token, mg_conn **c, mg_h2_stream **s, VALUE data) {
+  size_t cap = conn_cap(e), off = 0;
+  for (;;) {
+    size_t len = (size_t)RSTRING_LEN(data); /* read again after each wait: the GVL was released */
+    if (off >= len) return;
+    size_t queued = mg_h2_queued(*c);
+    if (queued >= cap) {
+      mg_h2_unlock(e, *c);
+      drain_to(e, token, cap - 1, conn_queued);
+      *s = lock_token(e, token, c);
+      continue;
+    }
+    size_t n = len - off < cap - queued ? len - off : cap - queued;
+    if (mg_h2_write(*c, *s, RSTRING_PTR(data) + off, n) != 0) stream_gone(e, *c);
+    off += n;
+  }
+}
+
+/* Engine#respond for a stream: the head, then the body array's bytes (waiting at the connection's
+ * cap: write_capped). Returns nil. */
 VALUE mg_rb_h2_respond(mg_engine *e, VALUE token, VALUE status, VALUE headers, VALUE body) {
   int st = mg_rb_status_of(status);
   Check_Type(body, T_ARRAY);
@@ -157,9 +217,10 @@ VALUE mg_rb_h2_respond(mg_engine *e, VALUE token, VALUE status, VALUE headers, V
   int body_follows = !mg_bodyless(st) && blen > 0 && !mg_h2_head_request(s);
   int r = mg_h2_respond_head(c, s, st, hh.nv, hh.n, body_follows);
   mg_head_release(&hh.h);
-  for (long i = 0; r == 0 && body_follows && i < RARRAY_LEN(body); i++) {
+  if (r != 0) stream_gone(e, c);
+  for (long i = 0; body_follows && i < RARRAY_LEN(body); i++) {
     VALUE part = RARRAY_AREF(body, i);
-    if (RB_TYPE_P(part, T_STRING)) r = mg_h2_write(c, s, RSTRING_PTR(part), (size_t)RSTRING_LEN(part));
+    if (RB_TYPE_P(part, T_STRING)) write_capped(e, token, &c, &s, part);
   }
   if (r == 0 && body_follows) r = mg_h2_finish(c, s);
   if (r != 0) stream_gone(e, c);
@@ -212,44 +273,14 @@ VALUE mg_rb_h2_stream_start(mg_engine *e, VALUE token, VALUE status, VALUE heade
   return Qnil;
 }
 
-static void *nap(void *p) {
-  (void)p;
-  usleep(1000);
-  return NULL;
-}
-
-/* Wait (without the GVL, 1 ms at a time) until the stream's body backlog is at most +limit+;
- * write_timeout bounds the wait without progress. */
-static void drain_to(mg_engine *e, VALUE token, size_t limit) {
-  int64_t deadline = mg_now_ms() + e->cfg.write_timeout_ms;
-  size_t last = (size_t)-1;
-  for (;;) {
-    mg_conn *c;
-    mg_h2_stream *s = lock_token(e, token, &c);
-    size_t backlog = mg_h2_backlog(s);
-    if (backlog <= limit) { mg_h2_unlock(e, c); return; }
-    if (backlog < last) { last = backlog; deadline = mg_now_ms() + e->cfg.write_timeout_ms; }
-    if (mg_now_ms() > deadline) {
-      mg_h2_reset(c, s);
-      mg_h2_unlock(e, c);
-      rb_raise(mg_eClientGone, "the HTTP/2 client read nothing for write_timeout");
-    }
-    mg_h2_unlock(e, c);
-    rb_thread_call_without_gvl(nap, NULL, RUBY_UBF_IO, NULL);
-    rb_thread_check_ints();
-  }
-}
-
-/* Engine#stream_write for a stream: queued for the stream (flow control is nghttp2's); past
- * response_buffer_limit queued, the call waits for the client. */
+/* Engine#stream_write for a stream: queued for the stream (flow control is nghttp2's); at the
+ * connection's cap the call waits for the client (write_capped). */
 VALUE mg_rb_h2_stream_write(mg_engine *e, VALUE token, VALUE data) {
   StringValue(data);
   mg_conn *c;
   mg_h2_stream *s = lock_token(e, token, &c);
-  if (mg_h2_write(c, s, RSTRING_PTR(data), (size_t)RSTRING_LEN(data)) != 0) stream_gone(e, c);
-  size_t backlog = mg_h2_backlog(s);
+  write_capped(e, token, &c, &s, data);
   mg_h2_unlock(e, c);
-  if (backlog > e->cfg.response_buffer_limit) drain_to(e, token, e->cfg.response_buffer_limit);
   return Qnil;
 }
 
@@ -269,7 +300,7 @@ static void finish_op(mg_conn *c, mg_h2_stream *s) { mg_h2_finish(c, s); }
 VALUE mg_rb_h2_stream_finish(mg_engine *e, VALUE token) { return on_stream(e, token, finish_op); }
 
 VALUE mg_rb_h2_flush(mg_engine *e, VALUE token) {
-  drain_to(e, token, 0);
+  drain_to(e, token, 0, stream_backlog);
   return Qnil;
 }
 
