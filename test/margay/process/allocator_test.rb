@@ -29,7 +29,7 @@ class AllocatorTest < Minitest::Test
 
   def test_library_true_is_the_first_installed_one
     installed = A::SEARCH.find { |path| File.file?(path) }
-    assert_equal installed, A.library(true)
+    installed ? assert_equal(installed, A.library(true)) : assert_nil(A.library(true))
   end
 
   def test_jruby_ignores_it
