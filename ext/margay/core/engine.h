@@ -105,7 +105,7 @@ typedef struct mg_engine {
   int board_n, board_index;
   int detach_cursor;         /* where mg_balance_detach_idle(pending_only) looks next (the caller holds the GVL) */
   int closed;                /* until opened, and once closed (ruby/engine.c raises IOError then) */
-  /* Issue 14, the fast path (core/loop.c): at most one thread blocks in the event set at a
+  /* The fast path (core/loop.c): at most one thread blocks in the event set at a
    * time (the poller); the other waiting threads stand by on standby_cond, and one of them
    * (the watcher) takes the poller's place only when no thread came back to the loop for
    * MG_STANDBY_US: a fast app's thread finds the next request itself, without waking another

@@ -116,7 +116,7 @@ mg_ev *mg_ev_new(int kind, int max_fds) {
   return mg_ev_poll_new(max_fds);
 }
 
-/* Issue 13 (fiber mode): the epoll fd behind +ev+, or -1 when +ev+ is not this backend. */
+/* Fiber mode: the epoll fd behind +ev+, or -1 when +ev+ is not this backend. */
 int mg_ev_epoll_fd(const mg_ev *ev) {
 #ifdef HAVE_EPOLL_CREATE1
   if (ev->ops == &epoll_ops) return ((const mg_ev_epoll *)ev)->epfd;

@@ -29,7 +29,7 @@ struct mg_ev_ops {
   int (*disarm)(mg_ev *ev, int fd); /* forget fd entirely (before close) */
   int (*wait)(mg_ev *ev, mg_ev_event *out, int timeout_ms); /* 1 event, 0 timeout, -1 errno */
   void (*free)(mg_ev *ev);
-  /* Issue 14: up to +max+ events at once (the poll backend gives one); 0 timeout, -1 errno. */
+  /* Up to +max+ events at once (the poll backend gives one); 0 timeout, -1 errno. */
   int (*wait_many)(mg_ev *ev, mg_ev_event *out, int max, int timeout_ms);
 };
 
@@ -57,7 +57,7 @@ static inline int mg_ev_wait_many(mg_ev *ev, mg_ev_event *out, int max, int time
   return ev->ops->wait_many(ev, out, max, timeout_ms);
 }
 
-/* Issue 13 (fiber mode): the epoll backend's own epoll fd, which a thread's private set nests
+/* Fiber mode: the epoll backend's own epoll fd, which a thread's private set nests
  * (core/waits.c); -1 for any other backend. */
 int mg_ev_epoll_fd(const mg_ev *ev);
 
