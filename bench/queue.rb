@@ -11,7 +11,8 @@
 # every server: per worker process its accepted connections, and the listener's backlog (the
 # clients no worker accepted yet). Reports per round req/s, p50, p99, p99/p50, the workers'
 # connections (median of each sample's fewest and most) and the backlog's median, and
-# Margay/Puma ratios. --baseline DIR adds another Margay checkout (margay-base).
+# Margay/Puma ratios. --baseline DIR adds another Margay checkout (margay-base). The load starts
+# once every worker of the server runs.
 #
 #   bundle exec ruby bench/queue.rb [--load ab|wrk] [--rounds 5] [--workers 2] [--threads 5] [--min-threads 0]
 #                                   [--connections 50] [--requests 3000] [--seconds 6]
@@ -89,12 +90,32 @@ module MargayBench
       pid = Procs.spawn_server(env, argv, log, chdir: chdir)
       begin
         Procs.await_server("bench/queue.rb: server on #{port}", log) { Env.ok?("127.0.0.1", port) }
+        await_workers(pid, log)
         sampler = Thread.new { sample(port) }
         result = @o[:load] == "ab" ? ab(port) : wrk(port, tmp)
         sampler.kill.join
         result.merge(spread(@samples))
       ensure
         Procs.stop_group(pid)
+      end
+    end
+
+    # The load starts once every worker runs: a cluster answers as soon as its first worker
+    # does, and keep-alive clients that all connect to it meanwhile stay there.
+    def await_workers(pid, log)
+      Procs.await_server("bench/queue.rb: #{@o[:workers]} workers of #{pid}", log) do
+        workers(pid) >= @o[:workers]
+      end
+    end
+
+    # The processes of +pid+'s process group besides itself (Procs.spawn_server makes the
+    # group), read from /proc/PID/stat (after the command: state, ppid, pgrp).
+    def workers(pid)
+      Dir.glob("/proc/[0-9]*/stat").count do |path|
+        fields = File.read(path).split(") ", 2).last.split
+        fields[2].to_i == pid && File.basename(File.dirname(path)).to_i != pid
+      rescue SystemCallError
+        false
       end
     end
 
