@@ -2,11 +2,7 @@
 
 require "test_helper"
 require_relative "support/child_env"
-require "json"
 require "margay/native"
-require "open3"
-require "rbconfig"
-require "tmpdir"
 
 # Smoke test of bench/h2.rb: one short round of each server (Margay over TLS with ALPN h2, h2c
 # and TLS HTTP/1.1; nginx, Itsi and Falcon over TLS and h2c) runs end to end under h2load and
@@ -15,30 +11,24 @@ require "tmpdir"
 class H2BenchSmokeTest < Minitest::Test
   include ChildEnv
 
-  ROOT = File.expand_path("../..", __dir__)
-  H2_BENCH = File.join(ROOT, "bench", "h2.rb")
   SERVERS = %w[margay-h2 margay-h1 nginx-h2 itsi-h2 falcon-h2 margay-h2c nginx-h2c itsi-h2c falcon-h2c].freeze
 
   def test_one_round_of_each_server_over_h2_and_h2c
     %w[h2load openssl].each { |cmd| skip "#{cmd} is not installed" unless executable_in_path?(cmd) }
     skip "built without libnghttp2" unless Margay::Native::H2
     skip "built without OpenSSL" unless Margay::Native::TLS
-    Dir.mktmpdir("margay-h2-smoke-") do |dir|
-      out, status = Open3.capture2e(RbConfig.ruby, H2_BENCH, "--rounds", "1", "--seconds", "1", "--keys", "ecdsa",
-                                    "--connections", "8", "--streams", "10", "--results-dir", dir, chdir: ROOT)
-      assert status.success?, "bench/h2.rb exited #{status.exitstatus}:\n#{out}"
-      result = JSON.parse(File.read(Dir[File.join(dir, "h2-*.json")].first))
-      skipped = result["skipped"]
-      skipped.each { |server, why| assert_includes out, "skipping #{server}: #{why}" }
-      assert_empty skipped.keys.grep(/\Amargay/), "Margay itself was skipped:\n#{out}"
-      assert_equal SERVERS - skipped.keys, result["rows"].map { |r| r["server"] }
-      result["rows"].each do |row|
-        assert_nil row["error"], "#{row['server']} failed:\n#{out}"
-        assert_operator row["rps"], :>, 0, "#{row['server']} served nothing:\n#{out}"
-        assert_equal row["server"] == "margay-h1" ? "http/1.1" : row["server"][/h2c?\z/], row["protocol"]
-      end
-      assert_match(/margay-h2 ecdsa -m10 vs margay-h1: /, out)
-      assert_match(/margay-h2c none -m10 vs margay-h1 \(ecdsa\): /, out)
+    out, result = run_bench("h2", "--rounds", "1", "--seconds", "1", "--keys", "ecdsa", "--connections", "8",
+                            "--streams", "10")
+    skipped = result["skipped"]
+    skipped.each { |server, why| assert_includes out, "skipping #{server}: #{why}" }
+    assert_empty skipped.keys.grep(/\Amargay/), "Margay itself was skipped:\n#{out}"
+    assert_equal SERVERS - skipped.keys, result["rows"].map { |r| r["server"] }
+    result["rows"].each do |row|
+      assert_nil row["error"], "#{row['server']} failed:\n#{out}"
+      assert_operator row["rps"], :>, 0, "#{row['server']} served nothing:\n#{out}"
+      assert_equal row["server"] == "margay-h1" ? "http/1.1" : row["server"][/h2c?\z/], row["protocol"]
     end
+    assert_match(/margay-h2 ecdsa -m10 vs margay-h1: /, out)
+    assert_match(/margay-h2c none -m10 vs margay-h1 \(ecdsa\): /, out)
   end
 end

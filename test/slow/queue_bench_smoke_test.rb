@@ -2,10 +2,6 @@
 
 require "test_helper"
 require_relative "support/child_env"
-require "json"
-require "open3"
-require "rbconfig"
-require "tmpdir"
 
 # Smoke test of bench/queue.rb: one short round per server (Margay and Puma 8 from the bench
 # bundle, 2 workers) with each load runs end to end and writes rows with the per-worker
@@ -13,25 +9,18 @@ require "tmpdir"
 class QueueBenchSmokeTest < Minitest::Test
   include ChildEnv
 
-  ROOT = File.expand_path("../..", __dir__)
-  QUEUE = File.join(ROOT, "bench", "queue.rb")
-
   def test_one_round_of_each_load_writes_both_servers_rows
     %w[ab wrk ss].each { |cmd| skip "#{cmd} is not installed" unless executable_in_path?(cmd) }
-    Dir.mktmpdir("margay-queue-smoke-") do |dir|
-      %w[ab wrk].each do |load|
-        out, status = Open3.capture2e(RbConfig.ruby, QUEUE, "--load", load, "--rounds", "1", "--requests", "300",
-                                      "--connections", "20", "--seconds", "1", "--results-dir", dir, chdir: ROOT)
-        assert status.success?, "bench/queue.rb --load #{load} exited #{status.exitstatus}:\n#{out}"
-        result = JSON.parse(File.read(Dir[File.join(dir, "queue-#{load}-*.json")].first))
-        assert_equal %w[margay puma], result["rows"].map { |r| r["server"] }
-        result["rows"].each do |row|
-          assert_operator row["rps"], :>, 0, "#{row['server']} served nothing under #{load}:\n#{out}"
-          assert_equal 0, row["failed"] + row["non_2xx"], "#{row['server']} failed requests under #{load}:\n#{out}"
-          assert_equal 2, row["conns_median"].size, "the per-worker connections were sampled:\n#{out}"
-        end
-        assert_match(/^margay \/ puma per round/, out)
+    %w[ab wrk].each do |load|
+      out, result = run_bench("queue", "--load", load, "--rounds", "1", "--requests", "300", "--connections", "20",
+                              "--seconds", "1", prefix: "queue-#{load}")
+      assert_equal %w[margay puma], result["rows"].map { |r| r["server"] }
+      result["rows"].each do |row|
+        assert_operator row["rps"], :>, 0, "#{row['server']} served nothing under #{load}:\n#{out}"
+        assert_equal 0, row["failed"] + row["non_2xx"], "#{row['server']} failed requests under #{load}:\n#{out}"
+        assert_equal 2, row["conns_median"].size, "the per-worker connections were sampled:\n#{out}"
       end
+      assert_match(/^margay \/ puma per round/, out)
     end
   end
 end

@@ -2,10 +2,6 @@
 
 require "test_helper"
 require_relative "support/child_env"
-require "json"
-require "open3"
-require "rbconfig"
-require "tmpdir"
 
 # Smoke test of bench/tls.rb: one short round of each server (Margay over TLS, Puma 8 from the
 # bench bundle with the same ssl:// bind, nginx with ssl, Margay's plain HTTP) runs end to end
@@ -13,22 +9,14 @@ require "tmpdir"
 class TLSBenchSmokeTest < Minitest::Test
   include ChildEnv
 
-  ROOT = File.expand_path("../..", __dir__)
-  TLS_BENCH = File.join(ROOT, "bench", "tls.rb")
-
   def test_one_round_of_each_server_over_https
     %w[wrk openssl nginx].each { |cmd| skip "#{cmd} is not installed" unless executable_in_path?(cmd) }
-    Dir.mktmpdir("margay-tls-smoke-") do |dir|
-      out, status = Open3.capture2e(RbConfig.ruby, TLS_BENCH, "--rounds", "1", "--seconds", "1", "--keys", "ecdsa",
-                                    "--connections", "8", "--results-dir", dir, chdir: ROOT)
-      assert status.success?, "bench/tls.rb exited #{status.exitstatus}:\n#{out}"
-      result = JSON.parse(File.read(Dir[File.join(dir, "tls-*.json")].first))
-      assert_equal %w[margay puma nginx margay-plain], result["rows"].map { |r| r["server"] }
-      result["rows"].each do |row|
-        assert_operator row["rps"], :>, 0, "#{row['server']} served nothing:\n#{out}"
-        assert_equal 0, row["errors"], "#{row['server']} had socket errors:\n#{out}"
-      end
-      assert_match(/ecdsa, vs puma: /, out)
+    out, result = run_bench("tls", "--rounds", "1", "--seconds", "1", "--keys", "ecdsa", "--connections", "8")
+    assert_equal %w[margay puma nginx margay-plain], result["rows"].map { |r| r["server"] }
+    result["rows"].each do |row|
+      assert_operator row["rps"], :>, 0, "#{row['server']} served nothing:\n#{out}"
+      assert_equal 0, row["errors"], "#{row['server']} had socket errors:\n#{out}"
     end
+    assert_match(/ecdsa, vs puma: /, out)
   end
 end
