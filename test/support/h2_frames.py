@@ -81,6 +81,21 @@ def pump(sock, conn, until, limit=10.0, tick=None):
     return seen
 
 
+def send(sock, data):
+    """sendall; False once the server has closed (a reset or a broken pipe)."""
+    try:
+        sock.sendall(data)
+        return True
+    except (ConnectionResetError, BrokenPipeError):
+        return False
+
+
+def until_closed(sock, conn):
+    """Pump until the server closes: its GOAWAY code and whether it closed."""
+    seen = pump(sock, conn, lambda s: "closed" in s)
+    return {"goaway": goaway_of(seen), "closed": "closed" in seen}
+
+
 def goaway_of(events):
     for e in events:
         if isinstance(e, h2.events.ConnectionTerminated):
@@ -149,29 +164,18 @@ def main():
             sid = conn.get_next_available_stream_id()
             conn.send_headers(sid, request("/"), end_stream=True)
             conn.reset_stream(sid)
-            if i % 50 == 49:
-                try:
-                    sock.sendall(conn.data_to_send())
-                except (ConnectionResetError, BrokenPipeError):
-                    break
-        try:
-            sock.sendall(conn.data_to_send())
-        except (ConnectionResetError, BrokenPipeError):
-            pass
-        seen = pump(sock, conn, lambda s: "closed" in s)
-        out = {"goaway": goaway_of(seen), "closed": "closed" in seen}
+            if i % 50 == 49 and not send(sock, conn.data_to_send()):
+                break
+        send(sock, conn.data_to_send())
+        out = until_closed(sock, conn)
     elif what == "made_you_reset":
         n = int(sys.argv[3])
         for i in range(n):
             sid = conn.get_next_available_stream_id()
             conn.send_headers(sid, request("/"), end_stream=True)
-            data = conn.data_to_send() + WindowUpdateFrame(sid, window_increment=2**31 - 1).serialize()
-            try:
-                sock.sendall(data)
-            except (ConnectionResetError, BrokenPipeError):
+            if not send(sock, conn.data_to_send() + WindowUpdateFrame(sid, window_increment=2**31 - 1).serialize()):
                 break
-        seen = pump(sock, conn, lambda s: "closed" in s)
-        out = {"goaway": goaway_of(seen), "closed": "closed" in seen}
+        out = until_closed(sock, conn)
     elif what == "big_headers":
         size = int(sys.argv[3])
         big = conn.get_next_available_stream_id()
@@ -208,12 +212,8 @@ def main():
             sid = conn.get_next_available_stream_id()
             conn.send_headers(sid, [(":method", "POST")] + request("/up")[1:])
             frames = conn.data_to_send() + DataFrame(sid, b"").serialize() * n
-        try:
-            sock.sendall(frames)
-        except (ConnectionResetError, BrokenPipeError):
-            pass
-        seen = pump(sock, conn, lambda s: "closed" in s)
-        out = {"goaway": goaway_of(seen), "closed": "closed" in seen}
+        send(sock, frames)
+        out = until_closed(sock, conn)
     elif what == "zero_window":
         n, path = int(sys.argv[3]), sys.argv[4]
         conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
