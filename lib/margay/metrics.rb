@@ -164,6 +164,10 @@ module Margay
         text.counter("margay_busy_thread_seconds_total",
                      "Thread-seconds spent on requests (its rate over puma_max_threads: the utilization)",
                      busy_ms && busy_ms / 1000.0, labels)
+        oldest_ms = number(status[:oldest_wait_ms])
+        text.gauge("margay_oldest_wait_seconds",
+                   "How long the longest-waiting request for a thread has waited, at the last look",
+                   oldest_ms && oldest_ms / 1000.0, labels)
         HISTOGRAMS.each do |key, name, help|
           text.histogram(name, help, status[key], labels) if histogram?(status[key])
         end

@@ -146,21 +146,31 @@ module Margay
     ThreadControl = Struct.new(:min_threads, :max_threads)
 
     # Live counters for the demo app and monitoring. +backlog+: count the
-    # requests waiting for a thread (a look at every connection while all
-    # threads are busy: for the stats, not for every tick).
+    # requests waiting for a thread and how long the longest-waiting one has
+    # waited (oldest_wait_ms; a look at every connection while all threads
+    # are busy: for the stats, not for every tick).
     def stats(backlog: true)
       base = { requests: 0, connections: 0, threads: 0, busy_threads: 0, errors: @counters[:errors],
                busy_ms: @supervisor ? @supervisor.busy_ms : 0 }
       return base unless @engine && @pool
 
       engine = @engine.stats
+      waiting, oldest_wait_ms = backlog ? @engine.queue_look : [0, 0]
       base.merge(requests: engine[:requests], abandoned: engine[:abandoned], shed: engine[:shed],
-                 backlog: backlog ? @engine.backlog : 0, queue_time_seconds: engine[:queue_time_seconds],
+                 backlog: waiting, oldest_wait_ms: oldest_wait_ms, queue_time_seconds: engine[:queue_time_seconds],
                  request_duration_seconds: engine[:request_duration_seconds], connections: engine[:connections],
                  threads: @pool.size, busy_threads: @pool.busy, event_backend: engine[:event_backend],
                  max_connections: engine[:max_connections], uptime: (Clock.now - @started_at).round(1))
     rescue IOError
       base
+    end
+
+    # Look at the requests waiting for a thread: [their number, the longest wait in ms]; a
+    # cluster worker's engine writes both on the board for GET /queue (Engine#queue_look).
+    def queue_look
+      @engine ? @engine.queue_look : [0, 0]
+    rescue IOError
+      [0, 0]
     end
 
     private

@@ -26,9 +26,10 @@ module Margay
     # Margay's own counters of a serving process, beyond Puma's: requests
     # whose app failed (errors), requests not run because their client had
     # gone (abandoned), the thread-milliseconds its threads spent on requests
-    # (busy_ms), requests answered 503 for waiting over queue_timeout (shed). Not in Puma's stats keys; Metrics renders them,
-    # and a cluster worker's travel in its status frame.
-    OWN_COUNTERS = %i[errors abandoned busy_ms shed].freeze
+    # (busy_ms), requests answered 503 for waiting over queue_timeout (shed), and how long the
+    # longest-waiting request among the backlog has waited, in ms (oldest_wait_ms). Not in Puma's
+    # stats keys; Metrics renders the counters, and a cluster worker's travel in its status frame.
+    OWN_COUNTERS = %i[errors abandoned busy_ms shed oldest_wait_ms].freeze
     # A serving process's histograms (Server#stats: {buckets: {le => cumulative count, ...,
     # Float::INFINITY => count}, sum: seconds, count:}) and their bucket bounds, the engine's
     # (OpenTelemetry's default HTTP buckets).

@@ -25,7 +25,7 @@ class MetricsTest < Minitest::Test
   def test_single_mode_names_types_and_values
     skip_on_jruby "promtool's lint is read through Open3, which comes back empty on JRuby"
     Margay::Stats.started_at = Time.utc(2026, 11, 24, 14, 1, 2)
-    stats = Margay::Stats.single(SERVER, 5).merge(errors: 1, abandoned: 4, busy_ms: 2500, shed: 3, listen_queue: 6,
+    stats = Margay::Stats.single(SERVER, 5).merge(errors: 1, abandoned: 4, busy_ms: 2500, shed: 3, listen_queue: 6, oldest_wait_ms: 125,
                                                   queue_time_seconds: HISTOGRAM, request_duration_seconds: HISTOGRAM)
     text = Margay::Metrics.render(stats, memory: { rss_kib: 2000, pss_kib: 1500, boot_rss_kib: 1, boot_pss_kib: 1 })
     types = types(text)
@@ -37,7 +37,7 @@ class MetricsTest < Minitest::Test
     expected = { %(margay_connections{index="0"}) => 2, "margay_listen_queue" => 6,
                  %(margay_request_errors_total{index="0"}) => 1, %(margay_requests_abandoned_total{index="0"}) => 4,
                  %(margay_requests_shed_total{index="0"}) => 3, %(margay_utilization_ratio{index="0"}) => 0.4,
-                 %(margay_busy_thread_seconds_total{index="0"}) => 2.5,
+                 %(margay_busy_thread_seconds_total{index="0"}) => 2.5, %(margay_oldest_wait_seconds{index="0"}) => 0.125,
                  %(margay_memory_rss_bytes{role="worker",index="0"}) => 2_048_000,
                  %(margay_memory_pss_bytes{role="worker",index="0"}) => 1_536_000 }
     assert_equal expected, samples(text).slice(*expected.keys)

@@ -26,7 +26,8 @@ class StatsTest < Minitest::Test
   end
 
   def test_own_counters_beside_pumas
-    assert_equal({ errors: 3, abandoned: 0, busy_ms: 0, shed: 0 }, Margay::Stats.own_counters(SERVER.merge(errors: 3)),
+    assert_equal({ errors: 3, abandoned: 0, busy_ms: 0, shed: 0, oldest_wait_ms: 0 },
+                 Margay::Stats.own_counters(SERVER.merge(errors: 3)),
                  "a server not started yet has no abandoned count: 0")
     refute_includes Margay::Stats.single(SERVER.merge(errors: 3), 5).keys, :errors, "Puma's stats keep Puma's keys"
   end

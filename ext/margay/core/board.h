@@ -11,9 +11,12 @@
 
 /* The board's rows of counters, one counter per worker index in each (READY: 1 while the
  * worker's engine serves and neither drains nor stops; BUSY: its app threads in a request;
- * UNREAD: its clients taken in that no thread reached yet), then one cell for the whole
- * cluster: its drain flag, which the master sets. */
-enum { MG_BOARD_WAITING, MG_BOARD_CONNS, MG_BOARD_READY, MG_BOARD_BUSY, MG_BOARD_UNREAD, MG_BOARD_ROWS };
+ * UNREAD: its clients taken in that no thread reached yet; BACKLOG and OLDEST_MS: its requests
+ * waiting for a thread and the longest wait among them in ms, as of its last look, which its
+ * main thread takes every 100 ms), then one cell for the whole cluster: its drain flag, which
+ * the master sets. */
+enum { MG_BOARD_WAITING, MG_BOARD_CONNS, MG_BOARD_READY, MG_BOARD_BUSY, MG_BOARD_UNREAD, MG_BOARD_BACKLOG,
+       MG_BOARD_OLDEST_MS, MG_BOARD_ROWS };
 
 /* The ints a board of +n+ slots holds. */
 static inline size_t mg_board_cells(int n) { return (size_t)MG_BOARD_ROWS * (size_t)n + 1; }
@@ -26,6 +29,11 @@ static inline _Atomic int *mg_board_drain_flag(_Atomic int *slots, int n) { retu
 /* Set this worker's READY cell (nothing without a board). */
 static inline void mg_board_ready(mg_engine *e, int ready) {
   if (e->board_slots) atomic_store(mg_board_cell(e->board_slots, e->board_n, MG_BOARD_READY, e->board_index), ready);
+}
+
+/* Set this worker's counter in +row+ (nothing without a board). */
+static inline void mg_board_set(mg_engine *e, int row, int value) {
+  if (e->board_slots) atomic_store(mg_board_cell(e->board_slots, e->board_n, row, e->board_index), value);
 }
 
 /* Add +delta+ to this worker's counter in +row+ (nothing without a board). */

@@ -102,9 +102,40 @@ void mg_timing_done(mg_engine *e, mg_conn *c) {
   c->taken_mono_ns = 0;
 }
 
+/* When the oldest bytes waiting unread on +fd+ arrived (the kernel's stamp of its first queued
+ * segment, read with MSG_PEEK: nothing is consumed), or 0 when it does not say. */
+static int64_t first_unread_stamp(int fd) {
+#ifdef SO_TIMESTAMPNS
+  union {
+    char buf[CMSG_SPACE(sizeof(struct timespec))];
+    struct cmsghdr align;
+  } control;
+  char byte;
+  struct iovec iov = {&byte, 1};
+  struct msghdr msg;
+  memset(&msg, 0, sizeof msg);
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.buf;
+  msg.msg_controllen = sizeof control.buf;
+  if (recvmsg(fd, &msg, MSG_PEEK | MSG_DONTWAIT) <= 0) return 0;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
+      struct timespec ts;
+      memcpy(&ts, CMSG_DATA(cm), sizeof ts);
+      return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    }
+  }
+#else
+  (void)fd;
+#endif
+  return 0;
+}
+
 /* The connection's fields are read while it is ARMED (no thread owns it; core/conn.h) and kept
  * only if its state has not changed meanwhile, as mg_balance_detach_idle does. */
-int mg_timing_backlog(mg_engine *e) {
+int mg_timing_backlog(mg_engine *e, int64_t *oldest_ns) {
+  if (oldest_ns) *oldest_ns = 0;
   if (atomic_load(&e->idle_waiters) > 0) return 0;
   int n = 0, hw = atomic_load(&e->hiwater);
   for (int fd = 0; fd < hw && fd < e->max_fds; fd++) {
@@ -113,13 +144,18 @@ int mg_timing_backlog(mg_engine *e) {
     uint64_t s = atomic_load(&c->state);
     if (mg_state_st(s) != MG_ARMED) continue;
     int phase = c->phase, waiting = 0;
+    int64_t since = 0;
     if (phase == MG_PH_IDLE && c->rlen > 0) {
-      waiting = 1; /* requeued: its next request is buffered (mg_loop_requeue) */
+      waiting = 1; /* requeued: its next request is buffered (mg_loop_requeue), read with the last one */
+      since = c->rx_ns;
     } else if (phase == MG_PH_IDLE || phase == MG_PH_HEAD || phase == MG_PH_BODY) {
       int unread = 0;
       waiting = ioctl(c->fd, FIONREAD, &unread) == 0 && unread > 0;
+      if (waiting && oldest_ns) since = phase == MG_PH_IDLE ? first_unread_stamp(c->fd) : c->arrival_ns;
     }
-    if (waiting && atomic_load(&c->state) == s) n++;
+    if (!waiting || atomic_load(&c->state) != s) continue;
+    n++;
+    if (oldest_ns && since > 0 && (*oldest_ns == 0 || since < *oldest_ns)) *oldest_ns = since;
   }
   return n;
 }

@@ -67,8 +67,10 @@ void mg_timing_done(struct mg_engine *e, struct mg_conn *c);
  * waits in the event loop, the connections given back to it whose client sent bytes no thread
  * has read yet (FIONREAD), and those requeued with a pipelined request buffered; 0 without a
  * look while a thread waits (it takes what comes at once). Clients not accepted yet are in the
- * listeners' accept queues, not here. One ioctl per connection held, so it is for the stats, not
- * for every request. */
-int mg_timing_backlog(struct mg_engine *e);
+ * listeners' accept queues, not here. With +oldest_ns+, also when the longest-waiting of them
+ * arrived (wall clock; the kernel's stamp of its first unread bytes; 0: none waits or none was
+ * stamped). One ioctl per connection held (and a peek per waiting one), so it is for the stats
+ * and a look every 100 ms, not for every request. */
+int mg_timing_backlog(struct mg_engine *e, int64_t *oldest_ns);
 
 #endif

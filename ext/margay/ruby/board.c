@@ -88,15 +88,18 @@ static VALUE board_unread(VALUE self, VALUE iv) { return board_read(self, iv, MG
 /* #busy(index): that worker's app threads in a request (as of its supervisor's last tick). */
 static VALUE board_busy(VALUE self, VALUE iv) { return board_read(self, iv, MG_BOARD_BUSY); }
 
+/* #backlog(index): that worker's requests waiting for a thread, as of its last look
+ * (Engine#queue_look, every 100 ms). */
+static VALUE board_backlog(VALUE self, VALUE iv) { return board_read(self, iv, MG_BOARD_BACKLOG); }
+
+/* #oldest_wait_ms(index): how long the longest-waiting of them had waited, as of that look. */
+static VALUE board_oldest_wait_ms(VALUE self, VALUE iv) { return board_read(self, iv, MG_BOARD_OLDEST_MS); }
+
 /* #clear(index): the worker is gone (it may not have counted itself out). */
 static VALUE board_clear(VALUE self, VALUE iv) {
   mg_board *b = board_get(self);
   int i = slot_index(b, iv);
-  atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_WAITING, i), 0);
-  atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_CONNS, i), 0);
-  atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_READY, i), 0);
-  atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_BUSY, i), 0);
-  atomic_store(mg_board_cell(b->slots, b->n, MG_BOARD_UNREAD, i), 0);
+  for (int row = 0; row < MG_BOARD_ROWS; row++) atomic_store(mg_board_cell(b->slots, b->n, row, i), 0);
   return Qnil;
 }
 
@@ -146,6 +149,8 @@ void mg_board_init(VALUE mNative) {
   rb_define_method(c, "connections", board_connections, 1);
   rb_define_method(c, "unread", board_unread, 1);
   rb_define_method(c, "busy", board_busy, 1);
+  rb_define_method(c, "backlog", board_backlog, 1);
+  rb_define_method(c, "oldest_wait_ms", board_oldest_wait_ms, 1);
   rb_define_method(c, "clear", board_clear, 1);
   rb_define_method(c, "ready?", board_ready_p, 1);
   rb_define_method(c, "drain!", board_drain, 0);

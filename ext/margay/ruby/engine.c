@@ -16,6 +16,7 @@
 #include "core/h2.h"
 #include "core/health.h"
 #include "core/listeners.h"
+#include "core/timing.h"
 #include <fcntl.h>
 #include <math.h>
 
@@ -262,7 +263,22 @@ static VALUE engine_stats(VALUE self) {
 
 /* Engine#backlog -> requests accepted that wait for a thread (mg_timing_backlog: one look per
  * connection while every thread is busy; for the stats, not for every tick). */
-static VALUE engine_backlog(VALUE self) { return INT2NUM(mg_timing_backlog(mg_rb_engine_core(self))); }
+static VALUE engine_backlog(VALUE self) { return INT2NUM(mg_timing_backlog(mg_rb_engine_core(self), NULL)); }
+
+/* Engine#queue_look -> [requests waiting for a thread, the longest-waiting one's wait in ms]
+ * (the same look as #backlog, and the kernel's stamp of each waiting request's first bytes);
+ * a cluster worker's engine also writes both on the board, where GET /queue reads them. */
+static VALUE engine_queue_look(VALUE self) {
+  mg_engine *e = mg_rb_engine_core(self);
+  int64_t oldest = 0;
+  int n = mg_timing_backlog(e, &oldest);
+  int64_t wait_ms = oldest > 0 ? (mg_wall_ns() - oldest) / 1000000 : 0;
+  if (wait_ms < 0) wait_ms = 0;
+  if (wait_ms > INT32_MAX) wait_ms = INT32_MAX;
+  mg_board_set(e, MG_BOARD_BACKLOG, n);
+  mg_board_set(e, MG_BOARD_OLDEST_MS, (int)wait_ms);
+  return rb_ary_new_from_args(2, INT2NUM(n), LL2NUM(wait_ms));
+}
 
 /* Engine#close: close every connection and free the engine (after the threads are gone). */
 static VALUE engine_close(VALUE self) {
@@ -293,6 +309,7 @@ VALUE mg_engine_init(VALUE mMargay, VALUE mNative) {
   rb_define_method(cEngine, "stopping?", engine_stopping_p, 0);
   rb_define_method(cEngine, "stats", engine_stats, 0);
   rb_define_method(cEngine, "backlog", engine_backlog, 0);
+  rb_define_method(cEngine, "queue_look", engine_queue_look, 0);
   rb_define_method(cEngine, "close", engine_close, 0);
   mg_request_init(cEngine);
   return cEngine;

@@ -9,7 +9,8 @@ module Margay
     # engine keeps as it accepts, adopts, hands over and closes connections): its connections,
     # the clients among them it took in and no thread reached yet (unread: a worker that takes
     # only for its free threads keeps this near 0), its app threads in a request and its
-    # threads waiting for work; and per TCP listener the clients waiting in its backlog,
+    # threads waiting for work, and (as of its last look, at most 100 ms old) its requests
+    # waiting for a thread and the longest wait among them; and per TCP listener the clients waiting in its backlog,
     # accepted by no worker yet (Linux reports a listening socket's accept queue in TCP_INFO).
     module QueueReport
       # tcpi_unacked's offset in struct tcp_info (linux/tcp.h): eight one-byte fields, then
@@ -30,7 +31,8 @@ module Margay
 
         i = record.index
         { index: i, pid: record.pid, connections: board.connections(i), unread: board.unread(i),
-          busy_threads: board.busy(i), waiting_threads: board[i] }
+          busy_threads: board.busy(i), waiting_threads: board[i], waiting_requests: board.backlog(i),
+          oldest_wait_ms: board.oldest_wait_ms(i) }
       end
 
       # Clients in +io+'s accept queue; nil where the system does not say (unix sockets, not Linux).

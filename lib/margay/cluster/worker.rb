@@ -23,6 +23,9 @@ module Margay
       # At most; a quarter of worker_timeout when that is shorter, so that a
       # short timeout never kills a worker whose beat is merely due.
       HEARTBEAT_INTERVAL = 1.0
+      # Seconds between looks at the requests waiting for a thread, written on the board (the
+      # live figures of GET /queue; a look costs one ioctl per connection while every thread is busy).
+      QUEUE_LOOK_INTERVAL = 0.1
 
       # @param index [Integer] the worker's slot
       # @param app [#call, nil] the Rack app (nil: +app_loader+ loads it, after before_worker_boot as in Puma)
@@ -53,6 +56,7 @@ module Margay
         @mold_requested = false
         @refork_reported = false
         @last_beat = nil
+        @last_queue_look = nil
         @orphaned = false
         @terminating = false
         @hook_data = hook_data # Puma's per-key hook data, for this process's life
@@ -142,6 +146,10 @@ module Margay
           report(@last_beat ? :alive : :booted)
           @last_beat = now
           report_refork_due
+        end
+        if @last_queue_look.nil? || now - @last_queue_look >= QUEUE_LOOK_INTERVAL
+          @server.queue_look # onto the board, for GET /queue
+          @last_queue_look = now
         end
         asked = @channel.asked
         terminate(drain: @config.drain_delay) if asked.include?(:drain)

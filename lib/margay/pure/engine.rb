@@ -259,6 +259,14 @@ module Margay
 
       def backlog = @lock.synchronize { @ready.size }
 
+      # [requests waiting for a thread, the longest wait among them in ms] (no board here).
+      def queue_look
+        @lock.synchronize do
+          oldest = @ready.filter_map(&:arrival).min
+          [@ready.size, oldest ? ((now - oldest) * 1000).to_i : 0]
+        end
+      end
+
       # How long no thread has been waiting for work (0 while one is): the pool's growth signal.
       def saturated_ms
         since = @saturated_since

@@ -81,6 +81,32 @@ class IdleBoardTest < Minitest::Test
     assert_equal [0, 0, 0], [board[0], board.connections(0), board.unread(0)]
   end
 
+  def test_a_look_counts_the_requests_waiting_for_a_thread_and_the_longest_wait
+    board = Margay::Native::IdleBoard.new(1)
+    gate = Queue.new
+    server = start_server(board, 0, app: ->(_env) { gate.pop && [200, {}, ["ok"]] }, min_threads: 1, max_threads: 1)
+    eventually { board[0] == 1 }
+    assert_equal [0, 0], server.queue_look, "nothing waits"
+    first, second = connect(server, 2)
+    eventually { board.connections(0) == 2 } # both taken in while the thread was free
+    first.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    eventually { board[0].zero? }
+    second.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    sleep 0.3
+    waiting, oldest = server.queue_look
+    assert_equal 1, waiting, "the second request waits for the one thread"
+    assert_operator oldest, :>=, 250, "since it arrived, by the kernel's stamp"
+    assert_operator oldest, :<, 5000
+    assert_equal [1, oldest], [board.backlog(0), board.oldest_wait_ms(0)], "the look is on the board"
+    assert_equal 1, server.stats[:backlog]
+    assert_operator server.stats[:oldest_wait_ms], :>=, oldest
+    2.times { gate << true }
+    [first, second].each { |c| assert_match(/\AHTTP\/1\.1 200/, c.readpartial(4096)) }
+    eventually { server.queue_look == [0, 0] }
+    board.clear(0)
+    assert_equal [0, 0], [board.backlog(0), board.oldest_wait_ms(0)]
+  end
+
   def test_out_of_range_slots_raise
     board = Margay::Native::IdleBoard.new(2)
     assert_raises(IndexError) { board[2] }
@@ -88,6 +114,8 @@ class IdleBoardTest < Minitest::Test
     assert_raises(IndexError) { board.connections(2) }
     assert_raises(IndexError) { board.unread(2) }
     assert_raises(IndexError) { board.busy(-1) }
+    assert_raises(IndexError) { board.backlog(2) }
+    assert_raises(IndexError) { board.oldest_wait_ms(-1) }
     assert_raises(ArgumentError) { Margay::Native::IdleBoard.new(0) }
   end
 
@@ -99,10 +127,10 @@ class IdleBoardTest < Minitest::Test
 
   private
 
-  def start_server(board, index, **settings)
+  def start_server(board, index, app: HELLO, **settings)
     config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], silent: true, event_backend: BACKEND, **settings)
     log = Margay::Log.new(out: StringIO.new, err: StringIO.new)
-    server = Margay::Server.new(Rack::Lint.new(HELLO), config, log: log, idle_board: [board, index])
+    server = Margay::Server.new(Rack::Lint.new(app), config, log: log, idle_board: [board, index])
     server.bind
     @threads ||= {}
     @threads[server] = Thread.new { server.run }

@@ -59,13 +59,56 @@ class ClusterQueueTest < Minitest::Test
                     "the clients waiting for a thread wait in the shared backlog: #{queued.inspect}"
   end
 
+  KEPT_ALIVE = 24 # connections, each sending its next request as soon as the last is answered
+  STRETCH = 2.0   # seconds one worker may not keep a queue while the other has a thread free
+
+  # Kept-alive clients stay on the worker that took them: each worker took its even share
+  # (core/accept.c), and a saturated worker hands the ones whose next request waits unread to a
+  # worker with a free thread (Cluster::Balancer). Neither worker may keep 3x the other's queue,
+  # nor a queue while the other's threads wait, as the board's look (waiting_requests, every
+  # 100 ms) shows. Taking all 24 clients into one worker (a broken share) fails here: 20 and 4
+  # connections, 18 and 2 requests waiting.
+  def test_kept_alive_clients_queue_evenly_across_the_workers
+    control = start(threads: 2)
+    stop_at = Process.clock_gettime(Process::CLOCK_MONOTONIC) + SECONDS + 1
+    statuses = Queue.new
+    clients = Array.new(KEPT_ALIVE) { Thread.new { kept_alive_requests(stop_at, statuses) } }
+    samples = []
+    sleep 0.5
+    while (now = Process.clock_gettime(Process::CLOCK_MONOTONIC)) < stop_at - 0.2
+      samples << [now, JSON.parse(Net::HTTP.get(URI("http://127.0.0.1:#{control}/queue")))["workers"]]
+      sleep 0.05
+    end
+    clients.each(&:join)
+
+    codes = Array.new(statuses.size) { statuses.pop }
+    assert_operator codes.size, :>=, 100, "the load ran"
+    assert_equal ["200"], codes.uniq, "every request answered"
+    looks = samples.map { |_, workers| workers.map { |w| w.slice("waiting_requests", "oldest_wait_ms", "waiting_threads") } }
+    assert(looks.flatten.all? { |w| w.values.all?(Integer) }, "every figure is there: #{looks.first.inspect}")
+    assert(looks.any? { |l| l.sum { |w| w["waiting_requests"] } >= 2 }, "requests waited: #{looks.inspect}")
+    assert(looks.any? { |l| l.any? { |w| w["oldest_wait_ms"].positive? } }, "their wait is seen: #{looks.inspect}")
+    lopsided = samples.map do |_, (a, b)|
+      [[a, b], [b, a]].any? do |x, y|
+        waiting = x["waiting_requests"]
+        waiting >= 3 && (y["waiting_threads"].positive? || waiting >= 3 * [y["waiting_requests"], 1].max)
+      end
+    end
+    longest = stretches(samples.map(&:first), lopsided).max || 0.0
+    assert_operator longest, :<, STRETCH, "one worker kept 3x the other's queue, or a queue while the other " \
+                                          "had a thread free, for " \
+                                          "#{longest.round(2)} s: #{looks.inspect}"
+  end
+
   def test_queue_is_answered_in_a_cluster_only
     control = start(threads: 1, workers: 1)
     report = JSON.parse(Net::HTTP.get(URI("http://127.0.0.1:#{control}/queue")))
     assert_equal [0], report["workers"].map { |w| w["index"] }
     assert_equal 0, report["listen_queue"].first["queued"], "nothing waits"
-    assert_equal({ "connections" => 0, "unread" => 0, "busy_threads" => 0, "waiting_threads" => 1 },
-                 report["workers"].first.slice("connections", "unread", "busy_threads", "waiting_threads"))
+    assert_equal({ "connections" => 0, "unread" => 0, "busy_threads" => 0, "waiting_threads" => 1,
+                   "waiting_requests" => 0, "oldest_wait_ms" => 0 },
+                 report["workers"].first.slice("connections", "unread", "busy_threads", "waiting_threads",
+                                               "waiting_requests", "oldest_wait_ms"))
   end
 
   private
@@ -80,6 +123,28 @@ class ClusterQueueTest < Minitest::Test
     wait_for_listening
     wait_for_log(/booted/, count: workers)
     control
+  end
+
+  # The lengths in seconds of the runs of samples (taken at +times+) for which +flags+ hold.
+  def stretches(times, flags)
+    runs = []
+    start = nil
+    times.zip(flags).each do |t, flag|
+      start ||= t if flag
+      next if flag || start.nil?
+
+      runs << t - start
+      start = nil
+    end
+    runs << times.last - start if start
+    runs
+  end
+
+  # Requests on one kept-alive connection until +stop_at+; each status code into +statuses+.
+  def kept_alive_requests(stop_at, statuses)
+    Net::HTTP.start("127.0.0.1", @port) do |http|
+      statuses << http.get("/").code while Process.clock_gettime(Process::CLOCK_MONOTONIC) < stop_at
+    end
   end
 
   # One request on a new connection (closed after the answer); its status code.
