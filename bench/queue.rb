@@ -251,7 +251,8 @@ module MargayBench
     def ab(port)
       out = `ab -q -n #{@o[:requests]} -c #{@o[:connections]} -s 30 http://127.0.0.1:#{port}/ 2>&1`
       { "rps" => out[/Requests per second:\s+([\d.]+)/, 1].to_f, "p50_ms" => out[/^\s+50%\s+(\d+)/, 1].to_f,
-        "p99_ms" => out[/^\s+99%\s+(\d+)/, 1].to_f, "failed" => ab_failed(out),
+        "p99_ms" => out[/^\s+99%\s+(\d+)/, 1].to_f, "mean_ms" => out[/^Time per request:\s+([\d.]+) \[ms\] \(mean\)$/, 1]&.to_f,
+        "failed" => ab_failed(out),
         "non_2xx" => out[/Non-2xx responses:\s+(\d+)/, 1].to_i }
     end
 
@@ -312,11 +313,13 @@ module MargayBench
     def ratio_text = @o[:load] == "arrival" ? "capacity ratio" : "p99 ratio at req/s ratio"
 
     def latency_table
-      lines = ["| round | server | req/s | p50 ms | p99 ms | p99/p50 | conns per worker (fewest, most) | backlog median (max) | failed |",
-               "|---:|---|---:|---:|---:|---:|---|---|---:|"]
+      lines = ["| round | server | req/s | p50 ms | p99 ms | p99/p50 | p99/mean | conns per worker (fewest, most) | " \
+               "backlog median (max) | failed |",
+               "|---:|---|---:|---:|---:|---:|---:|---|---|---:|"]
       @rows.each do |r|
-        lines << format("| %d | %s | %.1f | %.1f | %.1f | %.2f | %s | %s (%s) | %d |", r["round"], r["server"], r["rps"],
-                        r["p50_ms"], r["p99_ms"], r["p99_ms"] / r["p50_ms"], r["conns_median"].join(", "),
+        over_mean = r["mean_ms"] ? format("%.2f", r["p99_ms"] / r["mean_ms"]) : "-"
+        lines << format("| %d | %s | %.1f | %.1f | %.1f | %.2f | %s | %s | %s (%s) | %d |", r["round"], r["server"], r["rps"],
+                        r["p50_ms"], r["p99_ms"], r["p99_ms"] / r["p50_ms"], over_mean, r["conns_median"].join(", "),
                         r["backlog_median"], r["backlog_max"], r["failed"] + r["non_2xx"])
       end
       lines
