@@ -139,7 +139,7 @@ class ChannelTest < Minitest::Test
 
   STATUS = { backlog: 0, running: 3, pool_capacity: 2, busy_threads: 3, io_threads: 0, backlog_max: 0, max_threads: 5,
              requests_count: 12_345, reactor_max: 17, rss_kib: 81_000, pss_kib: 40_500, boot_rss_kib: 70_000,
-             boot_pss_kib: 30_000, errors: 2, abandoned: 1, busy_ms: 123_456, shed: 7 }
+             boot_pss_kib: 30_000, errors: 2, abandoned: 1, busy_ms: 123_456, shed: 7, oldest_wait_ms: 40 }
            .merge(Margay::Stats::HISTOGRAM_KEYS.each_with_index.to_h { |k, i| [k, i * 1_000_003] }).freeze
 
   def test_a_report_carries_the_workers_status_to_the_master
