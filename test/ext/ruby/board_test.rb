@@ -53,9 +53,18 @@ class IdleBoardTest < Minitest::Test
     eventually { board.connections(0) == 10 && board.connections(1) == 2 }
     assert_equal 4, busy.engine.handoff_quota, "(10 - 2) / 2; slot 2 serves nothing and does not count"
     assert_equal 0, calm.engine.handoff_quota
-    clients.concat(connect(calm, 6))
-    eventually { board.connections(1) == 8 }
-    assert_equal 0, busy.engine.handoff_quota, "a gap of 2 is not worth moving clients for"
+    clients.concat(connect(calm, 5))
+    eventually { board.connections(1) == 7 }
+    assert_equal 1, busy.engine.handoff_quota, "a gap of 3: one moved leaves 9 and 8"
+    clients.concat(connect(calm, 2))
+    eventually { board.connections(1) == 9 }
+    assert_equal 0, busy.engine.handoff_quota, "a gap of 1: nothing to even out"
+    clients.concat(connect(busy, 30))
+    eventually { board.connections(0) == 40 }
+    assert_equal 0, calm.engine.handoff_quota
+    clients.concat(connect(calm, 29))
+    eventually { board.connections(1) == 38 }
+    assert_equal 0, busy.engine.handoff_quota, "a gap of 2 in 40 (5 %) is not worth moving clients for"
     clients.each(&:close)
     eventually { board.connections(0).zero? && board.connections(1).zero? }
   end
