@@ -134,14 +134,18 @@ module Margay
       previous["USR2"] = Signal.trap("USR2") { restart_signal("USR2") }
       previous["USR1"] = Signal.trap("USR1") { restart_signal("USR1") }
       previous["HUP"] = Signal.trap("HUP") { hangup }
+      previous[Runner::TLS_RELOAD_SIGNAL] = Signal.trap(Runner::TLS_RELOAD_SIGNAL) { in_thread { @server&.reload_tls } }
       if (sig = Runner::BACKTRACE_SIGNAL) # logging takes locks a trap may not: a thread does it
-        previous[sig] = Signal.trap(sig) do
-          Thread.new { @log.thread_backtraces }
-        rescue ThreadError # no thread to be had (a pids limit): no backtraces this time
-          nil
-        end
+        previous[sig] = Signal.trap(sig) { in_thread { @log.thread_backtraces } }
       end
       previous
+    end
+
+    # Logging takes locks a trap may not: a thread does the trap's work.
+    def in_thread(&)
+      Thread.new(&)
+    rescue ThreadError # no thread to be had (a pids limit): not this time
+      nil
     end
 
     def restart_signal(signal)
