@@ -4,6 +4,8 @@ require_relative "support/side_by_side"
 require "margay/native"
 require "margay/process/tls"
 require "support/tls_certs"
+require "fileutils"
+require "openssl"
 
 # TLS through the real executables from bench/Gemfile: a Puma config with ssl_bind under
 # Margay (single and -w 2) and beside Puma 8; ssl_bind's URL and the query's reading against
@@ -104,6 +106,68 @@ class TLSSlowTest < Minitest::Test
     assert run.wait_for(/Use Ctrl-C to stop/, count: 2, timeout: 40), run.output
     assert_equal "ok #{pid} 200", curl(port), "the same process, the same port, HTTPS again"
     assert_equal 0, run.stop&.exitstatus
+  end
+
+  # ALRM reads the certificate files again, single and -w 2 (the master passes it to each
+  # worker): a keep-alive connection made before serves on, every new handshake (whichever
+  # worker takes it) gets the new certificate. In a cluster a phased restart (USR1) reads them
+  # too: its new workers start with what is on disk.
+  def test_alrm_and_phased_restart_reload_the_certificates
+    @runs = []
+    dir = SideBySide.app_dir
+    (@dirs ||= []) << dir
+    install = ->(name) { %w[pem key].each { |ext| FileUtils.cp(CERTS.path("#{name}.#{ext}"), File.join(dir, "server.#{ext}")) } }
+    install.call("rsa")
+    File.write(File.join(dir, "puma.rb"), %(ssl_bind "127.0.0.1", 0, cert: "server.pem", key: "server.key"\n))
+    serial = ->(name) { OpenSSL::X509::Certificate.new(File.read(CERTS.path("#{name}.pem"))).serial }
+    [[[], 1], [%w[-w 2], 3]].each do |args, lines|
+      install.call("rsa")
+      run = start(:margay, ["-C", "puma.rb", *args], dir: dir)
+      port = port_of(run)
+      kept = tls_connect(port)
+      assert_match(/\Aok \d+\z/, tls_get(kept), run.output)
+      install.call("ecdsa")
+      Process.kill(:ALRM, run.pid)
+      assert run.wait_for(/TLS certificates of ssl:\S+ reloaded/, count: lines, timeout: 20), run.output
+      assert_match(/\Aok \d+\z/, tls_get(kept), "the connection made before the reload")
+      assert_equal serial.call("rsa"), kept.peer_cert.serial
+      pids = Array.new(args.empty? ? 2 : 12) do
+        ssl = tls_connect(port)
+        assert_equal serial.call("ecdsa"), ssl.peer_cert.serial, run.output
+        tls_get(ssl)[/\d+/].tap { ssl.close }
+      end
+      assert_equal args.empty? ? 1 : 2, pids.uniq.size, "every worker took the new certificate"
+      kept.close
+      unless args.empty?
+        install.call("rsa")
+        Process.kill(:USR1, run.pid)
+        assert run.wait_for(/master: worker \S+( \S+)* booted/, count: 4, timeout: 60), run.output
+        ssl = tls_connect(port)
+        assert_equal serial.call("rsa"), ssl.peer_cert.serial, run.output
+        ssl.close
+      end
+      assert_equal 0, run.stop&.exitstatus
+    end
+  end
+
+  def tls_connect(port)
+    ctx = OpenSSL::SSL::SSLContext.new
+    ctx.set_params(ca_file: CERTS.path("ca.pem"), verify_mode: OpenSSL::SSL::VERIFY_PEER)
+    ssl = OpenSSL::SSL::SSLSocket.new(TCPSocket.new("127.0.0.1", port), ctx)
+    ssl.sync_close = true
+    ssl.hostname = "localhost"
+    ssl.connect
+    ssl
+  end
+
+  # One keep-alive request on +ssl+: the body.
+  def tls_get(ssl)
+    ssl.write("GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    head = +""
+    head << ssl.readpartial(1) until head.end_with?("\r\n\r\n")
+    body = +""
+    body << ssl.readpartial(100) while body.bytesize < head[/^content-length: (\d+)/i, 1].to_i
+    body
   end
 
   # Every worker has the master's context: a session from one worker resumes on the other.
