@@ -170,6 +170,31 @@ class TLSSlowTest < Minitest::Test
     body
   end
 
+  # As Puma: an ssl_bind without cert and key, the localhost gem loaded by the config file, serves
+  # with the gem's self-signed certificate for localhost (made in XDG_STATE_HOME). Without the
+  # gem loaded the start is refused with one line.
+  def test_localhost_gem_development_certificate
+    @runs = []
+    dir = SideBySide.app_dir
+    (@dirs ||= []) << dir
+    state = File.join(dir, "state")
+    File.write(File.join(dir, "puma.rb"), %(require "localhost"\nssl_bind "127.0.0.1", 0\n))
+    run = Run.new(:margay, ["-C", "puma.rb"], dir: dir, env: { "XDG_STATE_HOME" => state }).start
+    @runs << run
+    assert run.wait_for(/Use Ctrl-C to stop/, timeout: 40), run.output
+    port = port_of(run)
+    crt = File.join(state, "localhost.rb", "localhost.crt")
+    assert File.exist?(crt), "the gem made its certificate in #{state}: #{Dir.glob("#{state}/**/*")}"
+    out, = Open3.capture2("curl", "-s", "--max-time", "10", "--cacert", crt, "--resolve", "localhost:#{port}:127.0.0.1",
+                          "https://localhost:#{port}/")
+    assert_match(/\Aok \d+\z/, out, run.output)
+    assert_equal 0, run.stop&.exitstatus
+    File.write(File.join(dir, "puma.rb"), %(ssl_bind "127.0.0.1", 0\n))
+    refused = Run.new(:margay, ["-C", "puma.rb"], dir: dir).start
+    @runs << refused
+    assert refused.wait_for(/cert and key are needed \(or, for development, the localhost gem/, timeout: 40), refused.output
+  end
+
   # Every worker has the master's context: a session from one worker resumes on the other.
   def resumed_across_workers(port)
     sess = File.join(@dirs.last, "session.pem")

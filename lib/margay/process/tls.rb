@@ -150,14 +150,26 @@ module Margay
         raise ConfigError, "invalid bind #{url.inspect}: sni[#{host}] needs both cert and key"
       end
       unless (options[:cert] || options[:cert_pem]) && (options[:key] || options[:key_pem])
-        raise ConfigError, "invalid bind #{url.inspect}: cert and key are needed (Margay makes no development " \
-                           "certificate: the localhost gem is not used)"
+        return if options.values_at(:cert, :key, :cert_pem, :key_pem).none? && localhost_authority?
+
+        raise ConfigError, "invalid bind #{url.inspect}: cert and key are needed (or, for development, the " \
+                           "localhost gem loaded by the config file: require \"localhost\")"
       end
       return unless %w[peer force_peer].include?(options[:verify_mode]) && !options[:ca]
 
       raise ConfigError, "invalid bind #{url.inspect}: verify_mode=#{options[:verify_mode]} needs ca=FILE"
     end
-    private_class_method :add_sni, :value_of, :check
+    # As Puma: an ssl:// bind without cert and key uses the localhost gem's self-signed
+    # certificate for "localhost" (made in its state directory the first time) when the gem is
+    # loaded (`require "localhost"` in the config file; Margay does not load it). Not on JRuby.
+    def localhost_authority? = defined?(::Localhost::Authority) && RUBY_ENGINE != "jruby" ? true : false
+
+    # [certificate file, key file] of the localhost gem's authority for "localhost".
+    def localhost_files
+      authority = ::Localhost::Authority.fetch
+      [authority.certificate_path, authority.key_path]
+    end
+    private_class_method :add_sni, :value_of, :check, :localhost_files
 
     # The listener's context from its parsed options (+pems+: the ssl_pems setting, for store:N).
     # Files are read and the key password command run now; any failure is a ConfigError.
@@ -194,6 +206,9 @@ module Margay
     def context_options(url, options, pems)
       cert = pem_or_file(url, options, :cert, pems)
       key = pem_or_file(url, options, :key, pems)
+      if cert.values.none? && key.values.none? # check let it through: the localhost gem's
+        cert[:file], key[:file] = localhost_files
+      end
       size, timeout = reuse_cache(options[:reuse])
       {
         "cert" => cert[:file], "cert_pem" => cert[:pem], "key" => key[:file], "key_pem" => key[:pem],
