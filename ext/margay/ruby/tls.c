@@ -13,6 +13,8 @@ typedef struct {
   mg_tls_ctx *ctx;
 } tls_context;
 
+static ID id_options; /* @options: what the context was made of, read again by #reload */
+
 static void context_free(void *p) {
   tls_context *t = p;
   mg_tls_ctx_free(t->ctx);
@@ -112,14 +114,16 @@ static VALUE context_initialize(VALUE self, VALUE options) {
   xfree(sni);
   RB_GC_GUARD(options);
   if (!t->ctx) rb_raise(rb_eArgError, "%s", err);
+  rb_ivar_set(self, id_options, rb_obj_freeze(rb_hash_dup(options))); /* for #reload */
   return self;
 }
 
-/* TLSContext#reload(options) -> self: the certificates and keys of +options+ (as for new; only
- * "cert", "key", "cert_pem", "key_pem", "key_password" and "sni" are read) for the handshakes
- * from now on. Raises ArgumentError, the certificates in use unchanged, when one cannot be used. */
-static VALUE context_reload(VALUE self, VALUE options) {
+/* TLSContext#reload -> self: the certificate and key files given to new (its "cert", "key" and
+ * "sni"; PEM text and "key_password" as they were) read again, for the handshakes from now on.
+ * Raises ArgumentError, the certificates in use unchanged, when one cannot be used. */
+static VALUE context_reload(VALUE self) {
   mg_tls_ctx *ctx = mg_rb_tls_context(self);
+  VALUE options = rb_ivar_get(self, id_options);
   mg_tls_sni *sni;
   mg_tls_options o = read_options(options, &sni);
   char err[512];
@@ -231,7 +235,8 @@ void mg_tls_init(VALUE mNative) {
   VALUE c = rb_define_class_under(mNative, "TLSContext", rb_cObject);
   rb_define_alloc_func(c, context_alloc);
   rb_define_method(c, "initialize", context_initialize, 1);
-  rb_define_method(c, "reload", context_reload, 1);
+  rb_define_method(c, "reload", context_reload, 0);
+  id_options = rb_intern("@options");
   rb_define_const(mNative, "TLS", mg_tls_available() ? Qtrue : Qfalse);
   cSession = rb_define_class_under(mNative, "TLSSession", rb_cObject);
   rb_undef_alloc_func(cSession);

@@ -179,8 +179,7 @@ module Margay
       raise ConfigError, "bind #{url}: Margay was built without OpenSSL (install libssl-dev and reinstall margay)" unless Native::TLS
 
       require "openssl" if options[:verify_mode].to_s.end_with?("peer") # puma.peercert is an OpenSSL::X509::Certificate
-      settings = context_options(url, options, pems)
-      Native::TLSContext.new(settings).tap { |ctx| ctx.instance_variable_set(:@settings, settings) }
+      Native::TLSContext.new(context_options(url, options, pems))
     rescue ArgumentError => e
       raise ConfigError, "bind #{url}: #{e.message}"
     end
@@ -194,7 +193,7 @@ module Margay
       listeners.count do |listener|
         next false unless listener.tls
 
-        listener.tls.reload(listener.tls.instance_variable_get(:@settings))
+        listener.tls.reload
         log.info("#{who}TLS certificates of #{listener.url} reloaded")
         true
       rescue ArgumentError, SystemCallError => e
