@@ -195,6 +195,38 @@ class TLSSlowTest < Minitest::Test
     assert refused.wait_for(/cert and key are needed \(or, for development, the localhost gem/, timeout: 40), refused.output
   end
 
+  # testssl.sh (its own sockets: it offers what the client's OpenSSL no longer has) against an
+  # RSA and an ECDSA listener: no SSL 2/3, TLS 1.0/1.1, NULL, anonymous, export, low, 3DES/IDEA
+  # or "average" (CBC, no forward secrecy) suite offered; TLS 1.2 and 1.3 and strong suites are.
+  def test_testssl_finds_no_weak_protocol_or_cipher
+    skip "no testssl.sh (apt-get install testssl.sh)" unless system("testssl", "--version", out: File::NULL, err: File::NULL)
+    %w[rsa ecdsa].each do |kind|
+      bind = "ssl://127.0.0.1:0?cert=#{CERTS.path("#{kind}.pem")}&key=#{CERTS.path("#{kind}.key")}"
+      config = Margay::Configuration.new(binds: [bind], silent: true)
+      server = Margay::Server.new(->(_env) { [200, {}, ["ok"]] }, config, log: Margay::Log.new(out: StringIO.new, err: StringIO.new))
+      server.bind
+      thread = Thread.new { server.run }
+      findings = testssl(server.addresses.first[%r{//(.*)\z}, 1])
+      %w[SSLv2 SSLv3 TLS1 TLS1_1 cipherlist_NULL cipherlist_aNULL cipherlist_EXPORT cipherlist_LOW cipherlist_3DES_IDEA
+         cipherlist_AVERAGE].each { |id| assert_equal "not offered", findings[id], "#{kind}: #{id}" }
+      %w[TLS1_2 TLS1_3 cipherlist_STRONG].each { |id| assert_match(/\Aoffered/, findings[id].to_s, "#{kind}: #{id}") }
+    ensure
+      server&.stop
+      thread&.join(10)
+    end
+  end
+
+  # testssl.sh's protocol and cipher-category findings for HOST:PORT: id => finding.
+  def testssl(address)
+    Dir.mktmpdir do |dir|
+      json = File.join(dir, "testssl.json")
+      out, = Open3.capture2e("testssl", "--quiet", "--color", "0", "--warnings", "batch", "--protocols", "--std",
+                             "--jsonfile", json, address)
+      assert File.exist?(json), out
+      JSON.parse(File.read(json)).to_h { |f| [f["id"], f["finding"]] }
+    end
+  end
+
   # Every worker has the master's context: a session from one worker resumes on the other.
   def resumed_across_workers(port)
     sess = File.join(@dirs.last, "session.pem")
