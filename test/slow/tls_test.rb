@@ -124,6 +124,7 @@ class TLSSlowTest < Minitest::Test
       install.call("rsa")
       run = start(:margay, ["-C", "puma.rb", *args], dir: dir)
       port = port_of(run)
+      assert run.wait_for(/master: worker \S+( \S+)* booted/, count: 2, timeout: 40), run.output unless args.empty?
       kept = tls_connect(port)
       assert_match(/\Aok \d+\z/, tls_get(kept), run.output)
       install.call("ecdsa")

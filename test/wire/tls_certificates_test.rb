@@ -74,10 +74,11 @@ class TLSCertificatesTest < Minitest::Test
   end
 
   def test_sni_with_curl_verifying_the_host_name
-    skip "no curl" unless system("curl", "--version", out: File::NULL, err: File::NULL)
+    plain = { "LD_PRELOAD" => nil } # not ASan's (test:asan): curl hangs under it
+    skip "no curl" unless system(plain, "curl", "--version", out: File::NULL, err: File::NULL)
     with_tls_server(sni_bind) do |port|
       %w[api.example.test www.example.org localhost].each do |host|
-        out, status = Open3.capture2e("curl", "-sS", "--max-time", "10", "--cacert", CERTS.path("ca.pem"),
+        out, status = Open3.capture2e(plain, "curl", "-sS", "--max-time", "10", "--cacert", CERTS.path("ca.pem"),
                                       "--resolve", "#{host}:#{port}:127.0.0.1", "https://#{host}:#{port}/")
         assert status.success?, "#{host}: #{out}"
         assert_equal "hello", out
