@@ -86,6 +86,23 @@ class TLSCertificatesTest < Minitest::Test
     end
   end
 
+  # On an http2 listener each name's certificate comes with ALPN h2 as the default's does.
+  def test_sni_on_an_http2_listener
+    skip "built without libnghttp2" unless Margay::Native::H2
+    plain = { "LD_PRELOAD" => nil }
+    skip "no curl" unless system(plain, "curl", "--version", out: File::NULL, err: File::NULL)
+    with_tls_server("#{sni_bind}&http2=true") do |port|
+      { "api.example.test" => "CN=api.example.test", "www.example.org" => "CN=*.example.org", "localhost" => "CN=localhost" }
+        .each do |host, cn|
+          out, err, = Open3.capture3(plain, "curl", "-sS", "-v", "--http2", "--max-time", "10", "--cacert", CERTS.path("ca.pem"),
+                                     "--resolve", "#{host}:#{port}:127.0.0.1", "https://#{host}:#{port}/")
+          assert_includes err, "ALPN: server accepted h2", host
+          assert_match(/subject: #{Regexp.escape(cn)}/, err, host)
+          assert_equal "hello", out
+        end
+    end
+  end
+
   def test_sni_options_are_checked_at_start
     {
       "#{sni_bind}&sni[bad_name][cert]=x&sni[bad_name][key]=y" => /not a host name for sni/,
