@@ -193,6 +193,7 @@ module Margay
       when "USR2" then hot_restart
       when "HUP" then hangup
       when Runner::BACKTRACE_SIGNAL then @log.thread_backtraces # the master's threads, as Puma's
+      when Runner::TLS_RELOAD_SIGNAL then reload_tls_everywhere
       when "URG" then promote(@workers.serving.select { |w| w.booted? && !w.retiring? }.min_by(&:index))
       end
     end
@@ -247,6 +248,13 @@ module Margay
     def hangup
       Log.reopen(@config, @log, "master: ")
       signal_workers(:HUP)
+    end
+
+    # ALRM: the master's TLS contexts take the new certificates (the workers it forks from now
+    # on inherit them), and each worker reloads its own copies.
+    def reload_tls_everywhere
+      reload_tls("master: ")
+      signal_workers(Runner::TLS_RELOAD_SIGNAL.to_sym)
     end
 
     # ---- workers ----

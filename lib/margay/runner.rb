@@ -14,7 +14,16 @@ module Margay
     # the system has it (BSD, macOS), else PWR (Linux).
     BACKTRACE_SIGNAL = %w[INFO PWR].find { |name| Signal.list.key?(name) }
 
+    # The signal that reads the TLS listeners' certificates and keys again (Margay's own: Puma
+    # has no reload, and uses every other signal a server is sent; docs/SIGNALS.md).
+    TLS_RELOAD_SIGNAL = "ALRM"
+
     attr_reader :config, :listeners
+
+    # The TLS listeners' certificates read again (Margay::TLS.reload), in this process.
+    def reload_tls(who = "")
+      TLS.reload(@listeners || [], @log, who)
+    end
 
     # The health listeners (health_bind: the engine answers /livez, /readyz, /metrics; agent_bind:
     # one HAProxy agent-check line), [] without.

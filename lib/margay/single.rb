@@ -120,7 +120,7 @@ module Margay
 
     # TERM and INT stop gracefully (a second INT exits at once); USR2 and USR1
     # restart in place; HUP reopens the redirected stdout/stderr, or stops
-    # gracefully when nothing is redirected. Returns the previous handlers so
+    # gracefully when nothing is redirected; ALRM reloads the TLS certificates. Returns the previous handlers so
     # that #run can put them back.
     def trap_signals
       interrupted = false
@@ -134,14 +134,20 @@ module Margay
       previous["USR2"] = Signal.trap("USR2") { restart_signal("USR2") }
       previous["USR1"] = Signal.trap("USR1") { restart_signal("USR1") }
       previous["HUP"] = Signal.trap("HUP") { hangup }
+      unless RUBY_ENGINE == "jruby" # no TLS there (and the JVM keeps some signals)
+        previous[Runner::TLS_RELOAD_SIGNAL] = Signal.trap(Runner::TLS_RELOAD_SIGNAL) { in_thread { @server&.reload_tls } }
+      end
       if (sig = Runner::BACKTRACE_SIGNAL) # logging takes locks a trap may not: a thread does it
-        previous[sig] = Signal.trap(sig) do
-          Thread.new { @log.thread_backtraces }
-        rescue ThreadError # no thread to be had (a pids limit): no backtraces this time
-          nil
-        end
+        previous[sig] = Signal.trap(sig) { in_thread { @log.thread_backtraces } }
       end
       previous
+    end
+
+    # Logging takes locks a trap may not: a thread does the trap's work.
+    def in_thread(&)
+      Thread.new(&)
+    rescue ThreadError # no thread to be had (a pids limit): not this time
+      nil
     end
 
     def restart_signal(signal)

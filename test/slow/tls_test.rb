@@ -4,6 +4,8 @@ require_relative "support/side_by_side"
 require "margay/native"
 require "margay/process/tls"
 require "support/tls_certs"
+require "fileutils"
+require "openssl"
 
 # TLS through the real executables from bench/Gemfile: a Puma config with ssl_bind under
 # Margay (single and -w 2) and beside Puma 8; ssl_bind's URL and the query's reading against
@@ -104,6 +106,129 @@ class TLSSlowTest < Minitest::Test
     assert run.wait_for(/Use Ctrl-C to stop/, count: 2, timeout: 40), run.output
     assert_equal "ok #{pid} 200", curl(port), "the same process, the same port, HTTPS again"
     assert_equal 0, run.stop&.exitstatus
+  end
+
+  # ALRM reads the certificate files again, single and -w 2 (the master passes it to each
+  # worker): a keep-alive connection made before serves on, every new handshake (whichever
+  # worker takes it) gets the new certificate. In a cluster a phased restart (USR1) reads them
+  # too: its new workers start with what is on disk.
+  def test_alrm_and_phased_restart_reload_the_certificates
+    @runs = []
+    dir = SideBySide.app_dir
+    (@dirs ||= []) << dir
+    install = ->(name) { %w[pem key].each { |ext| FileUtils.cp(CERTS.path("#{name}.#{ext}"), File.join(dir, "server.#{ext}")) } }
+    install.call("rsa")
+    File.write(File.join(dir, "puma.rb"), %(ssl_bind "127.0.0.1", 0, cert: "server.pem", key: "server.key"\n))
+    serial = ->(name) { OpenSSL::X509::Certificate.new(File.read(CERTS.path("#{name}.pem"))).serial }
+    [[[], 1], [%w[-w 2], 3]].each do |args, lines|
+      install.call("rsa")
+      run = start(:margay, ["-C", "puma.rb", *args], dir: dir)
+      port = port_of(run)
+      assert run.wait_for(/master: worker \S+( \S+)* booted/, count: 2, timeout: 40), run.output unless args.empty?
+      kept = tls_connect(port)
+      assert_match(/\Aok \d+\z/, tls_get(kept), run.output)
+      install.call("ecdsa")
+      Process.kill(:ALRM, run.pid)
+      assert run.wait_for(/TLS certificates of ssl:\S+ reloaded/, count: lines, timeout: 20), run.output
+      assert_match(/\Aok \d+\z/, tls_get(kept), "the connection made before the reload")
+      assert_equal serial.call("rsa"), kept.peer_cert.serial
+      pids = {}
+      40.times do # until both workers answered a new handshake
+        ssl = tls_connect(port)
+        assert_equal serial.call("ecdsa"), ssl.peer_cert.serial, run.output
+        pids[tls_get(ssl)[/\d+/]] = true
+        ssl.close
+        break if pids.size == (args.empty? ? 1 : 2)
+      end
+      assert_equal args.empty? ? 1 : 2, pids.size, "every worker took the new certificate"
+      kept.close
+      unless args.empty?
+        install.call("rsa")
+        Process.kill(:USR1, run.pid)
+        assert run.wait_for(/master: worker \S+( \S+)* booted/, count: 4, timeout: 60), run.output
+        ssl = tls_connect(port)
+        assert_equal serial.call("rsa"), ssl.peer_cert.serial, run.output
+        ssl.close
+      end
+      assert_equal 0, run.stop&.exitstatus
+    end
+  end
+
+  def tls_connect(port)
+    ctx = OpenSSL::SSL::SSLContext.new
+    ctx.set_params(ca_file: CERTS.path("ca.pem"), verify_mode: OpenSSL::SSL::VERIFY_PEER)
+    ssl = OpenSSL::SSL::SSLSocket.new(TCPSocket.new("127.0.0.1", port), ctx)
+    ssl.sync_close = true
+    ssl.hostname = "localhost"
+    ssl.connect
+    ssl
+  end
+
+  # One keep-alive request on +ssl+: the body.
+  def tls_get(ssl)
+    ssl.write("GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    head = +""
+    head << ssl.readpartial(1) until head.end_with?("\r\n\r\n")
+    body = +""
+    body << ssl.readpartial(100) while body.bytesize < head[/^content-length: (\d+)/i, 1].to_i
+    body
+  end
+
+  # As Puma: an ssl_bind without cert and key, the localhost gem loaded by the config file, serves
+  # with the gem's self-signed certificate for localhost (made in XDG_STATE_HOME). Without the
+  # gem loaded the start is refused with one line.
+  def test_localhost_gem_development_certificate
+    @runs = []
+    dir = SideBySide.app_dir
+    (@dirs ||= []) << dir
+    state = File.join(dir, "state")
+    File.write(File.join(dir, "puma.rb"), %(require "localhost"\nssl_bind "127.0.0.1", 0\n))
+    run = Run.new(:margay, ["-C", "puma.rb"], dir: dir, env: { "XDG_STATE_HOME" => state }).start
+    @runs << run
+    assert run.wait_for(/Use Ctrl-C to stop/, timeout: 40), run.output
+    port = port_of(run)
+    crt = File.join(state, "localhost.rb", "localhost.crt")
+    assert File.exist?(crt), "the gem made its certificate in #{state}: #{Dir.glob("#{state}/**/*")}"
+    out, = Open3.capture2("curl", "-s", "--max-time", "10", "--cacert", crt, "--resolve", "localhost:#{port}:127.0.0.1",
+                          "https://localhost:#{port}/")
+    assert_match(/\Aok \d+\z/, out, run.output)
+    assert_equal 0, run.stop&.exitstatus
+    File.write(File.join(dir, "puma.rb"), %(ssl_bind "127.0.0.1", 0\n))
+    refused = Run.new(:margay, ["-C", "puma.rb"], dir: dir).start
+    @runs << refused
+    assert refused.wait_for(/cert and key are needed \(or, for development, the localhost gem/, timeout: 40), refused.output
+  end
+
+  # testssl.sh (its own sockets: it offers what the client's OpenSSL no longer has) against an
+  # RSA and an ECDSA listener: no SSL 2/3, TLS 1.0/1.1, NULL, anonymous, export, low, 3DES/IDEA
+  # or "average" (CBC, no forward secrecy) suite offered; TLS 1.2 and 1.3 and strong suites are.
+  def test_testssl_finds_no_weak_protocol_or_cipher
+    skip "no testssl.sh (apt-get install testssl.sh)" unless system("testssl", "--version", out: File::NULL, err: File::NULL)
+    %w[rsa ecdsa].each do |kind|
+      bind = "ssl://127.0.0.1:0?cert=#{CERTS.path("#{kind}.pem")}&key=#{CERTS.path("#{kind}.key")}"
+      config = Margay::Configuration.new(binds: [bind], silent: true)
+      server = Margay::Server.new(->(_env) { [200, {}, ["ok"]] }, config, log: Margay::Log.new(out: StringIO.new, err: StringIO.new))
+      server.bind
+      thread = Thread.new { server.run }
+      findings = testssl(server.addresses.first[%r{//(.*)\z}, 1])
+      %w[SSLv2 SSLv3 TLS1 TLS1_1 cipherlist_NULL cipherlist_aNULL cipherlist_EXPORT cipherlist_LOW cipherlist_3DES_IDEA
+         cipherlist_AVERAGE].each { |id| assert_equal "not offered", findings[id], "#{kind}: #{id}" }
+      %w[TLS1_2 TLS1_3 cipherlist_STRONG].each { |id| assert_match(/\Aoffered/, findings[id].to_s, "#{kind}: #{id}") }
+    ensure
+      server&.stop
+      thread&.join(10)
+    end
+  end
+
+  # testssl.sh's protocol and cipher-category findings for HOST:PORT: id => finding.
+  def testssl(address)
+    Dir.mktmpdir do |dir|
+      json = File.join(dir, "testssl.json")
+      out, = Open3.capture2e("testssl", "--quiet", "--color", "0", "--warnings", "batch", "--protocols", "--std",
+                             "--jsonfile", json, address)
+      assert File.exist?(json), out
+      JSON.parse(File.read(json)).to_h { |f| [f["id"], f["finding"]] }
+    end
   end
 
   # Every worker has the master's context: a session from one worker resumes on the other.

@@ -7,7 +7,8 @@ require "tmpdir"
 module Margay
   # Test support (internal): certificates made with the openssl CLI in a temp dir, once per
   # process: a test CA, server certificates for localhost/127.0.0.1 signed by it (RSA-2048 and
-  # ECDSA P-256), a client certificate signed by it, and an encrypted copy of the RSA key.
+  # ECDSA P-256), a client certificate signed by it, an encrypted copy of the RSA key, and two
+  # certificates for SNI: api.example.test (RSA) and *.example.org (ECDSA).
   module TLSCerts
     PASSWORD = "margay-test"
 
@@ -47,6 +48,10 @@ module Margay
       sign(dir, "rsa", ["-newkey", "rsa:2048"], "/CN=localhost", "server.ext")
       sign(dir, "ecdsa", ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"], "/CN=localhost", "server.ext")
       sign(dir, "client", ["-newkey", "rsa:2048"], "/CN=Margay Test Client", "client.ext")
+      File.write(File.join(dir, "api.ext"), "subjectAltName=DNS:api.example.test\nextendedKeyUsage=serverAuth\n")
+      File.write(File.join(dir, "wild.ext"), "subjectAltName=DNS:*.example.org\nextendedKeyUsage=serverAuth\n")
+      sign(dir, "api", ["-newkey", "rsa:2048"], "/CN=api.example.test", "api.ext")
+      sign(dir, "wild", ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"], "/CN=*.example.org", "wild.ext")
       openssl(dir, "pkey", "-in", "rsa.key", "-out", "rsa-encrypted.key", "-aes256", "-passout", "pass:#{PASSWORD}")
       dir
     end

@@ -6,7 +6,8 @@ require "websocket/driver"
 module Margay
   # A real WebSocket client for the tests: websocket-driver's client (the
   # handshake, its Sec-WebSocket-Accept check, masked frames) over a plain
-  # TCPSocket. Everything it does waits at most +timeout+ seconds.
+  # TCPSocket, or over TLS (wss://) with +tls+, an OpenSSL::SSL::SSLContext.
+  # Everything it does waits at most +timeout+ seconds.
   class WebSocketClient
     # The ws:// URL the driver puts in its handshake.
     attr_reader :url
@@ -16,10 +17,11 @@ module Margay
 
     # Connect to 127.0.0.1:+port+ and send the handshake for +path+.
     # +protocols+: Sec-WebSocket-Protocol values to offer.
-    def initialize(port, path = "/", protocols: nil, timeout: 5)
-      @url = "ws://127.0.0.1:#{port}#{path}"
+    def initialize(port, path = "/", protocols: nil, timeout: 5, tls: nil)
+      @url = "#{tls ? 'wss' : 'ws'}://127.0.0.1:#{port}#{path}"
       @timeout = timeout
       @socket = TCPSocket.new("127.0.0.1", port)
+      @socket = tls_connect(@socket, tls) if tls
       @driver = WebSocket::Driver.client(self, protocols: protocols)
       @messages = []
       @opened = false
@@ -96,14 +98,29 @@ module Margay
 
     private
 
+    def tls_connect(socket, context)
+      ssl = OpenSSL::SSL::SSLSocket.new(socket, context)
+      ssl.sync_close = true
+      ssl.hostname = "localhost"
+      ssl.connect
+      ssl
+    end
+
+    # Bytes already decrypted wait in a TLS session, unseen by the socket's readiness.
+    def wait_for_bytes
+      return true if @socket.respond_to?(:pending) && @socket.pending.positive?
+
+      @socket.to_io.wait_readable(@timeout)
+    end
+
     # Feed the driver what arrives until the block is true, the connection
     # ends or +timeout+ passes without a byte.
     def pump
       until yield
-        break unless @socket.wait_readable(@timeout)
+        break unless wait_for_bytes
 
         data = @socket.read_nonblock(65_536, exception: false)
-        next if data == :wait_readable
+        next if data == :wait_readable || data == :wait_writable
 
         if data.nil?
           @ended = true
@@ -112,7 +129,7 @@ module Margay
 
         @driver.parse(data)
       end
-    rescue Errno::ECONNRESET, IOError
+    rescue Errno::ECONNRESET, IOError, (defined?(OpenSSL) ? OpenSSL::SSL::SSLError : IOError)
       @ended = true
     end
   end

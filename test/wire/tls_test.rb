@@ -229,6 +229,23 @@ class TLSTest < Minitest::Test
     end
   end
 
+  # The client offers each weak thing alone (OpenSSL's security level 0 lets it) and the server
+  # answers with an alert: 70 (protocol version) for TLS 1.0/1.1, 40 (handshake failure) for the
+  # TLS 1.2 suites without forward secrecy or AEAD. An alert received shows the offer was made.
+  def test_no_weak_protocol_or_cipher_is_accepted
+    with_tls_server(HELLO) do |port|
+      %w[-tls1 -tls1_1].each do |version|
+        assert_match(/SSL alert number 70/, s_client(port, version, "-cipher", "DEFAULT@SECLEVEL=0"), version)
+      end
+      # (3DES, RC4, NULL and export suites are not in the client's OpenSSL 3 to offer:
+      # test/slow/tls_test.rb's testssl.sh run offers them with its own sockets.)
+      %w[ECDHE-RSA-AES128-SHA ECDHE-RSA-AES256-SHA384 AES256-GCM-SHA384 AES128-SHA DHE-RSA-AES128-GCM-SHA256
+         ADH-AES128-GCM-SHA256].each do |cipher|
+        assert_match(/SSL alert number 40/, s_client(port, "-tls1_2", "-cipher", "#{cipher}:@SECLEVEL=0"), cipher)
+      end
+    end
+  end
+
   def test_ecdsa_certificate
     query_free = "ssl://127.0.0.1:0?cert=#{CERTS.path('ecdsa.pem')}&key=#{CERTS.path('ecdsa.key')}"
     config = Margay::Configuration.new(binds: [query_free], silent: true, event_backend: BACKEND)
@@ -342,6 +359,26 @@ class TLSTest < Minitest::Test
       assert_equal "ABC", read_tls_to_end(ssl)
     ensure
       ssl&.close
+    end
+  end
+
+  # websocket-driver's client over TLS (wss://) against a Rack 3 streaming body: the app's
+  # stream reads and writes plain text over the connection's session.
+  def test_websocket_over_tls
+    require "support/websocket_client"
+    require "support/websocket_echo"
+    with_tls_server(Margay::WebSocketEcho, lint: false) do |port|
+      ctx = OpenSSL::SSL::SSLContext.new
+      ctx.set_params(ca_file: CERTS.path("ca.pem"), verify_mode: OpenSSL::SSL::VERIFY_PEER)
+      clients = Array.new(2) { Margay::WebSocketClient.new(port, "/", timeout: 10, tls: ctx) }
+      clients.each { |c| assert c.open?, "the wss:// handshake" }
+      clients.each_with_index { |c, i| c.text("message #{i}" * (i * 5000 + 1)) }
+      clients.each_with_index { |c, i| assert_equal "echo: #{"message #{i}" * (i * 5000 + 1)}", c.receive }
+      clients.first.text("bye")
+      assert_equal "echo: bye", clients.first.receive
+      assert_equal 1000, clients.first.closed&.code
+    ensure
+      clients&.each(&:close)
     end
   end
 

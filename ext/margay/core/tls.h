@@ -5,7 +5,8 @@
  * MG_HAVE_TLS) the same functions exist and mg_tls_available() is 0: a context cannot be made,
  * so no connection is ever TLS.
  *
- * Threads: a context is read-only once made (OpenSSL locks what it shares, the session cache).
+ * Threads: a context is read-only once made (OpenSSL locks what it shares, the session cache),
+ * but for its certificates, which mg_tls_ctx_reload swaps under a lock.
  * A session belongs to its connection and is used only by the connection's owner (core/conn.h),
  * which may be another thread for each event: every call clears OpenSSL's per-thread error
  * queue first and reads it right after. The handshake runs only without the GVL (core/loop.c).
@@ -34,11 +35,21 @@ typedef struct {
                  * has bytes of its own to send: a session ticket, a key update), else readable */
 } mg_tls;
 
+/* A certificate and its key for the clients that ask for +name+ by SNI: an exact host name
+ * ("api.example.com") or a wildcard for one label ("*.example.com"). Files or PEM text, as the
+ * listener's own. */
+typedef struct {
+  const char *name;
+  const char *cert, *key, *cert_pem, *key_pem;
+} mg_tls_sni;
+
 /* What a context is made of (Puma's ssl_bind options, read by the Ruby side). Strings are
  * NUL-terminated; NULL: not given. */
 typedef struct {
   const char *cert, *key;          /* PEM files (the certificate file may hold the chain) */
   const char *cert_pem, *key_pem;  /* the same as PEM text, in place of the files */
+  const mg_tls_sni *sni;           /* more certificates, chosen by the client's SNI name; a name */
+  size_t nsni;                     /* none of them matches (or none sent) gets cert/key */
   const char *key_password;        /* for an encrypted key */
   const char *ca;                  /* PEM file of the CAs that sign client certificates */
   int verify;                      /* 0 none, 1 peer (a certificate is checked when sent), 2 force_peer */
@@ -60,6 +71,11 @@ const char *mg_tls_library(void);
  * +err+ (a file that cannot be read, a key that does not match the certificate...). */
 mg_tls_ctx *mg_tls_ctx_new(const mg_tls_options *o, char *err, size_t errlen);
 void mg_tls_ctx_free(mg_tls_ctx *ctx);
+/* Read the certificates and keys of +o+ (its cert, key, sni; the rest is ignored) again and use
+ * them for the handshakes that start from now on; sessions already open keep theirs. 0, or -1
+ * with a one-line reason in +err+ and the certificates in use unchanged. Any thread, any time
+ * (a handshake picks its certificate under a lock held for a few pointer copies). */
+int mg_tls_ctx_reload(mg_tls_ctx *ctx, const mg_tls_options *o, char *err, size_t errlen);
 
 /* Start a session on connected socket +fd+ (state HELLO). 0, or -1 (no memory). */
 int mg_tls_begin(mg_tls *t, mg_tls_ctx *ctx, int fd);

@@ -13,6 +13,8 @@ typedef struct {
   mg_tls_ctx *ctx;
 } tls_context;
 
+static ID id_options; /* @options: what the context was made of, read again by #reload */
+
 static void context_free(void *p) {
   tls_context *t = p;
   mg_tls_ctx_free(t->ctx);
@@ -49,14 +51,10 @@ static long number(VALUE options, const char *name, long otherwise) {
   return NIL_P(v) ? otherwise : NUM2LONG(v);
 }
 
-/* TLSContext.new(options): a Hash with String keys: "cert", "key" (file paths) or "cert_pem",
- * "key_pem" (PEM text), "key_password", "ca", "verify" (0 none, 1 peer, 2 force_peer),
- * "verification_flags" (Integer), "ssl_cipher_filter", "ssl_ciphersuites", "cache_size"
- * (-1: no session cache), "cache_timeout", "http2" (true: ALPN h2 and http/1.1). Raises ArgumentError with OpenSSL's reason. */
-static VALUE context_initialize(VALUE self, VALUE options) {
-  tls_context *t = rb_check_typeddata(self, &context_type);
+/* The mg_tls_options of +options+ (see context_initialize); its strings and +sni+ (allocated
+ * here: free it) stay valid while +options+ is referenced. */
+static mg_tls_options read_options(VALUE options, mg_tls_sni **sni) {
   Check_Type(options, T_HASH);
-  if (t->ctx) rb_raise(rb_eArgError, "TLS context already initialized");
   mg_tls_options o = {0};
   o.cert = text(options, "cert");
   o.key = text(options, "key");
@@ -72,10 +70,67 @@ static VALUE context_initialize(VALUE self, VALUE options) {
   o.cache_timeout = number(options, "cache_timeout", 0);
   o.alpn_h2 = RTEST(rb_hash_aref(options, rb_str_new_cstr("http2")));
   if (!(o.cert || o.cert_pem) || !(o.key || o.key_pem)) rb_raise(rb_eArgError, "a certificate and a key are needed");
+  *sni = NULL;
+  VALUE list = rb_hash_aref(options, rb_str_new_cstr("sni"));
+  if (NIL_P(list)) return o;
+  Check_Type(list, T_ARRAY);
+  long n = RARRAY_LEN(list);
+  for (long i = 0; i < n; i++) { /* checked before anything is allocated: a raise leaks nothing */
+    VALUE e = RARRAY_AREF(list, i);
+    Check_Type(e, T_ARRAY);
+    if (RARRAY_LEN(e) != 5) rb_raise(rb_eArgError, "an sni entry is [name, cert, key, cert_pem, key_pem]");
+    for (int k = 0; k < 5; k++) {
+      VALUE v = RARRAY_AREF(e, k);
+      if (!NIL_P(v)) StringValueCStr(v);
+    }
+  }
+  *sni = n ? xcalloc((size_t)n, sizeof **sni) : NULL;
+  for (long i = 0; i < n; i++) {
+    VALUE e = RARRAY_AREF(list, i);
+    const char **f[5] = {&(*sni)[i].name, &(*sni)[i].cert, &(*sni)[i].key, &(*sni)[i].cert_pem, &(*sni)[i].key_pem};
+    for (int k = 0; k < 5; k++) {
+      VALUE v = RARRAY_AREF(e, k);
+      *f[k] = NIL_P(v) ? NULL : RSTRING_PTR(v);
+    }
+  }
+  o.sni = *sni;
+  o.nsni = (size_t)n;
+  return o;
+}
+
+/* TLSContext.new(options): a Hash with String keys: "cert", "key" (file paths) or "cert_pem",
+ * "key_pem" (PEM text), "key_password", "ca", "verify" (0 none, 1 peer, 2 force_peer),
+ * "verification_flags" (Integer), "ssl_cipher_filter", "ssl_ciphersuites", "cache_size"
+ * (-1: no session cache), "cache_timeout", "http2" (true: ALPN h2 and http/1.1), "sni" (an
+ * Array of [host name, cert, key, cert_pem, key_pem], nil where not given). Raises ArgumentError
+ * with OpenSSL's reason. */
+static VALUE context_initialize(VALUE self, VALUE options) {
+  tls_context *t = rb_check_typeddata(self, &context_type);
+  if (t->ctx) rb_raise(rb_eArgError, "TLS context already initialized");
+  mg_tls_sni *sni;
+  mg_tls_options o = read_options(options, &sni);
   char err[512];
   t->ctx = mg_tls_ctx_new(&o, err, sizeof err);
+  xfree(sni);
   RB_GC_GUARD(options);
   if (!t->ctx) rb_raise(rb_eArgError, "%s", err);
+  rb_ivar_set(self, id_options, rb_obj_freeze(rb_hash_dup(options))); /* for #reload */
+  return self;
+}
+
+/* TLSContext#reload -> self: the certificate and key files given to new (its "cert", "key" and
+ * "sni"; PEM text and "key_password" as they were) read again, for the handshakes from now on.
+ * Raises ArgumentError, the certificates in use unchanged, when one cannot be used. */
+static VALUE context_reload(VALUE self) {
+  mg_tls_ctx *ctx = mg_rb_tls_context(self);
+  VALUE options = rb_ivar_get(self, id_options);
+  mg_tls_sni *sni;
+  mg_tls_options o = read_options(options, &sni);
+  char err[512];
+  int r = mg_tls_ctx_reload(ctx, &o, err, sizeof err);
+  xfree(sni);
+  RB_GC_GUARD(options);
+  if (r != 0) rb_raise(rb_eArgError, "%s", err);
   return self;
 }
 
@@ -180,6 +235,8 @@ void mg_tls_init(VALUE mNative) {
   VALUE c = rb_define_class_under(mNative, "TLSContext", rb_cObject);
   rb_define_alloc_func(c, context_alloc);
   rb_define_method(c, "initialize", context_initialize, 1);
+  rb_define_method(c, "reload", context_reload, 0);
+  id_options = rb_intern("@options");
   rb_define_const(mNative, "TLS", mg_tls_available() ? Qtrue : Qfalse);
   cSession = rb_define_class_under(mNative, "TLSSession", rb_cObject);
   rb_undef_alloc_func(cSession);

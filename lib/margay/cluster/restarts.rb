@@ -16,6 +16,7 @@ module Margay
       return if @stopping || @drain_until
 
       @log.info("master: phased restart of #{@workers.serving.size} workers")
+      reload_tls("master: ") # the new workers start with the certificates on disk now
       Systemd.notify("RELOADING=1")
       @phase += 1
       @ready = false

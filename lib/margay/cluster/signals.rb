@@ -11,7 +11,7 @@ module Margay
     # they queued in the child after the fork is the child's own (see
     # #in_worker).
     class Signals
-      MASTER = [*%w[TERM INT QUIT TTIN TTOU USR1 USR2 HUP URG], *Runner::BACKTRACE_SIGNAL].freeze
+      MASTER = [*%w[TERM INT QUIT TTIN TTOU USR1 USR2 HUP URG], Runner::TLS_RELOAD_SIGNAL, *Runner::BACKTRACE_SIGNAL].freeze
       STOP = %w[TERM INT QUIT].freeze
 
       # The self-pipe's read end: readable once a signal was queued.

@@ -81,6 +81,7 @@ module Margay
         Signals::STOP.each { |sig| trap(sig) { terminate } }
         (Signals::MASTER - Signals::STOP - %w[HUP]).each { |sig| trap(sig, "IGNORE") }
         trap_hup
+        trap_tls_reload
         @server.run
         @balancer.return_handed_over
         become_mold if @mold_requested && !@terminating
@@ -101,6 +102,16 @@ module Margay
       def title(what)
         tag = @config.tag || File.basename(Dir.pwd)
         "margay: #{what}#{" [#{tag}]" unless tag.to_s.empty?}"
+      end
+
+      # The master's ALRM, passed on: this worker's TLS contexts read the certificates again (in
+      # a thread: a trap may not take the locks logging takes).
+      def trap_tls_reload
+        trap(Runner::TLS_RELOAD_SIGNAL) do
+          Thread.new { TLS.reload(@listeners, @log, "worker #{@index}: ") }
+        rescue ThreadError # no thread to be had (a pids limit): this worker keeps its certificates
+          nil
+        end
       end
 
       # HUP never kills a worker: it reopens the redirected stdout/stderr

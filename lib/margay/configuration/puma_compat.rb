@@ -83,21 +83,32 @@ module Margay
       def silence_fork_callback_warning(*) = nil
 
       # Puma's TLS listener: the ssl:// bind Puma's DSL makes of +opts+ (cert, key, cert_pem,
-      # key_pem, key_password_command, ca, verify_mode, ...; docs/CONFIGURATION.md "TLS").
+      # key_pem, key_password_command, ca, verify_mode, ...; docs/CONFIGURATION.md "TLS"), and
+      # Margay's sni: { host => { cert:, key: } } (or cert_pem:, key_pem:).
       # PEM text stays out of the URL: it goes to ssl_pems, and the URL says store:N.
       def ssl_bind(host, port, opts = {})
         raise_here "ssl_bind options must be a Hash, got #{opts.class}" unless opts.is_a?(Hash)
 
         opts = opts.transform_keys(&:to_sym)
         pems = (@settings[:ssl_pems] || []).dup
+        store_pems(opts, pems)
+        if opts[:sni].is_a?(Hash)
+          opts[:sni] = opts[:sni].to_h { |host, files| [host.to_s, files.is_a?(Hash) ? store_pems(files.transform_keys(&:to_sym), pems) : files] }
+        end
+        set(:ssl_pems, pems.freeze)
+        bind(TLS.bind_url(host, port, opts))
+      end
+
+      # cert_pem/key_pem of +opts+ moved to +pems+, the option saying store:N. Returns +opts+.
+      def store_pems(opts, pems)
         %i[cert key].each do |name|
           pem = opts.delete(:"#{name}_pem") or next
           opts[name] = "store:#{pems.size}"
           pems << pem.to_s
         end
-        set(:ssl_pems, pems.freeze)
-        bind(TLS.bind_url(host, port, opts))
+        opts
       end
+      private :store_pems
 
       # Puma's fork_worker: workers are re-forked from a warm one (the mold)
       # after +after_requests+ requests; 0: only on demand (SIGURG).

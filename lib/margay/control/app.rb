@@ -40,6 +40,7 @@ module Margay
         when "thread-backtraces" then respond(200, JSON.generate(thread_backtraces))
         when "stop", "halt", "restart" then later(env, command) { @launcher.public_send(command.to_sym) }
         when "phased-restart" then later(env, command) { @launcher.phased_restart }
+        when "reload-certificates" then later(env, command) { @launcher.reload_certificates } # Margay's own
         when "refork"
           @launcher.clustered? ? later(env, command) { @launcher.refork } : unavailable(command)
         when "reload-worker-directory" then unavailable(command)

@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require_relative "../runner" # TLS_RELOAD_SIGNAL
 require_relative "../stats"
 require_relative "../metrics"
 
@@ -175,6 +176,11 @@ module Margay
 
       @log.info("phased restart not available in single mode: restarting instead")
       restart
+    end
+
+    # The TLS listeners' certificates read again (ALRM; a cluster master passes it to its workers).
+    def reload_certificates
+      signal(Runner::TLS_RELOAD_SIGNAL.to_sym)
     end
 
     # Cluster: refork the workers from a warm mold (URG); false in single mode.

@@ -35,6 +35,12 @@ module Margay
     # ssl_pems setting, as Puma's DSL does with its options[:store].
     STORE = /\Astore:(\d+)\z/
 
+    # More certificates on one listener, chosen by the client's SNI name (Puma has none):
+    # ssl_bind's sni: { "api.example.com" => { cert:, key: }, "*.example.org" => { cert_pem:,
+    # key_pem: } }, in the URL sni[api.example.com][cert]=FILE&sni[api.example.com][key]=FILE.
+    SNI_OPTION = /\Asni\[([^\[\]]+)\]\[(cert|key)\]\z/
+    SNI_HOST = /\A(?:\*\.)?[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*\z/i
+
     module_function
 
     # The ssl:// URL ssl_bind makes (Puma 8's DSL.ssl_bind_str, the same query for the same
@@ -60,10 +66,25 @@ module Margay
       query << "backlog=#{Integer(opts[:backlog])}" if opts[:backlog]
       query << "low_latency=#{opts[:low_latency]}" if opts.key?(:low_latency)
       query << "http2=true" if opts[:http2] # Margay's own: ALPN h2 (Puma has no HTTP/2)
+      sni_query(opts[:sni]).each { |pair| query << pair }
       "ssl://#{host}:#{port}?#{query.join('&')}"
     end
 
     def escape(text) = URI.encode_www_form_component(text.to_s)
+
+    # sni: { host => { cert:, key: } } as query pairs (cert_pem/key_pem were made store:N by
+    # ssl_bind). A bad shape raises ConfigError here, where the config names it.
+    def sni_query(sni)
+      return [] if sni.nil?
+      raise ConfigError, "ssl_bind sni: must be a Hash of host name => { cert:, key: }, got #{sni.class}" unless sni.is_a?(Hash)
+
+      sni.flat_map do |host, files|
+        raise ConfigError, "ssl_bind sni: #{host.inspect} => must be a Hash with cert: and key:" unless files.is_a?(Hash)
+
+        files = files.transform_keys(&:to_sym)
+        %i[cert key].map { |name| "sni[#{escape(host)}][#{name}]=#{escape(files[name])}" }
+      end
+    end
 
     # reuse: true (OpenSSL's cache size and timeout), or {size:, timeout:} as Puma reads it.
     def reuse_query(reuse)
@@ -85,12 +106,24 @@ module Margay
         next if pair.empty?
 
         name, value = pair.split("=", 2).map { |part| URI.decode_www_form_component(part) }
+        next add_sni(url, options, name, value) if name.match?(SNI_OPTION)
+
         kind = OPTIONS[name]
         raise ConfigError, "invalid bind #{url.inspect}: unknown TLS option #{name.inspect} (known: #{OPTIONS.keys.join(', ')})" unless kind
         raise ConfigError, "invalid bind #{url.inspect}: option #{name} given twice" if options.key?(name.to_sym)
 
         options[name.to_sym] = value_of(url, name, value, kind)
       end.tap { |options| check(url, options) }
+    end
+
+    def add_sni(url, options, name, value)
+      host, part = name.match(SNI_OPTION).captures
+      raise ConfigError, "invalid bind #{url.inspect}: #{host.inspect} is not a host name for sni" unless host.match?(SNI_HOST)
+
+      entry = ((options[:sni] ||= {})[host.downcase] ||= {})
+      raise ConfigError, "invalid bind #{url.inspect}: option #{name} given twice" if entry.key?(part.to_sym)
+
+      entry[part.to_sym] = value_of(url, name, value, :text)
     end
 
     def value_of(url, name, value, kind)
@@ -111,15 +144,32 @@ module Margay
     end
 
     def check(url, options)
+      (options[:sni] || {}).each do |host, entry|
+        next if entry[:cert] && entry[:key]
+
+        raise ConfigError, "invalid bind #{url.inspect}: sni[#{host}] needs both cert and key"
+      end
       unless (options[:cert] || options[:cert_pem]) && (options[:key] || options[:key_pem])
-        raise ConfigError, "invalid bind #{url.inspect}: cert and key are needed (Margay makes no development " \
-                           "certificate: the localhost gem is not used)"
+        return if options.values_at(:cert, :key, :cert_pem, :key_pem).none? && localhost_authority?
+
+        raise ConfigError, "invalid bind #{url.inspect}: cert and key are needed (or, for development, the " \
+                           "localhost gem loaded by the config file: require \"localhost\")"
       end
       return unless %w[peer force_peer].include?(options[:verify_mode]) && !options[:ca]
 
       raise ConfigError, "invalid bind #{url.inspect}: verify_mode=#{options[:verify_mode]} needs ca=FILE"
     end
-    private_class_method :value_of, :check
+    # As Puma: an ssl:// bind without cert and key uses the localhost gem's self-signed
+    # certificate for "localhost" (made in its state directory the first time) when the gem is
+    # loaded (`require "localhost"` in the config file; Margay does not load it). Not on JRuby.
+    def localhost_authority? = defined?(::Localhost::Authority) && RUBY_ENGINE != "jruby" ? true : false
+
+    # [certificate file, key file] of the localhost gem's authority for "localhost".
+    def localhost_files
+      authority = ::Localhost::Authority.fetch
+      [authority.certificate_path, authority.key_path]
+    end
+    private_class_method :add_sni, :value_of, :check, :localhost_files
 
     # The listener's context from its parsed options (+pems+: the ssl_pems setting, for store:N).
     # Files are read and the key password command run now; any failure is a ConfigError.
@@ -134,18 +184,49 @@ module Margay
       raise ConfigError, "bind #{url}: #{e.message}"
     end
 
+    # Read the certificates and keys of each TLS listener again (the same files; PEM text and
+    # the key password as they were): new handshakes use them, open connections keep theirs.
+    # One that cannot be used is logged with one line and the listener keeps its certificates.
+    # @param listeners [Array<Binder::Listener>] @param who [String] the log line's prefix
+    # @return [Integer] how many listeners took new certificates
+    def reload(listeners, log, who = "")
+      listeners.count do |listener|
+        next false unless listener.tls
+
+        listener.tls.reload
+        log.info("#{who}TLS certificates of #{listener.url} reloaded")
+        true
+      rescue ArgumentError, SystemCallError => e
+        log.error("#{who}TLS certificates of #{listener.url} not reloaded (the old ones stay in use): #{e.message}")
+        false
+      end
+    end
+
     def context_options(url, options, pems)
       cert = pem_or_file(url, options, :cert, pems)
       key = pem_or_file(url, options, :key, pems)
+      if cert.values.none? && key.values.none? # check let it through: the localhost gem's
+        cert[:file], key[:file] = localhost_files
+      end
       size, timeout = reuse_cache(options[:reuse])
       {
         "cert" => cert[:file], "cert_pem" => cert[:pem], "key" => key[:file], "key_pem" => key[:pem],
+        "sni" => sni_identities(url, options[:sni], pems),
         "key_password" => (password(url, options[:key_password_command]) if options[:key_password_command]),
         "ca" => options[:ca], "verify" => VERIFY_MODES.fetch(options[:verify_mode] || "none"),
         "verification_flags" => options[:verification_flags], "ssl_cipher_filter" => options[:ssl_cipher_filter],
         "ssl_ciphersuites" => options[:ssl_ciphersuites], "cache_size" => size, "cache_timeout" => timeout,
         "http2" => options[:http2] == true
       }
+    end
+
+    # [[host, cert, key, cert_pem, key_pem], ...] for Native::TLSContext, or nil.
+    def sni_identities(url, sni, pems)
+      sni&.map do |host, entry|
+        cert = pem_or_file(url, entry, :cert, pems)
+        key = pem_or_file(url, entry, :key, pems)
+        [host, cert[:file], key[:file], cert[:pem], key[:pem]]
+      end
     end
 
     def pem_or_file(url, options, name, pems)
@@ -178,6 +259,6 @@ module Margay
     rescue SystemCallError => e
       raise ConfigError, "bind #{url}: key_password_command: #{e.message}"
     end
-    private_class_method :context_options, :pem_or_file, :reuse_cache, :password
+    private_class_method :context_options, :sni_identities, :pem_or_file, :reuse_cache, :password
   end
 end

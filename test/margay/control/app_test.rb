@@ -20,7 +20,7 @@ class ControlAppTest < Minitest::Test
     def clustered? = @clustered
     def stats = { started_at: "2026-11-24T14:00:00Z", running: 1 }
     def thread_status = [["Thread: TID-1 main", ["a.rb:1"]]]
-    %i[stop halt restart phased_restart refork].each { |name| define_method(name) { @calls << name } }
+    %i[stop halt restart phased_restart refork reload_certificates].each { |name| define_method(name) { @calls << name } }
   end
 
   def setup
@@ -62,7 +62,8 @@ class ControlAppTest < Minitest::Test
   end
 
   def test_actions_answer_ok_and_run_only_after_the_response
-    { "/stop" => :stop, "/halt" => :halt, "/restart" => :restart, "/phased-restart" => :phased_restart }.each do |path, call|
+    { "/stop" => :stop, "/halt" => :halt, "/restart" => :restart, "/phased-restart" => :phased_restart,
+      "/reload-certificates" => :reload_certificates }.each do |path, call|
       status, _, body, after = get(path)
       assert_equal [200, '{ "status": "ok" }'], [status, body], path
       assert_empty @launcher.calls, "#{path}: nothing happens before the answer is written"

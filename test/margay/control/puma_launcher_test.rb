@@ -68,7 +68,8 @@ class PumaLauncherTest < Minitest::Test
     l.restart
     l.phased_restart
     assert l.refork
-    assert_equal %i[USR2 USR1 URG], l.signals
+    l.reload_certificates
+    assert_equal %i[USR2 USR1 URG ALRM], l.signals
     assert_empty fired, "the cluster master fires before_restart when it restarts"
     assert_equal({ workers: 2 }, l.stats)
   end

@@ -37,6 +37,22 @@ class TLSOptionsTest < Minitest::Test
     assert_equal true, TLS.parse_query(url, url.split("?", 2).last)[:http2]
   end
 
+  # sni: Margay's own (Puma has one certificate per listener): ssl_bind's hash as query pairs,
+  # read back as the same hash (host names lower-cased); a bad shape is refused with one line.
+  def test_sni_in_the_bind_url_and_back
+    url = TLS.bind_url("h", 1, cert: "c", key: "k", sni: { "API.example.com" => { cert: "/a b.pem", key: "/a.key" },
+                                                           "*.example.org" => { "cert" => "store:0", "key" => "store:1" } })
+    assert_equal "ssl://h:1?cert=c&key=k&verify_mode=none&sni[API.example.com][cert]=%2Fa+b.pem" \
+                 "&sni[API.example.com][key]=%2Fa.key&sni[*.example.org][cert]=store%3A0&sni[*.example.org][key]=store%3A1", url
+    assert_equal({ "api.example.com" => { cert: "/a b.pem", key: "/a.key" }, "*.example.org" => { cert: "store:0", key: "store:1" } },
+                 TLS.parse_query(url, url.split("?", 2).last)[:sni])
+    assert_raises(Margay::ConfigError) { TLS.bind_url("h", 1, cert: "c", key: "k", sni: ["a.test"]) }
+    assert_raises(Margay::ConfigError) { TLS.bind_url("h", 1, cert: "c", key: "k", sni: { "a.test" => "c.pem" }) }
+    %w[*.*.a.test a..test *a.test -a.test].each do |host|
+      assert_raises(Margay::ConfigError, host) { TLS.parse_query("u", "cert=c&key=k&sni[#{host}][cert]=c&sni[#{host}][key]=k") }
+    end
+  end
+
   # Built without OpenSSL (Native::TLS false), a TLS bind refuses to start with one line.
   def test_without_openssl_a_tls_bind_refuses_to_start
     skip_on_jruby "no TLS in the pure-Ruby engine (Native::TLS is the C extension's)"
