@@ -316,6 +316,24 @@ class H2Test < Minitest::Test
     File.unlink(file.path) if file
   end
 
+  def test_early_hints_are_103_headers_frames_before_the_response
+    app = lambda do |env|
+      env["rack.early_hints"].call("link" => "</style.css>; rel=preload; as=style")
+      env["rack.early_hints"].call("link" => ["</a.js>; rel=preload; as=script", "</b.js>; rel=preload; as=script"])
+      [200, { "content-type" => "text/plain", "link" => "</style.css>; rel=preload; as=style" }, ["ok"]]
+    end
+    with_h2_server(app) do |_tls, plain|
+      got = frames(plain, "frames", "/")["stream"]
+      assert_equal 5, got.size, got.inspect
+      first, second, final = got.first(3)
+      assert_equal [[":status", "103"], ["link", "</style.css>; rel=preload; as=style"]], first["informational"]
+      assert_equal [[":status", "103"], ["link", "</a.js>; rel=preload; as=script"], ["link", "</b.js>; rel=preload; as=script"]],
+                   second["informational"]
+      assert_equal [":status", "200"], final["response"].first
+      assert_equal %w[data end], got.last(2)
+    end
+  end
+
   # A body answering to_path (Rack::Files does the same).
   class FileBody
     def initialize(path) = @path = path

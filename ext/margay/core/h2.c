@@ -45,6 +45,10 @@ int mg_h2_respond_head(mg_conn *c, mg_h2_stream *s, int status, const mg_h2_nv *
   (void)c; (void)s; (void)status; (void)nv; (void)n; (void)body;
   return -1;
 }
+int mg_h2_early_hints(mg_conn *c, mg_h2_stream *s, const mg_h2_nv *nv, size_t n) {
+  (void)c; (void)s; (void)nv; (void)n;
+  return -1;
+}
 int mg_h2_write(mg_conn *c, mg_h2_stream *s, const char *data, size_t len) { (void)c; (void)s; (void)data; (void)len; return -1; }
 int mg_h2_finish(mg_conn *c, mg_h2_stream *s) { (void)c; (void)s; return -1; }
 int mg_h2_send_file(mg_conn *c, mg_h2_stream *s, int fd, uint64_t len) { (void)c; (void)s; (void)len; close(fd); return -1; }

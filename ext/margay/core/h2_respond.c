@@ -95,6 +95,19 @@ int mg_h2_respond_head(mg_conn *c, mg_h2_stream *st, int status, const mg_h2_nv 
   return 0;
 }
 
+int mg_h2_early_hints(mg_conn *c, mg_h2_stream *st, const mg_h2_nv *nv, size_t n) {
+  if (st->started) return 1;
+  nghttp2_nv *v = malloc((n + 1) * sizeof *v);
+  if (!v) return -1;
+  v[0] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)"103", 7, 3, NGHTTP2_NV_FLAG_NONE};
+  for (size_t i = 0; i < n; i++)
+    v[i + 1] = (nghttp2_nv){(uint8_t *)nv[i].name, (uint8_t *)nv[i].value, nv[i].name_len, nv[i].value_len, NGHTTP2_NV_FLAG_NONE};
+  /* a HEADERS frame without END_STREAM before the response's: nghttp2 sends it as is (RFC 9113 8.1) */
+  int r = nghttp2_submit_headers(c->h2->s, NGHTTP2_FLAG_NONE, st->id, NULL, v, n + 1, NULL);
+  free(v);
+  return r < 0 ? -1 : 0;
+}
+
 static void resume(mg_h2 *h, mg_h2_stream *st) {
   if (st->deferred) {
     st->deferred = 0;

@@ -66,7 +66,7 @@ static int connection_specific(const char *n, size_t len) {
 }
 
 /* The app's head (validated by ruby/head.c as for HTTP/1.1) as HTTP/2 fields, plus
- * content-length when known and date; submitted on the locked stream. Raises (the stream is
+ * content-length when known and date on a final one (200 and up); submitted on the locked stream. Raises (the stream is
  * unlocked first) on an invalid response. */
 typedef struct {
   mg_head h;
@@ -102,6 +102,7 @@ static void head_build(h2_head *hh, int status, VALUE headers, int64_t body_len)
   }
   size_t used = 0;
   int64_t cl = h->content_length >= 0 ? h->content_length : body_len;
+  if (status < 200) return; /* 103: the hints alone */
   if (!h->strip_length && cl >= 0 && !(status == 304 && h->content_length < 0)) {
     int k = snprintf(hh->extra, 24, "%lld", (long long)cl);
     hh->nv[hh->n++] = (mg_h2_nv){"content-length", hh->extra, 14, (size_t)k};
@@ -335,6 +336,24 @@ VALUE mg_rb_h2_error_response(mg_engine *e, VALUE token, int status) {
   }
   mg_h2_unlock(e, c);
   return Qnil;
+}
+
+/* Engine#early_hints for a stream: a 103 HEADERS frame with +headers+ before the response (true),
+ * or false once the response head went out. Raises ClientGone when the stream is gone. */
+VALUE mg_rb_h2_early_hints(mg_engine *e, VALUE token, VALUE headers) {
+  h2_head hh;
+  head_build(&hh, 103, headers, -1);
+  mg_conn *c;
+  mg_h2_stream *s = find_token(e, token, &c);
+  if (!s) {
+    mg_head_release(&hh.h);
+    rb_raise(mg_eClientGone, "the HTTP/2 stream is gone");
+  }
+  int r = mg_h2_early_hints(c, s, hh.nv, hh.n);
+  mg_head_release(&hh.h);
+  if (r < 0) stream_gone(e, c);
+  mg_h2_unlock(e, c);
+  return r == 0 ? Qtrue : Qfalse;
 }
 
 /* Engine#abort for a stream: reset it (a no-op once it is gone). */
