@@ -6,8 +6,9 @@ hyperframe for frames h2 would refuse to send. Prints one JSON line of what it s
                                       (/usr/bin/python3 test/support/h2_frames.py seeds ext/margay/fuzz/seeds/h2)
 
   h2_frames.py PORT settings          the server's SETTINGS
-  h2_frames.py PORT frames PATH       one GET of PATH: what came for its stream, in order (each
-                                      head's fields, "data" for body bytes, "end" for END_STREAM)
+  h2_frames.py PORT frames PATH...    a GET of each PATH, all on one connection at once: what came
+                                      for each stream, in order (each head's fields, "data" for body
+                                      bytes, "end" for END_STREAM, "reset"), by path
   h2_frames.py PORT rapid_reset N     N x (HEADERS + RST_STREAM), then reads until closed
   h2_frames.py PORT big_headers SIZE  one stream with a SIZE-byte header value, then a normal one
   h2_frames.py PORT continuation N    HEADERS without END_HEADERS, then N empty CONTINUATION frames
@@ -161,22 +162,29 @@ def main():
         changed = next(e for e in seen if isinstance(e, h2.events.RemoteSettingsChanged)).changed_settings
         out = {str(int(k)): v.new_value for k, v in changed.items()}
     elif what == "frames":
-        sid = conn.get_next_available_stream_id()
-        conn.send_headers(sid, request(sys.argv[3]), end_stream=True)
+        paths = {}
+        for path in sys.argv[3:]:
+            sid = conn.get_next_available_stream_id()
+            paths[sid] = path
+            conn.send_headers(sid, request(path), end_stream=True)
         sock.sendall(conn.data_to_send())
         kinds = {h2.events.InformationalResponseReceived: "informational", h2.events.ResponseReceived: "response",
                  h2.events.TrailersReceived: "trailers"}
-        got = []
-        for e in pump(sock, conn, lambda s: any(isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)) for e in s)):
+        done = (h2.events.StreamEnded, h2.events.StreamReset)
+        got = {sid: [] for sid in paths}
+        for e in pump(sock, conn, lambda s: sum(isinstance(e, done) for e in s) == len(paths)):
+            sid = getattr(e, "stream_id", None)
+            if sid not in got:
+                continue
             if type(e) in kinds:
-                got.append({kinds[type(e)]: [[k, v] for k, v in e.headers]})
-            elif isinstance(e, h2.events.DataReceived) and e.data and got[-1] != "data":
-                got.append("data")
+                got[sid].append({kinds[type(e)]: [[k, v] for k, v in e.headers]})
+            elif isinstance(e, h2.events.DataReceived) and e.data and got[sid][-1] != "data":
+                got[sid].append("data")
             elif isinstance(e, h2.events.StreamEnded):
-                got.append("end")
+                got[sid].append("end")
             elif isinstance(e, h2.events.StreamReset):
-                got.append("reset")
-        out = {"stream": got}
+                got[sid].append("reset")
+        out = {paths[sid]: events for sid, events in got.items()}
     elif what == "rapid_reset":
         n = int(sys.argv[3])
         for i in range(n):

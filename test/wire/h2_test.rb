@@ -323,7 +323,7 @@ class H2Test < Minitest::Test
       [200, { "content-type" => "text/plain", "link" => "</style.css>; rel=preload; as=style" }, ["ok"]]
     end
     with_h2_server(app) do |_tls, plain|
-      got = frames(plain, "frames", "/")["stream"]
+      got = frames(plain, "frames", "/")["/"]
       assert_equal 5, got.size, got.inspect
       first, second, final = got.first(3)
       assert_equal [[":status", "103"], ["link", "</style.css>; rel=preload; as=style"]], first["informational"]
@@ -331,6 +331,76 @@ class H2Test < Minitest::Test
                    second["informational"]
       assert_equal [":status", "200"], final["response"].first
       assert_equal %w[data end], got.last(2)
+    end
+  end
+
+  def test_health_check_path_is_answered_by_the_engine_on_h2
+    called = Queue.new
+    app = lambda do |env|
+      called << env["PATH_INFO"]
+      [200, { "content-type" => "text/plain" }, ["app"]]
+    end
+    with_h2_server(app, health_check_path: "/up") do |tls, plain, server|
+      out, err = curl("--http2-prior-knowledge", "-v", "http://127.0.0.1:#{plain}/up")
+      assert_equal "ready\n", out
+      assert_match(%r{^< HTTP/2 200}, err)
+      assert_match(/^< cache-control: no-store/, err)
+      out, err = curl("--http2", "-I", "-v", "https://localhost:#{tls}/up")
+      assert_match(%r{^< HTTP/2 200}, err)
+      assert_match(/^< content-length: 6/, err)
+      refute_includes out, "ready"
+      out, = curl("--http2-prior-knowledge", "http://127.0.0.1:#{plain}/other")
+      assert_equal "app", out
+      assert_equal "/other", called.pop
+      assert_empty called, "the probes never reached the app"
+      assert_equal 1, server.stats[:requests], "nor counted in its requests"
+    end
+  end
+
+  # Each call reported on @calls: [path, the env's figures]; /slow holds the only thread.
+  def timed_app
+    calls = @calls = Queue.new
+    lambda do |env|
+      calls << [env["PATH_INFO"], env.slice("margay.queue_time", "HTTP_X_REQUEST_START")]
+      sleep 0.5 if env["PATH_INFO"] == "/slow"
+      [200, { "content-type" => "text/plain" }, ["ok"]]
+    end
+  end
+
+  def status_of(events) = events.find { |e| e.is_a?(Hash) && e["response"] }["response"].to_h[":status"]
+
+  def test_a_stream_waiting_past_queue_timeout_is_shed_and_the_others_go_on
+    with_h2_server(timed_app, min_threads: 1, max_threads: 1, queue_timeout: 0.2) do |_tls, plain, server|
+      got = frames(plain, "frames", "/slow", "/queued")
+      assert_equal "200", status_of(got["/slow"])
+      assert_equal "503", status_of(got["/queued"])
+      queued = got["/queued"].first["response"].to_h
+      assert_equal "1", queued["retry-after"]
+      assert_equal %w[data end], got["/queued"].last(2), "Service Unavailable, then the stream ends"
+      assert_equal "/slow", @calls.pop[0]
+      assert_empty @calls, "the shed stream never reached the app"
+      stats = server.stats
+      assert_equal 1, stats[:shed]
+      assert_equal 1, stats[:requests], "the shed one never ran"
+    end
+  end
+
+  def test_queue_time_header_and_histograms_count_h2_streams
+    with_h2_server(timed_app, min_threads: 1, max_threads: 1, queue_time_header: true) do |_tls, plain, server|
+      got = frames(plain, "frames", "/slow", "/queued")
+      assert_equal %w[200 200], [status_of(got["/slow"]), status_of(got["/queued"])]
+      figures = 2.times.to_h { @calls.pop }
+      assert_match(/\At=\d{10}\.\d{3}\z/, figures["/queued"]["HTTP_X_REQUEST_START"])
+      assert_operator figures["/queued"]["margay.queue_time"], :>, 0.3, "it waited for /slow"
+      stats = server.stats
+      queue = stats[:queue_time_seconds]
+      assert_equal 2, queue[:count]
+      assert_equal 1, queue[:buckets][0.25], "/slow waited for nothing"
+      assert_operator queue[:sum], :>, 0.3
+      duration = stats[:request_duration_seconds]
+      assert_equal 2, duration[:count], "each stream's response"
+      assert_equal 1, duration[:buckets][0.25], "/queued took no time"
+      assert_equal 2, duration[:buckets][0.75], "/slow took 0.5 s"
     end
   end
 

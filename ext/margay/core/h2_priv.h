@@ -30,6 +30,7 @@ struct mg_h2_stream {
   uint64_t oleft;
   int eof;               /* no more bytes will come */
   int deferred;          /* nghttp2 was told to wait for bytes (resume when some come) */
+  int64_t taken_mono_ns; /* when a thread took its request (the duration histogram), or 0 */
 };
 
 typedef struct mg_h2 {
@@ -63,6 +64,12 @@ int h2_pump(mg_h2 *h);
 /* Whether response bytes wait in the streams (in memory, or a file's rest) for the client. */
 int h2_backlogged(const mg_h2 *h);
 static inline int h2_out_pending(const mg_conn *c) { return c->out.head != NULL; }
+
+/* ---- core/h2_respond.c ---- */
+/* Answer the stream +st+ (its request complete or taken, not answered yet) from the engine: a
+ * plain-text +status+ with +body+ (none for HEAD), cache-control: no-store, and +extra+ (a
+ * lowercased field, or NULL). Under h2_lock. 0, or -1. */
+int h2_answer(mg_h2 *h, mg_h2_stream *st, int status, const mg_h2_nv *extra, const char *body, size_t blen);
 
 /* ---- core/h2_req.c: nghttp2's callbacks that build a stream's request ---- */
 int h2_on_begin_headers(nghttp2_session *s, const nghttp2_frame *frame, void *ud);

@@ -9,17 +9,14 @@
 #ifdef MG_HAVE_H2
 
 #include "core/h2_priv.h"
+#include "core/health.h"
+#include "core/timing.h"
+#include "http/status.h"
+#include <stdio.h>
 #include "core/tempfile.h"
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-
-static int64_t wall_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* ---- requests ---- */
 
@@ -44,7 +41,7 @@ static mg_h2_req *req_new(mg_h2 *h, int slot) {
   q->tls = c->tls.ssl != NULL;
   q->method = q->path = q->scheme = q->authority = q->protocol = -1;
   q->bfd = -1;
-  q->arrival_ns = q->head_ns = wall_ns();
+  q->arrival_ns = q->head_ns = mg_wall_ns();
   return q;
 }
 
@@ -83,7 +80,7 @@ static int req_body(mg_engine *e, mg_h2_req *q, const uint8_t *data, size_t n) {
 }
 
 static void queue_push(mg_engine *e, mg_h2_req *q) {
-  q->ready_ns = wall_ns();
+  q->ready_ns = mg_wall_ns();
   pthread_mutex_lock(&e->h2_lock);
   q->next = NULL;
   if (e->h2_tail) e->h2_tail->next = q; else e->h2_head = q;
@@ -93,14 +90,43 @@ static void queue_push(mg_engine *e, mg_h2_req *q) {
   atomic_fetch_add(&e->requests, 1);
 }
 
-/* Whether +q+'s stream still waits for its answer. */
-static int req_live(mg_h2_req *q) {
+/* The answer to a request that waited for a thread longer than queue_timeout: 503 and when to
+ * come back (as core/timing.c sheds an HTTP/1 one; the connection's other streams go on). */
+static void shed(mg_h2 *h, mg_h2_stream *st) {
+  char page[512];
+  size_t n = mg_status_page(page, sizeof page, 503);
+  const char *body = strstr(page, "\r\n\r\n");
+  size_t blen = body ? n - (size_t)(body + 4 - page) : 0;
+  mg_h2_nv retry = {"retry-after", "1", 11, 1};
+  h2_answer(h, st, 503, &retry, body ? body + 4 : "", blen);
+  atomic_fetch_add(&h->e->shed, 1);
+  atomic_fetch_sub(&h->e->requests, 1); /* counted when it was queued; it never ran */
+}
+
+/* A thread takes +q+: its queue time is counted (the histogram, margay.queue_time), and it is
+ * shed past queue_timeout. 1 when the app gets it; 0 when its stream is gone or it was shed. */
+static int req_admit(mg_engine *e, mg_h2_req *q) {
   mg_conn *c = q->c;
   pthread_mutex_lock(&c->h2_lock);
   mg_h2 *h = c->h2;
-  int live = h && h->slots[q->slot].seq == q->seq && h->slots[q->slot].state == ST_APP;
+  mg_h2_stream *st = h ? &h->slots[q->slot] : NULL;
+  if (!st || st->seq != q->seq || st->state != ST_APP) {
+    pthread_mutex_unlock(&c->h2_lock);
+    atomic_fetch_add(&e->abandoned, 1); /* reset by its client before a thread took it */
+    atomic_fetch_sub(&e->requests, 1);
+    return 0;
+  }
+  int64_t now = mg_wall_ns();
+  q->taken_ns = now;
+  mg_histogram_observe(&e->queue_hist, now - q->arrival_ns);
+  if (e->cfg.queue_timeout_ns > 0 && now - q->ready_ns > e->cfg.queue_timeout_ns) {
+    shed(h, st);
+    mg_h2_unlock(e, c); /* writes the 503, or kicks the loop to */
+    return 0;
+  }
+  st->taken_mono_ns = mg_mono_ns();
   pthread_mutex_unlock(&c->h2_lock);
-  return live;
+  return 1;
 }
 
 mg_h2_req *mg_h2_take(mg_engine *e) {
@@ -114,12 +140,7 @@ mg_h2_req *mg_h2_take(mg_engine *e) {
     }
     pthread_mutex_unlock(&e->h2_lock);
     if (!q) return NULL;
-    if (req_live(q)) {
-      q->taken_ns = wall_ns();
-      return q;
-    }
-    atomic_fetch_add(&e->abandoned, 1); /* reset by its client before a thread took it */
-    atomic_fetch_sub(&e->requests, 1);
+    if (req_admit(e, q)) return q;
     mg_h2_req_free(q);
   }
   return NULL;
@@ -212,6 +233,15 @@ int h2_request_done(mg_h2 *h, int32_t id) {
   if (q->bfd >= 0 && lseek(q->bfd, 0, SEEK_SET) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   const mg_h2_field *m = &q->fields[q->method];
   st->head_request = m->value_len == 4 && memcmp(q->buf + m->value, "HEAD", 4) == 0;
+  if (q->path >= 0) {
+    const mg_h2_field *p = &q->fields[q->path];
+    if (mg_health_is_probe(h->e, q->buf + m->value, m->value_len, q->buf + p->value, p->value_len)) {
+      /* health_check_path: answered here, never handed to the app nor counted in its requests */
+      int ready = mg_health_ready(h->e);
+      return h2_answer(h, st, ready ? 200 : 503, NULL, ready ? "ready\n" : "not ready\n", ready ? 6 : 10) == 0
+                 ? 0 : NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    }
+  }
   mg_conn *c = h->c;
   memcpy(q->remote, c->proxy_addr[0] ? c->proxy_addr : mg_conn_peer_text(c), sizeof q->remote);
   st->req = NULL;

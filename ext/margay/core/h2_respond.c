@@ -9,6 +9,9 @@
 
 #include "core/h2_priv.h"
 #include "core/tempfile.h"
+#include "core/timing.h"
+#include "http/status.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -73,8 +76,14 @@ void mg_h2_unlock(mg_engine *e, mg_conn *c) {
   if (kick) mg_h2_kick(e, c);
 }
 
+/* The stream's response is complete (or reset): the thread's time on it counts in the duration
+ * histogram, as an HTTP/1 response's does (core/timing.h). */
 static void answered(mg_h2 *h, mg_h2_stream *st) {
   if (st->state == ST_APP) { st->state = ST_ANSWERED; h->in_app--; }
+  if (st->taken_mono_ns) {
+    mg_histogram_observe(&h->e->duration_hist, mg_mono_ns() - st->taken_mono_ns);
+    st->taken_mono_ns = 0;
+  }
 }
 
 int mg_h2_respond_head(mg_conn *c, mg_h2_stream *st, int status, const mg_h2_nv *nv, size_t n, int body) {
@@ -168,6 +177,27 @@ long mg_h2_req_peer_der(mg_h2_req *q, unsigned char **der) {
   if (c->h2 && c->h2->slots[q->slot].seq == q->seq) n = mg_tls_peer_der(&c->tls, der);
   pthread_mutex_unlock(&c->h2_lock);
   return n;
+}
+
+int h2_answer(mg_h2 *h, mg_h2_stream *st, int status, const mg_h2_nv *extra, const char *body, size_t blen) {
+  char len[24], date[64];
+  int ll = snprintf(len, sizeof len, "%zu", blen);
+  size_t dl = mg_date_header(date); /* "date: ...\r\n" */
+  mg_h2_nv nv[] = {{"content-type", "text/plain", 12, 10}, {"content-length", len, 14, (size_t)ll},
+                   {"cache-control", "no-store", 13, 8}, {"date", date + 6, 4, dl - 8}, {"", "", 0, 0}};
+  size_t n = 4;
+  if (extra) nv[n++] = *extra;
+  int follows = blen > 0 && !st->head_request;
+  if (st->state == ST_RECV) { /* the request stays with the stream: nobody takes it */
+    mg_h2_req_free(st->req);
+    st->req = NULL;
+    st->state = ST_ANSWERED;
+    h->receiving--;
+  }
+  int r = mg_h2_respond_head(h->c, st, status, nv, n, follows);
+  if (r == 0 && follows) r = mg_h2_write(h->c, st, body, blen);
+  if (r == 0 && follows) r = mg_h2_finish(h->c, st);
+  return r;
 }
 
 #endif
