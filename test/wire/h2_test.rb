@@ -232,8 +232,8 @@ class H2Test < Minitest::Test
 
   # CVE-2019-9517 (internal data buffering) and -9511 (data dribble): a client that grants no
   # window (or opens it a byte at a time, PINGing meanwhile) holds at most response_buffer_limit of
-  # its responses' bytes in memory, its streams' threads wait, and write_timeout closes it; others
-  # are served meanwhile. Returns the client's JSON.
+  # its responses' bytes in memory (larger bodies wait in tempfiles), and write_timeout closes it;
+  # others are served meanwhile. Returns the client's JSON.
   def assert_window_starver_closed(*how)
     skip "no python3-h2" unless system(CLIENT, PYTHON, "-c", "import h2", out: File::NULL, err: File::NULL)
     app = ->(env) { [200, { "content-type" => "text/plain" }, [env["PATH_INFO"] == "/big" ? BIG : "small"]] }
@@ -265,6 +265,24 @@ class H2Test < Minitest::Test
 
   def test_a_window_dribbling_pinging_client_is_closed_after_write_timeout
     assert_operator assert_window_starver_closed("dribble")["data"], :>, 0, "it was given bytes, a few at a time"
+  end
+
+  def test_a_large_body_for_a_slow_reader_spills_to_a_tempfile_and_frees_its_thread
+    skip "no nghttp" unless system(CLIENT, "nghttp", "--version", out: File::NULL, err: File::NULL)
+    app = ->(env) { [200, { "content-type" => "text/plain" }, [env["PATH_INFO"] == "/big" ? BIG : "small"]] }
+    # one thread, and a write_timeout longer than curl's --max-time: a thread waiting for the
+    # zero-window client (nghttp -w 0: stream windows of 0 bytes) would leave curl unanswered
+    with_h2_server(app, lint: false, min_threads: 1, max_threads: 1, write_timeout: 30,
+                        response_buffer_limit: 64 * 1024) do |tls, plain|
+      Open3.popen2e(CLIENT, "nghttp", "-v", "-w", "0", "http://127.0.0.1:#{plain}/big") do |_in, out, wait|
+        out.each_line { |line| break if line.include?(":status: 200") }
+        assert_equal "small", curl("--http2", "https://localhost:#{tls}/small").first, "the only thread is free"
+        full, = curl("--http2", "https://localhost:#{tls}/big")
+        assert_equal BIG, full, "a reader that reads gets the whole file"
+      ensure
+        Process.kill(:TERM, wait.pid) if wait&.alive?
+      end
+    end
   end
 
   def test_graceful_stop_sends_goaway_and_answers_the_stream_in_flight
