@@ -6,6 +6,9 @@ hyperframe for frames h2 would refuse to send. Prints one JSON line of what it s
                                       (/usr/bin/python3 test/support/h2_frames.py seeds ext/margay/fuzz/seeds/h2)
 
   h2_frames.py PORT settings          the server's SETTINGS
+  h2_frames.py PORT frames PATH...    a GET of each PATH, all on one connection at once: what came
+                                      for each stream, in order (each head's fields, "data" for body
+                                      bytes, "end" for END_STREAM, "reset"), by path
   h2_frames.py PORT rapid_reset N     N x (HEADERS + RST_STREAM), then reads until closed
   h2_frames.py PORT big_headers SIZE  one stream with a SIZE-byte header value, then a normal one
   h2_frames.py PORT continuation N    HEADERS without END_HEADERS, then N empty CONTINUATION frames
@@ -158,6 +161,30 @@ def main():
         seen = pump(sock, conn, lambda s: any(isinstance(e, h2.events.RemoteSettingsChanged) for e in s))
         changed = next(e for e in seen if isinstance(e, h2.events.RemoteSettingsChanged)).changed_settings
         out = {str(int(k)): v.new_value for k, v in changed.items()}
+    elif what == "frames":
+        paths = {}
+        for path in sys.argv[3:]:
+            sid = conn.get_next_available_stream_id()
+            paths[sid] = path
+            conn.send_headers(sid, request(path), end_stream=True)
+        sock.sendall(conn.data_to_send())
+        kinds = {h2.events.InformationalResponseReceived: "informational", h2.events.ResponseReceived: "response",
+                 h2.events.TrailersReceived: "trailers"}
+        done = (h2.events.StreamEnded, h2.events.StreamReset)
+        got = {sid: [] for sid in paths}
+        for e in pump(sock, conn, lambda s: sum(isinstance(e, done) for e in s) == len(paths)):
+            sid = getattr(e, "stream_id", None)
+            if sid not in got:
+                continue
+            if type(e) in kinds:
+                got[sid].append({kinds[type(e)]: [[k, v] for k, v in e.headers]})
+            elif isinstance(e, h2.events.DataReceived) and e.data and got[sid][-1] != "data":
+                got[sid].append("data")
+            elif isinstance(e, h2.events.StreamEnded):
+                got[sid].append("end")
+            elif isinstance(e, h2.events.StreamReset):
+                got[sid].append("reset")
+        out = {paths[sid]: events for sid, events in got.items()}
     elif what == "rapid_reset":
         n = int(sys.argv[3])
         for i in range(n):

@@ -232,8 +232,8 @@ class H2Test < Minitest::Test
 
   # CVE-2019-9517 (internal data buffering) and -9511 (data dribble): a client that grants no
   # window (or opens it a byte at a time, PINGing meanwhile) holds at most response_buffer_limit of
-  # its responses' bytes in memory, its streams' threads wait, and write_timeout closes it; others
-  # are served meanwhile. Returns the client's JSON.
+  # its responses' bytes in memory (larger bodies wait in tempfiles), and write_timeout closes it;
+  # others are served meanwhile. Returns the client's JSON.
   def assert_window_starver_closed(*how)
     skip "no python3-h2" unless system(CLIENT, PYTHON, "-c", "import h2", out: File::NULL, err: File::NULL)
     app = ->(env) { [200, { "content-type" => "text/plain" }, [env["PATH_INFO"] == "/big" ? BIG : "small"]] }
@@ -265,6 +265,25 @@ class H2Test < Minitest::Test
 
   def test_a_window_dribbling_pinging_client_is_closed_after_write_timeout
     assert_operator assert_window_starver_closed("dribble")["data"], :>, 0, "it was given bytes, a few at a time"
+  end
+
+  def test_a_large_body_for_a_slow_reader_spills_to_a_tempfile_and_frees_its_thread
+    skip "no nghttp" unless system(CLIENT, "nghttp", "--version", out: File::NULL, err: File::NULL)
+    big = BIG[0, 1024 * 1024]
+    app = ->(env) { [200, { "content-type" => "text/plain" }, [env["PATH_INFO"] == "/big" ? big : "small"]] }
+    # one thread, and a write_timeout longer than curl's --max-time: a thread waiting for the
+    # zero-window client (nghttp -w 0: stream windows of 0 bytes) would leave curl unanswered
+    with_h2_server(app, lint: false, min_threads: 1, max_threads: 1, write_timeout: 30,
+                        response_buffer_limit: 64 * 1024) do |tls, plain|
+      Open3.popen2e(CLIENT, "nghttp", "-v", "-w", "0", "http://127.0.0.1:#{plain}/big") do |_in, out, wait|
+        out.each_line { |line| break if line.include?(":status: 200") }
+        assert_equal "small", curl("--http2", "https://localhost:#{tls}/small").first, "the only thread is free"
+        full, = curl("--http2", "https://localhost:#{tls}/big")
+        assert_equal big, full, "a reader that reads gets the whole file"
+      ensure
+        Process.kill(:TERM, wait.pid) if wait&.alive?
+      end
+    end
   end
 
   def test_graceful_stop_sends_goaway_and_answers_the_stream_in_flight
@@ -314,6 +333,94 @@ class H2Test < Minitest::Test
   ensure
     file&.close
     File.unlink(file.path) if file
+  end
+
+  def test_early_hints_are_103_headers_frames_before_the_response
+    app = lambda do |env|
+      env["rack.early_hints"].call("link" => "</style.css>; rel=preload; as=style")
+      env["rack.early_hints"].call("link" => ["</a.js>; rel=preload; as=script", "</b.js>; rel=preload; as=script"])
+      [200, { "content-type" => "text/plain", "link" => "</style.css>; rel=preload; as=style" }, ["ok"]]
+    end
+    with_h2_server(app) do |_tls, plain|
+      got = frames(plain, "frames", "/")["/"]
+      assert_equal 5, got.size, got.inspect
+      first, second, final = got.first(3)
+      assert_equal [[":status", "103"], ["link", "</style.css>; rel=preload; as=style"]], first["informational"]
+      links = ["</a.js>; rel=preload; as=script", "</b.js>; rel=preload; as=script"]
+      assert_equal [[":status", "103"]] + links.map { |l| ["link", l] }, second["informational"]
+      assert_equal [":status", "200"], final["response"].first
+      assert_equal %w[data end], got.last(2)
+    end
+  end
+
+  def test_health_check_path_is_answered_by_the_engine_on_h2
+    called = Queue.new
+    app = lambda do |env|
+      called << env["PATH_INFO"]
+      [200, { "content-type" => "text/plain" }, ["app"]]
+    end
+    with_h2_server(app, health_check_path: "/up") do |tls, plain, server|
+      out, err = curl("--http2-prior-knowledge", "-v", "http://127.0.0.1:#{plain}/up")
+      assert_equal "ready\n", out
+      assert_match(%r{^< HTTP/2 200}, err)
+      assert_match(/^< cache-control: no-store/, err)
+      out, err = curl("--http2", "-I", "-v", "https://localhost:#{tls}/up")
+      assert_match(%r{^< HTTP/2 200}, err)
+      assert_match(/^< content-length: 6/, err)
+      refute_includes out, "ready"
+      out, = curl("--http2-prior-knowledge", "http://127.0.0.1:#{plain}/other")
+      assert_equal "app", out
+      assert_equal "/other", called.pop
+      assert_empty called, "the probes never reached the app"
+      assert_equal 1, server.stats[:requests], "nor counted in its requests"
+    end
+  end
+
+  # Each call reported on @calls: [path, the env's figures]; /slow holds the only thread.
+  def timed_app
+    calls = @calls = Queue.new
+    lambda do |env|
+      calls << [env["PATH_INFO"], env.slice("margay.queue_time", "HTTP_X_REQUEST_START")]
+      sleep 0.5 if env["PATH_INFO"] == "/slow"
+      [200, { "content-type" => "text/plain" }, ["ok"]]
+    end
+  end
+
+  def status_of(events) = events.find { |e| e.is_a?(Hash) && e["response"] }["response"].to_h[":status"]
+
+  def test_a_stream_waiting_past_queue_timeout_is_shed_and_the_others_go_on
+    with_h2_server(timed_app, min_threads: 1, max_threads: 1, queue_timeout: 0.2) do |_tls, plain, server|
+      got = frames(plain, "frames", "/slow", "/queued")
+      assert_equal "200", status_of(got["/slow"])
+      assert_equal "503", status_of(got["/queued"])
+      queued = got["/queued"].first["response"].to_h
+      assert_equal "1", queued["retry-after"]
+      assert_equal %w[data end], got["/queued"].last(2), "Service Unavailable, then the stream ends"
+      assert_equal "/slow", @calls.pop[0]
+      assert_empty @calls, "the shed stream never reached the app"
+      stats = server.stats
+      assert_equal 1, stats[:shed]
+      assert_equal 1, stats[:requests], "the shed one never ran"
+    end
+  end
+
+  def test_queue_time_header_and_histograms_count_h2_streams
+    with_h2_server(timed_app, min_threads: 1, max_threads: 1, queue_time_header: true) do |_tls, plain, server|
+      got = frames(plain, "frames", "/slow", "/queued")
+      assert_equal %w[200 200], [status_of(got["/slow"]), status_of(got["/queued"])]
+      figures = 2.times.to_h { @calls.pop }
+      assert_match(/\At=\d{10}\.\d{3}\z/, figures["/queued"]["HTTP_X_REQUEST_START"])
+      assert_operator figures["/queued"]["margay.queue_time"], :>, 0.3, "it waited for /slow"
+      stats = server.stats
+      queue = stats[:queue_time_seconds]
+      assert_equal 2, queue[:count]
+      assert_equal 1, queue[:buckets][0.25], "/slow waited for nothing"
+      assert_operator queue[:sum], :>, 0.3
+      duration = stats[:request_duration_seconds]
+      assert_equal 2, duration[:count], "each stream's response"
+      assert_equal 1, duration[:buckets][0.25], "/queued took no time"
+      assert_equal 2, duration[:buckets][0.75], "/slow took 0.5 s"
+    end
   end
 
   # A body answering to_path (Rack::Files does the same).

@@ -117,6 +117,9 @@ typedef struct { const char *name, *value; size_t name_len, value_len; } mg_h2_n
 /* The head of the response (+body+: 0 when none follows; HEAD requests and bodyless statuses
  * never send one). 0, or -1 (the stream is gone). */
 int mg_h2_respond_head(mg_conn *c, mg_h2_stream *s, int status, const mg_h2_nv *nv, size_t n, int body);
+/* A 103 (Early Hints) HEADERS frame with +nv+ on the stream, before its response: 0, 1 when the
+ * response head went out already (nothing sent), or -1 (gone). */
+int mg_h2_early_hints(mg_conn *c, mg_h2_stream *s, const mg_h2_nv *nv, size_t n);
 /* Body bytes (copied), and the end of the body. 0, or -1 (gone). */
 int mg_h2_write(mg_conn *c, mg_h2_stream *s, const char *data, size_t len);
 int mg_h2_finish(mg_conn *c, mg_h2_stream *s);

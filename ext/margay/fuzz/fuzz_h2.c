@@ -1,5 +1,5 @@
 /*
- * fuzz/fuzz_h2.c - libFuzzer harness of HTTP/2 frame input (core/h2.c): the input, after the
+ * fuzz/fuzz_h2.c - libFuzzer harness of HTTP/2 frame input (core/h2*.c): the input, after the
  * client preface, is what a client sends on an h2c connection. The engine runs for real without
  * Ruby: a connection on one end of a socketpair, its events taken and dispatched by the loop
  * (core/loop.c) until none is left, every complete request answered as Ruby would (a head and a

@@ -168,13 +168,14 @@ static void set_server(pairs *pp, const char *p, size_t n, int https) {
  * puma.request_body_wait (Puma's meaning: milliseconds from the head complete to the body
  * complete) and, with queue_time_header, X-Request-Start as nginx writes it (t=${msec}: the
  * arrival in seconds with 3 decimals) when the request has none. */
-static void put_times(pairs *p, const mg_settings *cfg, const mg_conn *c) {
-  int64_t queued = c->taken_ns - c->arrival_ns, body = c->ready_ns - c->head_ns; /* < 0: the clock was set back */
+static void put_times(pairs *p, const mg_settings *cfg, int64_t arrival_ns, int64_t head_ns, int64_t ready_ns,
+                      int64_t taken_ns) {
+  int64_t queued = taken_ns - arrival_ns, body = ready_ns - head_ns; /* < 0: the clock was set back */
   put(p, k_queue_time, DBL2NUM(queued > 0 ? (double)queued / 1e9 : 0.0));
   put(p, k_body_wait, DBL2NUM(body > 0 ? (double)body / 1e6 : 0.0));
   if (cfg->queue_time_header && !find(p, k_HTTP_X_REQUEST_START)) {
     char t[40];
-    int64_t ms = c->arrival_ns / 1000000;
+    int64_t ms = arrival_ns / 1000000;
     int n = snprintf(t, sizeof t, "t=%lld.%03lld", (long long)(ms / 1000), (long long)(ms % 1000));
     put(p, k_HTTP_X_REQUEST_START, rb_str_new(t, n));
   }
@@ -244,7 +245,7 @@ VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_set
     put(&p, k_SERVER_NAME, server->server_name);
     put(&p, k_SERVER_PORT, server->server_port);
   }
-  put_times(&p, cfg, c);
+  put_times(&p, cfg, c->arrival_ns, c->head_ns, c->ready_ns, c->taken_ns);
   if (c->tls.ssl) put_tls(&p, c);
   return finish_env(env_template, &p, body_input(&c->bfd, c->bmem, c->blen), tmp);
 }
@@ -324,9 +325,7 @@ VALUE mg_env_build_h2(VALUE env_template, const mg_env_server *server, const mg_
     put(&p, k_SERVER_NAME, server->server_name);
     put(&p, k_SERVER_PORT, server->server_port);
   }
-  int64_t queued = q->taken_ns - q->arrival_ns, body = q->ready_ns - q->head_ns;
-  put(&p, k_queue_time, DBL2NUM(queued > 0 ? (double)queued / 1e9 : 0.0));
-  put(&p, k_body_wait, DBL2NUM(body > 0 ? (double)body / 1e6 : 0.0));
+  put_times(&p, cfg, q->arrival_ns, q->head_ns, q->ready_ns, q->taken_ns);
   if (q->tls) {
     put(&p, k_url_scheme, v_https);
     put(&p, k_HTTPS, v_https);

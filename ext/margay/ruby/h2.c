@@ -8,6 +8,7 @@
  */
 #include "ruby/h2.h"
 #include "core/h2.h"
+#include "core/tempfile.h"
 #include "http/status.h"
 #include "ruby/head.h"
 #include "ruby/respond.h"
@@ -66,7 +67,7 @@ static int connection_specific(const char *n, size_t len) {
 }
 
 /* The app's head (validated by ruby/head.c as for HTTP/1.1) as HTTP/2 fields, plus
- * content-length when known and date; submitted on the locked stream. Raises (the stream is
+ * content-length when known and date on a final one (200 and up); submitted on the locked stream. Raises (the stream is
  * unlocked first) on an invalid response. */
 typedef struct {
   mg_head h;
@@ -102,6 +103,7 @@ static void head_build(h2_head *hh, int status, VALUE headers, int64_t body_len)
   }
   size_t used = 0;
   int64_t cl = h->content_length >= 0 ? h->content_length : body_len;
+  if (status < 200) return; /* 103: the hints alone */
   if (!h->strip_length && cl >= 0 && !(status == 304 && h->content_length < 0)) {
     int k = snprintf(hh->extra, 24, "%lld", (long long)cl);
     hh->nv[hh->n++] = (mg_h2_nv){"content-length", hh->extra, 14, (size_t)k};
@@ -123,12 +125,15 @@ static VALUE head_build_i(VALUE p) {
   return Qnil;
 }
 
-/* head_build, closing +fd+ when it raises. */
+/* head_build, closing +fd+ (if not -1) when it raises. */
 static void head_build_protected(h2_head *hh, int status, VALUE headers, int64_t body_len, int fd) {
   head_args a = {hh, status, headers, body_len};
   int state = 0;
   rb_protect(head_build_i, (VALUE)&a, &state);
-  if (state) { close(fd); rb_jump_tag(state); }
+  if (state) {
+    if (fd >= 0) close(fd);
+    rb_jump_tag(state);
+  }
 }
 
 static void stream_gone(mg_engine *e, mg_conn *c) {
@@ -194,8 +199,30 @@ static void write_capped(mg_engine *e, VALUE token, mg_conn **c, mg_h2_stream **
   }
 }
 
+/* The body array's +blen+ bytes in an unlinked tempfile, or -1 (the caller keeps them in memory). */
+static int spill_body(mg_engine *e, VALUE body, int64_t blen) {
+  int fd = mg_open_tempfile(e->cfg.tmpdir);
+  if (fd < 0) return -1;
+  off_t at = 0;
+  for (long i = 0; i < RARRAY_LEN(body); i++) {
+    VALUE part = RARRAY_AREF(body, i);
+    const char *p = RSTRING_PTR(part);
+    size_t left = (size_t)RSTRING_LEN(part);
+    while (left > 0) {
+      ssize_t n = pwrite(fd, p, left, at);
+      if (n <= 0) { close(fd); return -1; } /* the disk is full: memory it is */
+      p += n;
+      left -= (size_t)n;
+      at += n;
+    }
+  }
+  if (at != blen) { close(fd); return -1; }
+  return fd;
+}
+
 /* Engine#respond for a stream: the head, then the body array's bytes (waiting at the connection's
- * cap: write_capped). Returns nil. */
+ * cap: write_capped). A body over the cap goes to a tempfile first, sent as a file: the thread
+ * never waits for a slow reader (as HTTP/1.1 spills). Returns nil. */
 VALUE mg_rb_h2_respond(mg_engine *e, VALUE token, VALUE status, VALUE headers, VALUE body) {
   int st = mg_rb_status_of(status);
   Check_Type(body, T_ARRAY);
@@ -205,18 +232,33 @@ VALUE mg_rb_h2_respond(mg_engine *e, VALUE token, VALUE status, VALUE headers, V
     if (!RB_TYPE_P(part, T_STRING)) rb_raise(mg_eInvalidResponse, "body parts must be Strings, got %" PRIsVALUE, rb_obj_class(part));
     blen += RSTRING_LEN(part);
   }
+  /* written before the head is built: what header values' to_s may do to the body comes after */
+  int spill = !mg_bodyless(st) && (size_t)blen > conn_cap(e) ? spill_body(e, body, blen) : -1;
   h2_head hh;
-  head_build(&hh, st, headers, mg_bodyless(st) ? -1 : blen);
+  head_build_protected(&hh, st, headers, mg_bodyless(st) ? -1 : blen, spill);
   if (!mg_bodyless(st) && hh.h.content_length >= 0 && hh.h.content_length != blen) {
     mg_head_release(&hh.h);
+    if (spill >= 0) close(spill);
     rb_raise(mg_eInvalidResponse, "content-length %lld does not match the body's %lld bytes",
              (long long)hh.h.content_length, (long long)blen);
   }
   mg_conn *c;
-  mg_h2_stream *s = lock_token(e, token, &c); /* nothing below runs app code */
+  mg_h2_stream *s = find_token(e, token, &c); /* nothing below runs app code */
+  if (!s) {
+    mg_head_release(&hh.h);
+    if (spill >= 0) close(spill);
+    rb_raise(mg_eClientGone, "the HTTP/2 stream is gone");
+  }
   int body_follows = !mg_bodyless(st) && blen > 0 && !mg_h2_head_request(s);
   int r = mg_h2_respond_head(c, s, st, hh.nv, hh.n, body_follows);
   mg_head_release(&hh.h);
+  if (spill >= 0) {
+    if (r == 0 && body_follows) r = mg_h2_send_file(c, s, spill, (uint64_t)blen); /* the stream owns it */
+    else close(spill);
+    if (r != 0) stream_gone(e, c);
+    mg_h2_unlock(e, c);
+    return Qnil;
+  }
   if (r != 0) stream_gone(e, c);
   for (long i = 0; body_follows && i < RARRAY_LEN(body); i++) {
     VALUE part = RARRAY_AREF(body, i);
@@ -335,6 +377,24 @@ VALUE mg_rb_h2_error_response(mg_engine *e, VALUE token, int status) {
   }
   mg_h2_unlock(e, c);
   return Qnil;
+}
+
+/* Engine#early_hints for a stream: a 103 HEADERS frame with +headers+ before the response (true),
+ * or false once the response head went out. Raises ClientGone when the stream is gone. */
+VALUE mg_rb_h2_early_hints(mg_engine *e, VALUE token, VALUE headers) {
+  h2_head hh;
+  head_build(&hh, 103, headers, -1);
+  mg_conn *c;
+  mg_h2_stream *s = find_token(e, token, &c);
+  if (!s) {
+    mg_head_release(&hh.h);
+    rb_raise(mg_eClientGone, "the HTTP/2 stream is gone");
+  }
+  int r = mg_h2_early_hints(c, s, hh.nv, hh.n);
+  mg_head_release(&hh.h);
+  if (r < 0) stream_gone(e, c);
+  mg_h2_unlock(e, c);
+  return r == 0 ? Qtrue : Qfalse;
 }
 
 /* Engine#abort for a stream: reset it (a no-op once it is gone). */

@@ -25,6 +25,7 @@ VALUE mg_rb_h2_stream_finish(mg_engine *e, VALUE token);
 VALUE mg_rb_h2_flush(mg_engine *e, VALUE token);
 VALUE mg_rb_h2_started(mg_engine *e, VALUE token);
 VALUE mg_rb_h2_error_response(mg_engine *e, VALUE token, int status);
+VALUE mg_rb_h2_early_hints(mg_engine *e, VALUE token, VALUE headers);
 VALUE mg_rb_h2_abort(mg_engine *e, VALUE token);
 
 /* Margay::Native::H2 and NGHTTP2_VERSION. */

@@ -134,11 +134,11 @@ static VALUE engine_respond_file(VALUE self, VALUE token, VALUE status, VALUE he
   return mg_respond_complete(e, c);
 }
 
-/* Engine#early_hints(token, headers): a 103 response before the final one (HTTP/1.1 only: false
- * on an HTTP/2 stream). */
+/* Engine#early_hints(token, headers): a 103 response before the final one (on HTTP/1.1, and on an
+ * HTTP/2 stream as a HEADERS frame: ruby/h2.c); false when the response began, or on HTTP/1.0. */
 static VALUE engine_early_hints(VALUE self, VALUE token, VALUE headers) {
   mg_engine *e = mg_rb_engine_core(self);
-  if (mg_rb_h2_token_p(token)) return Qfalse;
+  if (mg_rb_h2_token_p(token)) return mg_rb_h2_early_hints(e, token, headers);
   mg_conn *c = mg_rb_request_conn(e, token);
   if (c->minor < 1 || c->resp_started) return Qfalse;
   mg_head h;
