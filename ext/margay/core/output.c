@@ -140,6 +140,17 @@ void mg_out_queue(mg_out *o, const char *data, size_t len) {
   mg_out_queue_owned(o, copy, len, len);
 }
 
+void mg_out_send(mg_out *o, int fd, mg_tls *tls, const char *data, size_t len) {
+  ssize_t w = 0;
+  if (!o->head && !o->broken && !(tls && tls->ssl) && len) {
+    do w = send(fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (w < 0 && errno == EINTR);
+    if (w < 0) w = 0; /* the flush that follows meets the error again, or waits */
+    o->sent += (uint64_t)w;
+  }
+  mg_out_queue(o, data + w, len - (size_t)w);
+}
+
 int mg_out_queue_file(mg_out *o, int fd, off_t off, uint64_t len) {
   mg_seg *s = calloc(1, sizeof *s);
   if (!s) { close(fd); queue_failed(o); return -1; }

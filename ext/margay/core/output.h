@@ -56,6 +56,9 @@ void mg_buf_free(char *p, size_t size);
 void mg_out_queue(mg_out *o, const char *data, size_t len);
 /* Queue +data+ from mg_buf_alloc (of +cap+ bytes) itself; the queue frees it. */
 void mg_out_queue_owned(mg_out *o, char *data, size_t len, size_t cap);
+/* Write data[0..len) to socket +fd+ at once when nothing is queued and it is not a TLS session
+ * (one non-blocking send), and queue a copy of what the socket did not take. */
+void mg_out_send(mg_out *o, int fd, mg_tls *tls, const char *data, size_t len);
 /* Queue +len+ bytes of file +fd+ from +off+; the queue closes fd. 0, or -1 (no memory). */
 int mg_out_queue_file(mg_out *o, int fd, off_t off, uint64_t len);
 /* Queue data[0..len) without copying: +ref+ owns it and is entered into +pins+ until the bytes

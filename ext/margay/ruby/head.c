@@ -11,17 +11,36 @@
 #include <ruby/re.h>
 #include <string.h>
 
+/* The calling thread's buffer for a response that fits it, lent to one head at a time (a fiber
+ * that builds a head while another fiber of the thread holds it gets its own buffer). */
+#define MG_HEAD_LOCAL 8192
+static _Thread_local char local_buf[MG_HEAD_LOCAL];
+static _Thread_local int local_lent;
+
+static void head_free(mg_head *h) {
+  if (h->local) local_lent = 0;
+  else mg_buf_free(h->buf, h->cap);
+  h->local = 0;
+}
+
 void mg_head_release(mg_head *h) {
-  mg_buf_free(h->buf, h->cap);
+  head_free(h);
   h->buf = NULL;
   h->cap = h->len = 0;
 }
 
-/* The builder's buffer comes from mg_buf_alloc and is handed to the
- * connection's output queue as it is (no second copy); callers reserve the
- * body's size up front so that a large body is copied exactly once. */
+/* The builder's buffer is the thread's own while the response fits it; else it comes from
+ * mg_buf_alloc and is handed to the connection's output queue as it is (no second copy):
+ * callers reserve the body's size up front so that a large body is copied exactly once. */
 void mg_rb_head_grow(mg_head *h, size_t need) {
   if (h->len + need <= h->cap) return;
+  if (!h->cap && need <= MG_HEAD_LOCAL && !local_lent) {
+    local_lent = 1;
+    h->local = 1;
+    h->buf = local_buf;
+    h->cap = MG_HEAD_LOCAL;
+    return;
+  }
   size_t cap = h->cap ? h->cap : 1024;
   while (cap < h->len + need) cap *= 2;
   char *buf = mg_buf_alloc(cap);
@@ -30,7 +49,7 @@ void mg_rb_head_grow(mg_head *h, size_t need) {
     rb_raise(rb_eNoMemError, "response buffer of %zu bytes", cap);
   }
   if (h->len) memcpy(buf, h->buf, h->len);
-  mg_buf_free(h->buf, h->cap);
+  head_free(h);
   h->buf = buf;
   h->cap = cap;
 }
@@ -205,10 +224,11 @@ void mg_rb_head_finish(mg_engine *e, mg_head *h, mg_conn *c, int status, int64_t
   mg_rb_head_put(h, "\r\n", 2);
 }
 
-/* Hand the built head (and body bytes appended to it) to the connection. */
+/* Hand the built head (and body bytes appended to it) to the connection: the thread's own
+ * buffer is written at once when nothing is queued before it (what the socket does not take is
+ * copied into the queue), another buffer is queued as it is. */
 void mg_head_queue(mg_conn *c, mg_head *h) {
-  if (h->len) mg_out_queue_owned(&c->out, h->buf, h->len, h->cap);
-  else mg_buf_free(h->buf, h->cap);
-  h->buf = NULL;
-  h->cap = h->len = 0;
+  if (h->local) mg_out_send(&c->out, c->fd, &c->tls, h->buf, h->len);
+  else if (h->len) { mg_out_queue_owned(&c->out, h->buf, h->len, h->cap); h->local = 0; h->buf = NULL; }
+  mg_head_release(h);
 }

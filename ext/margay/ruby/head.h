@@ -11,11 +11,13 @@
 #include "core/conn.h"
 #include "core/engine.h"
 
-/* A head being built. Its buffer comes from mg_buf_alloc and goes to the connection's output
- * queue as it is (mg_head_queue: no second copy); a caller may append body bytes to it. */
+/* A head being built, in the calling thread's buffer (written at once by mg_head_queue), or when
+ * that is lent or too small in one from mg_buf_alloc that goes to the connection's output queue
+ * as it is (no second copy); a caller may append body bytes to it. */
 typedef struct {
-  char *buf;              /* from mg_buf_alloc */
+  char *buf;              /* the thread's buffer, or from mg_buf_alloc */
   size_t len, cap;
+  int local;              /* buf is the thread's buffer */
   int has_date, app_close, has_te, resp_chunked;
   int64_t content_length; /* -1 when the app set none */
   int strip_length;       /* 1xx / 204: never send content-length */
