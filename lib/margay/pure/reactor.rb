@@ -41,7 +41,7 @@ module Margay
           timeout = @conns.values.map(&:deadline).compact.min
           wait = timeout && [timeout - now, 0].max
           wait = [wait || 0.1, 0.1].min unless listening # look for room again soon
-          ready, = IO.select(readers, nil, nil, wait)
+          ready, = select_readable(readers, wait)
           ready&.each { |io| readable(io) }
           expire(!listening)
         end
@@ -53,6 +53,17 @@ module Margay
           @reactor_done = true
           @work.broadcast
         end
+      end
+
+      # IO.select raises IOError when an IO it watches was closed before or during the call:
+      # the server closes its listeners as soon as the engine stops, which may be while this
+      # thread waits here. Stopping, that ends the loop and the stop's last reads still run.
+      def select_readable(readers, wait)
+        IO.select(readers, nil, nil, wait)
+      rescue IOError
+        raise unless @stopping
+
+        nil
       end
 
       # On stop: a request already waiting in the kernel on an idle connection is read and
