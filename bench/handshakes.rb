@@ -17,8 +17,8 @@
 #             much of the Ruby VM the handshakes take. Load generator and server share the
 #             machine's cores, so a ratio below 1 is also the CPU the storm takes.
 #   idle      with --idle N: N TLS connections opened and left idle after one request each
-#             (keep-alive), the server's RSS growth per connection (Margay and nginx; Puma
-#             with --idle-servers)
+#             (keep-alive), the server's RSS growth per connection still open (Margay and nginx,
+#             its worker_connections raised above N; Puma with --idle-servers)
 #
 #   bundle exec ruby bench/handshakes.rb [--rounds 3] [--seconds 5] [--connections 32]
 #                                        [--keys rsa,ecdsa] [--servers margay,nginx,puma]
@@ -76,8 +76,8 @@ module MargayBench
           @o[:idle_servers].each do |server|
             idle << serve(server, key, cert, pem, tmp) { |port, pid| hold_idle(port, pid) }
                     .merge("key" => key, "server" => server)
-            warn format("[handshakes] %-5s %-7s %d idle TLS connections: %.1f KiB each", key, server,
-                        idle.last["connections"], idle.last["kib_per_connection"])
+            warn format("[handshakes] %-5s %-7s %d idle TLS connections (%d still open): %.1f KiB each", key, server,
+                        idle.last["connections"], idle.last["still_open"], idle.last["kib_per_connection"].to_f)
           end
         end
       end
@@ -114,10 +114,19 @@ module MargayBench
       when "margay" then [Servers.margay(port, app, bind: ssl, extra: %w[--health-check-path /up]), Env.clean]
       when "puma" then [Servers.puma(port, app, bind: ssl), Env.clean.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile"))]
       when "nginx"
-        argv, = Servers.nginx(port, workers: 1, tmp: tmp, nginx: Env.which("nginx"), tls: [cert, pem])
+        argv, prefix = Servers.nginx(port, workers: 1, tmp: tmp, nginx: Env.which("nginx"), tls: [cert, pem])
+        room_for_idle(File.join(prefix, "nginx.conf"))
         [argv, Env.clean]
       else abort "bench/handshakes.rb: unknown server #{server}"
       end
+    end
+
+    # nginx's worker_connections (4096 in bench/nginx/hello.conf) raised above --idle, with the
+    # descriptors for them: it would otherwise close what is beyond.
+    def room_for_idle(conf)
+      want = [@o[:idle] + 1024, 4096].max
+      text = File.read(conf).sub(/worker_connections \d+;/, "worker_connections #{want};")
+      File.write(conf, text.sub(/^(worker_processes \d+;)/, "\\1\nworker_rlimit_nofile #{[want + 512, 19_500].min};"))
     end
 
     def storm(server, port, pid, tmp)
@@ -194,7 +203,7 @@ module MargayBench
       after = Procs.rss_kib(pid).first
       open = conns.count { |c| c.to_io.wait_readable(0).nil? } # closed by the server: readable (EOF)
       { "connections" => conns.size, "still_open" => open, "rss_before_kib" => before, "rss_after_kib" => after,
-        "kib_per_connection" => (after - before).fdiv(conns.size) }
+        "kib_per_connection" => open.positive? ? (after - before).fdiv(open) : nil }
     ensure
       conns&.each { |c| c.close rescue nil } # rubocop:disable Style/RescueModifier
     end
@@ -228,7 +237,7 @@ module MargayBench
                   "|---|---|---:|---:|---:|---:|---:|"]
         idle.each do |r|
           lines << format("| %s | %s | %d | %d | %.1f | %.1f | %.1f |", r["key"], r["server"], r["connections"],
-                          r["still_open"], r["rss_before_kib"] / 1024.0, r["rss_after_kib"] / 1024.0, r["kib_per_connection"])
+                          r["still_open"], r["rss_before_kib"] / 1024.0, r["rss_after_kib"] / 1024.0, r["kib_per_connection"].to_f)
         end
       end
       lines.join("\n") << "\n"

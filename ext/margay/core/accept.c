@@ -38,9 +38,13 @@ static void no_delay(int fd) {
 }
 
 /* Whether this cluster worker serves kept-alive clients beyond what its threads take at once:
- * it holds more connections, besides the unread and the closing ones, than it has threads. */
+ * it holds more connections kept alive after a response than it has threads. Only those: a
+ * client taken in whose request has not arrived yet (its data follows the handshake by a few
+ * microseconds, and the accepting thread may look first), one sending its head slowly, or one
+ * answered and closing is not a kept-alive load; counted, they would turn a stream of new
+ * connections into the even share, each worker taking clients beyond its threads. */
 static int kept_alive_load(mg_engine *e) {
-  return atomic_load(&e->nconns) - atomic_load(&e->unread) - atomic_load(&e->lingering) > e->cfg.max_threads;
+  return atomic_load(&e->kept_alive) > e->cfg.max_threads;
 }
 
 /* How many clients a cluster worker takes now: as many as it has threads waiting (this one

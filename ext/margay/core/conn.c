@@ -39,6 +39,7 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
   c->fd = fd;
   c->listener = li;
   c->requests = kept_alive ? 1 : 0;
+  c->kept_alive = kept_alive;
   c->rlen = 0;
   c->pipelines = 0;
   mg_conn_reset_request(c);
@@ -58,6 +59,7 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
     return -1;
   }
   atomic_fetch_add(&e->nconns, 1);
+  if (kept_alive) atomic_fetch_add(&e->kept_alive, 1);
   mg_board_count(e, MG_BOARD_CONNS, 1);
   c->unread = 1;
   atomic_fetch_add(&e->unread, 1);
@@ -126,7 +128,7 @@ int mg_conn_forget(mg_engine *e, mg_conn *c) {
   mg_conn_reset_request(c);
   free(c->rbuf); c->rbuf = NULL; c->rlen = c->rcap = 0;
   free(c->bmem); c->bmem = NULL; c->bcap = 0;
-  if (c->phase == MG_PH_LINGER) atomic_fetch_sub(&e->lingering, 1);
+  if (c->kept_alive) { c->kept_alive = 0; atomic_fetch_sub(&e->kept_alive, 1); }
   c->phase = MG_PH_IDLE;
   c->fd = -1;
   uint64_t gen = conn_gen(c);
@@ -194,7 +196,6 @@ void mg_conn_begin_close(mg_engine *e, mg_conn *c) {
   mg_tls_shutdown(&c->tls);
   shutdown(c->fd, SHUT_WR);
   c->phase = MG_PH_LINGER;
-  atomic_fetch_add(&e->lingering, 1);
   c->deadline_ms = mg_now_ms() + LINGER_MS;
   mg_conn_arm(e, c, MG_EV_IN);
 }
@@ -216,6 +217,7 @@ static void after_response(mg_engine *e, mg_conn *c, int *continue_now) {
   *continue_now = 0;
   if (!c->keep_alive) { mg_conn_begin_close(e, c); return; }
   c->requests++;
+  if (!c->kept_alive) { c->kept_alive = 1; atomic_fetch_add(&e->kept_alive, 1); }
   mg_conn_reset_request(c);
   c->phase = MG_PH_IDLE;
   if (c->rlen > 0) { *continue_now = 1; return; } /* pipelined request already buffered */

@@ -47,6 +47,8 @@ typedef struct mg_conn {
   unsigned requests;      /* requests served on this connection */
   int unread;             /* accepted (or adopted) and not reached by a thread yet: counted in
                            * the engine's unread (core/accept.c) */
+  int kept_alive;         /* kept alive after a response (or adopted so): counted in the
+                           * engine's kept_alive (core/accept.c) */
 
   /* input */
   char *rbuf;

@@ -84,7 +84,7 @@ typedef struct mg_engine {
   _Atomic int nconns;
   _Atomic int idle_waiters;  /* threads inside next_request */
   _Atomic int unread;        /* connections taken in that no thread has reached yet (core/conn.h) */
-  _Atomic int lingering;     /* connections closing: answered, their input drained (MG_PH_LINGER) */
+  _Atomic int kept_alive;    /* connections kept alive after a response (or adopted so) (core/conn.h) */
   _Atomic int64_t all_busy_since_ms; /* when idle_waiters last dropped to 0 */
   _Atomic int stopping;      /* enum mg_stopping */
   _Atomic int listener_users; /* loop threads accepting or arming a listener */

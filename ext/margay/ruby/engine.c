@@ -233,17 +233,19 @@ static VALUE histogram_hash(mg_histogram *hist) {
   return h;
 }
 
-/* Engine#stats -> {connections:, waiting_threads:, requests:, abandoned:, max_connections:,
+/* Engine#stats -> {connections:, kept_alive:, waiting_threads:, requests:, abandoned:, max_connections:,
  * event_backend:, polling:, standing_by:, ready:, shed:, queue_time_seconds:,
  * request_duration_seconds:} (requests: heads read, less the abandoned, the shed and the
  * health_check_path probes; ready: what /readyz answers, core/health.h; shed: answered 503 for
  * waiting over queue_timeout; the two histograms: histogram_hash; abandoned:
- * requests not run because their client had closed its side first; polling and standing_by: of
+ * requests not run because their client had closed its side first; kept_alive: the connections
+ * kept alive after a response, waiting for or in their next request; polling and standing_by: of
  * the waiting threads, the one blocked in the event set and those standing by, core/loop.c) */
 static VALUE engine_stats(VALUE self) {
   mg_engine *e = mg_rb_engine_core(self);
   VALUE h = rb_hash_new();
   rb_hash_aset(h, ID2SYM(rb_intern("connections")), INT2NUM(atomic_load(&e->nconns)));
+  rb_hash_aset(h, ID2SYM(rb_intern("kept_alive")), INT2NUM(atomic_load(&e->kept_alive)));
   rb_hash_aset(h, ID2SYM(rb_intern("waiting_threads")), INT2NUM(atomic_load(&e->idle_waiters)));
   rb_hash_aset(h, ID2SYM(rb_intern("requests")), ULL2NUM(atomic_load(&e->requests)));
   rb_hash_aset(h, ID2SYM(rb_intern("abandoned")), ULL2NUM(atomic_load(&e->abandoned)));

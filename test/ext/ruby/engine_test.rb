@@ -50,6 +50,30 @@ class EngineTest < Minitest::Test
     [big, small].each { |e| e&.close }
   end
 
+  # kept_alive counts the connections kept alive after a response, which a cluster worker weighs
+  # against its threads to choose how many new clients to take (core/accept.c): not one whose
+  # request has not come yet, nor one answered and closing.
+  def test_kept_alive_counts_only_connections_kept_alive_after_a_response
+    with_server(->(_env) { [200, {}, ["ok"]] }) do |_addr, port, server|
+      engine = nil
+      Timeout.timeout(5) { sleep 0.01 until (engine = server.engine) }
+      quiet = TCPSocket.new("127.0.0.1", port)
+      Timeout.timeout(5) { sleep 0.01 until engine.stats[:connections] == 1 }
+      assert_equal 0, engine.stats[:kept_alive], "a client whose request has not come"
+      kept = TCPSocket.new("127.0.0.1", port)
+      kept.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_equal 200, read_response(kept)[0]
+      assert_equal 1, engine.stats[:kept_alive]
+      closing = TCPSocket.new("127.0.0.1", port)
+      closing.write("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      assert_equal 200, read_response(closing)[0]
+      assert_equal 1, engine.stats[:kept_alive], "answered and closing"
+      kept.close
+      Timeout.timeout(5) { sleep 0.01 until engine.stats[:connections] <= 2 && engine.stats[:kept_alive].zero? }
+      [quiet, closing].each(&:close)
+    end
+  end
+
   # Connections opened one after another get the same descriptor number, and
   # each one goes through generations of its slot. A handle kept from the
   # first request must never reach a later client (with a narrow generation
