@@ -33,7 +33,10 @@ void mg_timing_listen(int fd) {
 #endif
 }
 
-ssize_t mg_timing_recv(int fd, void *buf, size_t len, int64_t *rx_ns) {
+/* recvmsg(2) of +len+ bytes with +flags+; *stamp: the kernel's receive stamp of the data read
+ * (or peeked), 0 when it gave none. */
+static ssize_t stamped_recv(int fd, void *buf, size_t len, int flags, int64_t *stamp) {
+  *stamp = 0;
 #ifdef SO_TIMESTAMPNS
   union {
     char buf[CMSG_SPACE(sizeof(struct timespec))];
@@ -46,25 +49,26 @@ ssize_t mg_timing_recv(int fd, void *buf, size_t len, int64_t *rx_ns) {
   msg.msg_iovlen = 1;
   msg.msg_control = control.buf;
   msg.msg_controllen = sizeof control.buf;
-  ssize_t n = recvmsg(fd, &msg, MSG_DONTWAIT);
+  ssize_t n = recvmsg(fd, &msg, flags);
   if (n <= 0) return n;
   for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
     if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
       struct timespec ts;
       memcpy(&ts, CMSG_DATA(cm), sizeof ts);
-      if (ts.tv_sec) {
-        *rx_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-        return n;
-      }
+      if (ts.tv_sec) *stamp = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
     }
   }
-  *rx_ns = mg_wall_ns();
   return n;
 #else
-  ssize_t n = recv(fd, buf, len, MSG_DONTWAIT);
-  if (n > 0) *rx_ns = mg_wall_ns();
-  return n;
+  return recv(fd, buf, len, flags);
 #endif
+}
+
+ssize_t mg_timing_recv(int fd, void *buf, size_t len, int64_t *rx_ns) {
+  int64_t stamp;
+  ssize_t n = stamped_recv(fd, buf, len, MSG_DONTWAIT, &stamp);
+  if (n > 0) *rx_ns = stamp ? stamp : mg_wall_ns();
+  return n;
 }
 
 /* The answer to a shed request: 503 and when to come back. One second: the queue was over its
@@ -105,31 +109,9 @@ void mg_timing_done(mg_engine *e, mg_conn *c) {
 /* When the oldest bytes waiting unread on +fd+ arrived (the kernel's stamp of its first queued
  * segment, read with MSG_PEEK: nothing is consumed), or 0 when it does not say. */
 static int64_t first_unread_stamp(int fd) {
-#ifdef SO_TIMESTAMPNS
-  union {
-    char buf[CMSG_SPACE(sizeof(struct timespec))];
-    struct cmsghdr align;
-  } control;
   char byte;
-  struct iovec iov = {&byte, 1};
-  struct msghdr msg;
-  memset(&msg, 0, sizeof msg);
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control.buf;
-  msg.msg_controllen = sizeof control.buf;
-  if (recvmsg(fd, &msg, MSG_PEEK | MSG_DONTWAIT) <= 0) return 0;
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
-      struct timespec ts;
-      memcpy(&ts, CMSG_DATA(cm), sizeof ts);
-      return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-    }
-  }
-#else
-  (void)fd;
-#endif
-  return 0;
+  int64_t stamp;
+  return stamped_recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT, &stamp) > 0 ? stamp : 0;
 }
 
 /* The connection's fields are read while it is ARMED (no thread owns it; core/conn.h) and kept
