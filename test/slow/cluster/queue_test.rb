@@ -33,17 +33,10 @@ class ClusterQueueTest < Minitest::Test
         statuses << one_request while Process.clock_gettime(Process::CLOCK_MONOTONIC) < stop_at
       end
     end
-    samples = []
-    sleep 0.5 # the pools grow and the first burst settles
-    while Process.clock_gettime(Process::CLOCK_MONOTONIC) < stop_at - 0.2
-      samples << JSON.parse(Net::HTTP.get(URI("http://127.0.0.1:#{control}/queue")))
-      sleep 0.05
-    end
+    samples = sample_queue(control, stop_at).map(&:last)
     clients.each(&:join)
 
-    codes = Array.new(statuses.size) { statuses.pop }
-    assert_operator codes.size, :>=, 100, "the load ran"
-    assert_equal ["200"], codes.uniq, "every request answered"
+    assert_every_request_answered(statuses)
     counts = samples.map { |s| s["workers"].map { |w| w["connections"] } }
     assert(counts.all? { |c| c.size == 2 }, "two serving workers in every sample: #{counts.inspect}")
     uneven = counts.count { |a, b| [a, b].max > 2 * [a, b].min + 2 }
@@ -73,17 +66,10 @@ class ClusterQueueTest < Minitest::Test
     stop_at = Process.clock_gettime(Process::CLOCK_MONOTONIC) + SECONDS + 1
     statuses = Queue.new
     clients = Array.new(KEPT_ALIVE) { Thread.new { kept_alive_requests(stop_at, statuses) } }
-    samples = []
-    sleep 0.5
-    while (now = Process.clock_gettime(Process::CLOCK_MONOTONIC)) < stop_at - 0.2
-      samples << [now, JSON.parse(Net::HTTP.get(URI("http://127.0.0.1:#{control}/queue")))["workers"]]
-      sleep 0.05
-    end
+    samples = sample_queue(control, stop_at).map { |now, report| [now, report["workers"]] }
     clients.each(&:join)
 
-    codes = Array.new(statuses.size) { statuses.pop }
-    assert_operator codes.size, :>=, 100, "the load ran"
-    assert_equal ["200"], codes.uniq, "every request answered"
+    assert_every_request_answered(statuses)
     looks = samples.map { |_, workers| workers.map { |w| w.slice("waiting_requests", "oldest_wait_ms", "waiting_threads") } }
     assert(looks.flatten.all? { |w| w.values.all?(Integer) }, "every figure is there: #{looks.first.inspect}")
     assert(looks.any? { |l| l.sum { |w| w["waiting_requests"] } >= 2 }, "requests waited: #{looks.inspect}")
@@ -123,6 +109,25 @@ class ClusterQueueTest < Minitest::Test
     wait_for_listening
     wait_for_log(/booted/, count: workers)
     control
+  end
+
+  # [monotonic time, GET /queue's report] every 50 ms until shortly before +stop_at+, from
+  # 0.5 s on (the pools grow and the first burst settles).
+  def sample_queue(control, stop_at)
+    samples = []
+    sleep 0.5
+    while (now = Process.clock_gettime(Process::CLOCK_MONOTONIC)) < stop_at - 0.2
+      samples << [now, JSON.parse(Net::HTTP.get(URI("http://127.0.0.1:#{control}/queue")))]
+      sleep 0.05
+    end
+    samples
+  end
+
+  # The load ran (100 requests at least) and every request in +statuses+ was answered 200.
+  def assert_every_request_answered(statuses)
+    codes = Array.new(statuses.size) { statuses.pop }
+    assert_operator codes.size, :>=, 100, "the load ran"
+    assert_equal ["200"], codes.uniq, "every request answered"
   end
 
   # The lengths in seconds of the runs of samples (taken at +times+) for which +flags+ hold.
