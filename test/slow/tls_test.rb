@@ -13,6 +13,7 @@ require "openssl"
 class TLSSlowTest < Minitest::Test
   include SideBySide
   include SideBySide::Case
+  include Margay::TLSClient
 
   CERTS = Margay::TLSCerts
   DIFFERENCES = {}.freeze
@@ -125,18 +126,18 @@ class TLSSlowTest < Minitest::Test
       run = start(:margay, ["-C", "puma.rb", *args], dir: dir)
       port = port_of(run)
       assert run.wait_for(/master: worker \S+( \S+)* booted/, count: 2, timeout: 40), run.output unless args.empty?
-      kept = tls_connect(port)
-      assert_match(/\Aok \d+\z/, tls_get(kept), run.output)
+      kept = tls_socket(port)
+      assert_match(/\Aok \d+\z/, tls_get(kept).last, run.output)
       install.call("ecdsa")
       Process.kill(:ALRM, run.pid)
       assert run.wait_for(/TLS certificates of ssl:\S+ reloaded/, count: lines, timeout: 20), run.output
-      assert_match(/\Aok \d+\z/, tls_get(kept), "the connection made before the reload")
+      assert_match(/\Aok \d+\z/, tls_get(kept).last, "the connection made before the reload")
       assert_equal serial.call("rsa"), kept.peer_cert.serial
       pids = {}
       40.times do # until both workers answered a new handshake
-        ssl = tls_connect(port)
+        ssl = tls_socket(port)
         assert_equal serial.call("ecdsa"), ssl.peer_cert.serial, run.output
-        pids[tls_get(ssl)[/\d+/]] = true
+        pids[tls_get(ssl).last[/\d+/]] = true
         ssl.close
         break if pids.size == (args.empty? ? 1 : 2)
       end
@@ -146,7 +147,7 @@ class TLSSlowTest < Minitest::Test
         install.call("rsa")
         Process.kill(:USR1, run.pid)
         assert run.wait_for(/master: worker \S+( \S+)* booted/, count: 4, timeout: 60), run.output
-        ssl = tls_connect(port)
+        ssl = tls_socket(port)
         assert_equal serial.call("rsa"), ssl.peer_cert.serial, run.output
         ssl.close
       end
@@ -154,25 +155,6 @@ class TLSSlowTest < Minitest::Test
     end
   end
 
-  def tls_connect(port)
-    ctx = OpenSSL::SSL::SSLContext.new
-    ctx.set_params(ca_file: CERTS.path("ca.pem"), verify_mode: OpenSSL::SSL::VERIFY_PEER)
-    ssl = OpenSSL::SSL::SSLSocket.new(TCPSocket.new("127.0.0.1", port), ctx)
-    ssl.sync_close = true
-    ssl.hostname = "localhost"
-    ssl.connect
-    ssl
-  end
-
-  # One keep-alive request on +ssl+: the body.
-  def tls_get(ssl)
-    ssl.write("GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
-    head = +""
-    head << ssl.readpartial(1) until head.end_with?("\r\n\r\n")
-    body = +""
-    body << ssl.readpartial(100) while body.bytesize < head[/^content-length: (\d+)/i, 1].to_i
-    body
-  end
 
   # As Puma: an ssl_bind without cert and key, the localhost gem loaded by the config file, serves
   # with the gem's self-signed certificate for localhost (made in XDG_STATE_HOME). Without the

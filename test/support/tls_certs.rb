@@ -62,4 +62,36 @@ module Margay
               "-out", "#{name}.pem", "-days", "2", "-extfile", ext)
     end
   end
+
+  # A TLS test's client side: a socket verifying the test CA's certificates, and one response
+  # read from it.
+  module TLSClient
+    # A connected TLS socket to 127.0.0.1:+port+ for +host+ (SNI and the name checked), the test
+    # CA trusted; +params+ go to SSLContext#set_params.
+    def tls_socket(port, host = "localhost", **params)
+      ctx = OpenSSL::SSL::SSLContext.new
+      ctx.set_params({ ca_file: TLSCerts.path("ca.pem"), verify_mode: OpenSSL::SSL::VERIFY_PEER }.merge(params))
+      ssl = OpenSSL::SSL::SSLSocket.new(TCPSocket.new("127.0.0.1", port), ctx)
+      ssl.sync_close = true
+      ssl.hostname = host
+      ssl.connect
+      ssl
+    end
+
+    # One response with a content-length from +ssl+: [status line, headers, body].
+    def read_tls_response(ssl)
+      head = +""
+      head << ssl.readpartial(1) until head.end_with?("\r\n\r\n")
+      length = head[/^content-length: (\d+)/i, 1].to_i
+      body = +""
+      body << ssl.readpartial(length - body.bytesize) while body.bytesize < length
+      [head.lines.first.strip, head, body]
+    end
+
+    # GET / on the kept-alive +ssl+: [status line, headers, body].
+    def tls_get(ssl)
+      ssl.write("GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+      read_tls_response(ssl)
+    end
+  end
 end

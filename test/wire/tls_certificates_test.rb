@@ -12,6 +12,7 @@ require "support/tls_certs"
 class TLSCertificatesTest < Minitest::Test
   skip_on_jruby "no TLS in the pure-Ruby engine (ssl:// binds are refused at start)"
   include Margay::TestHelper
+  include Margay::TLSClient
 
   CERTS = Margay::TLSCerts
   HELLO = ->(_env) { [200, { "content-type" => "text/plain" }, ["hello"]] }
@@ -144,24 +145,6 @@ class TLSCertificatesTest < Minitest::Test
     thread&.join(10)
   end
 
-  def tls_socket(port, host = "localhost")
-    ctx = OpenSSL::SSL::SSLContext.new
-    ctx.set_params(ca_file: CERTS.path("ca.pem"), verify_mode: OpenSSL::SSL::VERIFY_PEER)
-    ssl = OpenSSL::SSL::SSLSocket.new(TCPSocket.new("127.0.0.1", port), ctx)
-    ssl.sync_close = true
-    ssl.hostname = host
-    ssl.connect
-    ssl
-  end
-
-  def get(ssl)
-    ssl.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-    head = +""
-    head << ssl.readpartial(1) until head.end_with?("\r\n\r\n")
-    body = +""
-    body << ssl.readpartial(100) while body.bytesize < head[/^content-length: (\d+)/i, 1].to_i
-    [head.lines.first.strip, body]
-  end
 
   def serial(name) = OpenSSL::X509::Certificate.new(File.read(CERTS.path(name))).serial
 
@@ -175,16 +158,17 @@ class TLSCertificatesTest < Minitest::Test
       cert, key = copies(dir, "rsa")
       with_tls_server(TLS_BIND.call(cert, key)) do |port, server|
         kept = tls_socket(port)
-        assert_equal ["HTTP/1.1 200 OK", "hello"], get(kept)
+        assert_equal ["HTTP/1.1 200 OK", "hello"], tls_get(kept).values_at(0, 2)
         assert_equal serial("rsa.pem"), kept.peer_cert.serial
         copies(dir, "ecdsa")
         assert_equal 1, server.reload_tls
         assert_match(/TLS certificates of ssl:\/\/127\.0\.0\.1:\d+ reloaded/, @log_io.string)
-        assert_equal ["HTTP/1.1 200 OK", "hello"], get(kept), "the connection made before the reload serves on"
+        assert_equal ["HTTP/1.1 200 OK", "hello"], tls_get(kept).values_at(0, 2),
+                     "the connection made before the reload serves on"
         fresh = tls_socket(port)
         assert_equal serial("ecdsa.pem"), fresh.peer_cert.serial
-        assert_equal ["HTTP/1.1 200 OK", "hello"], get(fresh)
-        assert_equal ["HTTP/1.1 200 OK", "hello"], get(kept)
+        assert_equal ["HTTP/1.1 200 OK", "hello"], tls_get(fresh).values_at(0, 2)
+        assert_equal ["HTTP/1.1 200 OK", "hello"], tls_get(kept).values_at(0, 2)
       ensure
         kept&.close
         fresh&.close
@@ -206,7 +190,7 @@ class TLSCertificatesTest < Minitest::Test
         assert_match(/cannot use the certificate #{Regexp.escape(cert)}/, lines[1])
         ssl = tls_socket(port)
         assert_equal serial("rsa.pem"), ssl.peer_cert.serial
-        assert_equal ["HTTP/1.1 200 OK", "hello"], get(ssl)
+        assert_equal ["HTTP/1.1 200 OK", "hello"], tls_get(ssl).values_at(0, 2)
       ensure
         ssl&.close
       end

@@ -12,6 +12,7 @@ require "support/tls_certs"
 class TLSTest < Minitest::Test
   skip_on_jruby "no TLS in the pure-Ruby engine (ssl:// binds are refused at start)"
   include Margay::TestHelper
+  include Margay::TLSClient
 
   CERTS = Margay::TLSCerts
 
@@ -53,26 +54,6 @@ class TLSTest < Minitest::Test
     h.key = OpenSSL::PKey.read(File.read(key)) if key
     h.read_timeout = 10
     h
-  end
-
-  def tls_socket(port, **params)
-    ctx = OpenSSL::SSL::SSLContext.new
-    ctx.set_params({ ca_file: CERTS.path("ca.pem"), verify_mode: OpenSSL::SSL::VERIFY_PEER }.merge(params))
-    ssl = OpenSSL::SSL::SSLSocket.new(TCPSocket.new("127.0.0.1", port), ctx)
-    ssl.sync_close = true
-    ssl.hostname = "localhost"
-    ssl.connect
-    ssl
-  end
-
-  # One response with a content-length from +ssl+: [status line, headers, body].
-  def read_tls_response(ssl)
-    head = +""
-    head << ssl.readpartial(1) until head.end_with?("\r\n\r\n")
-    length = head[/^content-length: (\d+)/i, 1].to_i
-    body = +""
-    body << ssl.readpartial(length - body.bytesize) while body.bytesize < length
-    [head.lines.first.strip, head, body]
   end
 
   def test_https_env
