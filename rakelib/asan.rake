@@ -24,14 +24,8 @@ namespace :test do
       "ASAN_OPTIONS" => "detect_leaks=0:abort_on_error=1:use_sigaltstack=0",
       "UBSAN_OPTIONS" => "print_stacktrace=1:halt_on_error=1"
     }
-    # The fast suite's files (the Rakefile's :test task): every test outside test/slow/. The
-    # HTTP/2 file runs in a process of its own: in the shared process one of its tests failed in
-    # 4 of 5 runs under ASan (a client got no answer, or an empty reply), alone it passed 10 of
-    # 10; the cause is not found yet (docs/SECURITY.md, "Fuzzing and sanitizers").
-    alone = FileList["test/wire/h2_test.rb"]
-    files = FileList["test/**/*_test.rb"] - FileList["test/slow/**/*_test.rb"] - alone
-    [files, alone].each do |group|
-      sh env, RbConfig.ruby, "-w", "-I#{lib}", "-Ilib", "-Itest", "-e", group.map { |f| "require './#{f}';" }.join
-    end
+    # The fast suite's files (the Rakefile's :test task): every test outside test/slow/.
+    files = (FileList["test/**/*_test.rb"] - FileList["test/slow/**/*_test.rb"]).map { |f| "require './#{f}';" }.join
+    sh env, RbConfig.ruby, "-w", "-I#{lib}", "-Ilib", "-Itest", "-e", files
   end
 end

@@ -9,6 +9,11 @@ hyperframe for frames h2 would refuse to send. Prints one JSON line of what it s
   h2_frames.py PORT frames PATH...    a GET of each PATH, all on one connection at once: what came
                                       for each stream, in order (each head's fields, "data" for body
                                       bytes, "end" for END_STREAM, "reset"), by path
+  h2_frames.py PORT split_preface N PATH
+                                      the client preface's first N bytes alone, then (0.3 s later)
+                                      the rest with a GET of PATH: what came for the stream, as frames
+  h2_frames.py PORT proxied LINE PATH the PROXY v1 line LINE (CRLF added), the preface and a GET of
+                                      PATH in one write: what came for the stream, as frames
   h2_frames.py PORT rapid_reset N     N x (HEADERS + RST_STREAM), then reads until closed
   h2_frames.py PORT big_headers SIZE  one stream with a SIZE-byte header value, then a normal one
   h2_frames.py PORT continuation N    HEADERS without END_HEADERS, then N empty CONTINUATION frames
@@ -39,11 +44,12 @@ import h2.settings
 from hyperframe.frame import ContinuationFrame, DataFrame, HeadersFrame, PingFrame, SettingsFrame, WindowUpdateFrame
 
 
-def connect(port):
+def connect(port, send_preface=True):
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
     conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
     conn.initiate_connection()
-    sock.sendall(conn.data_to_send())
+    if send_preface:
+        sock.sendall(conn.data_to_send())
     return sock, conn
 
 
@@ -155,19 +161,27 @@ def main():
         seeds(sys.argv[2])
         return
     port, what = int(sys.argv[1]), sys.argv[2]
-    sock, conn = connect(port)
+    # split_preface and proxied write the preface themselves
+    sock, conn = connect(port, what not in ("split_preface", "proxied"))
     out = {}
     if what == "settings":
         seen = pump(sock, conn, lambda s: any(isinstance(e, h2.events.RemoteSettingsChanged) for e in s))
         changed = next(e for e in seen if isinstance(e, h2.events.RemoteSettingsChanged)).changed_settings
         out = {str(int(k)): v.new_value for k, v in changed.items()}
-    elif what == "frames":
-        paths = {}
-        for path in sys.argv[3:]:
+    elif what in ("frames", "split_preface", "proxied"):
+        first, paths = b"", {}
+        if what == "split_preface":
+            preface = conn.data_to_send()
+            sock.sendall(preface[:int(sys.argv[3])])
+            time.sleep(0.3)
+            first = preface[int(sys.argv[3]):]
+        elif what == "proxied":
+            first = sys.argv[3].encode() + b"\r\n" + conn.data_to_send()
+        for path in sys.argv[3 if what == "frames" else 4:]:
             sid = conn.get_next_available_stream_id()
             paths[sid] = path
             conn.send_headers(sid, request(path), end_stream=True)
-        sock.sendall(conn.data_to_send())
+        sock.sendall(first + conn.data_to_send())
         kinds = {h2.events.InformationalResponseReceived: "informational", h2.events.ResponseReceived: "response",
                  h2.events.TrailersReceived: "trailers"}
         done = (h2.events.StreamEnded, h2.events.StreamReset)

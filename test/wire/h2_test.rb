@@ -124,6 +124,29 @@ class H2Test < Minitest::Test
     end
   end
 
+  # h2c is told by the bytes the server read, however TCP splits them: a preface whose first bytes
+  # come alone (read before the rest arrives) is HTTP/2 still, not an HTTP/1.1 request line
+  # answered 505 (which a client sees as an empty reply).
+  def test_a_preface_that_arrives_in_pieces_is_http2
+    with_h2_server(ECHO) do |_tls, plain|
+      [1, 2, 5, 23].each do |n|
+        got = frames(plain, "split_preface", n, "/split")["/split"]
+        assert_equal "200", status_of(got), "#{n} bytes first: #{got.inspect}"
+      end
+    end
+  end
+
+  # h2c behind a balancer that speaks the PROXY protocol: the line, then the preface in the same
+  # segment; the line's address is the streams' REMOTE_ADDR.
+  def test_h2c_after_a_proxy_line
+    app = ->(env) { [200, { "content-type" => "text/plain", "x-remote" => env["REMOTE_ADDR"] }, ["ok"]] }
+    with_h2_server(app, binds: ["tcp://127.0.0.1:0?http2=true"], proxy_protocol: :v1) do |plain|
+      got = frames(plain, "proxied", "PROXY TCP4 192.0.2.7 192.0.2.1 5000 80", "/p")["/p"]
+      assert_equal "200", status_of(got), got.inspect
+      assert_equal "192.0.2.7", got.first["response"].to_h["x-remote"]
+    end
+  end
+
   def test_without_http2_no_alpn_is_offered
     with_h2_server(ECHO, binds: [tls_bind]) do |port|
       out, err = curl("--http2", "-v", "https://localhost:#{port}/")
@@ -386,7 +409,7 @@ class H2Test < Minitest::Test
     end
   end
 
-  def status_of(events) = events.find { |e| e.is_a?(Hash) && e["response"] }["response"].to_h[":status"]
+  def status_of(events) = events.find { |e| e.is_a?(Hash) && e["response"] }&.fetch("response").to_h[":status"]
 
   def test_a_stream_waiting_past_queue_timeout_is_shed_and_the_others_go_on
     with_h2_server(timed_app, min_threads: 1, max_threads: 1, queue_timeout: 0.2) do |_tls, plain, server|

@@ -17,11 +17,10 @@
 
 static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-int mg_h2_preface(const mg_conn *c) {
-  char buf[sizeof preface - 1];
-  ssize_t n = recv(c->fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
-  /* "PRI" is no HTTP/1 method (RFC 9113 3.4): nghttp2 checks the rest of the preface */
-  return n >= 3 && memcmp(buf, preface, (size_t)n) == 0;
+int mg_h2_preface(const char *buf, size_t len) {
+  size_t n = len < sizeof preface - 1 ? len : sizeof preface - 1;
+  if (memcmp(buf, preface, n) != 0) return 0;
+  return n == sizeof preface - 1 ? 1 : -1;
 }
 
 #ifndef MG_HAVE_H2
@@ -258,12 +257,27 @@ static void goaway(mg_conn *c, mg_h2 *h) {
 #define READ_CHUNK 16384
 #define READ_BUDGET (1024 * 1024)
 
+/* Input for the session. A refusal (a callback's: a flood; nghttp2's: PING or SETTINGS ACKs the
+ * client does not read, or input that is not HTTP/2) ends the session: GOAWAY, then close. */
+static void feed(mg_h2 *h, const uint8_t *buf, size_t n) {
+  ssize_t r = nghttp2_session_mem_recv(h->s, buf, n);
+  if (r >= 0) return;
+  if (r == NGHTTP2_ERR_FLOODED) h->calm = 1;
+  nghttp2_session_terminate_session(h->s, h->calm ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR);
+  h->calm = 1;
+}
+
 void mg_h2_event(mg_engine *e, mg_conn *c) {
   assert(mg_conn_owned(c));
   pthread_mutex_lock(&c->h2_lock);
   mg_h2 *h = c->h2;
   if (!h) { pthread_mutex_unlock(&c->h2_lock); mg_conn_close(e, c); return; }
   atomic_store(&c->h2_kick, 0);
+  /* h2c: the preface and what came with it, read by core/input.c before it told HTTP/2 */
+  if (c->rlen > 0) {
+    feed(h, (const uint8_t *)c->rbuf, c->rlen);
+    c->rlen = 0;
+  }
   /* up to READ_BUDGET a turn: past it the connection is armed again behind the other ready ones
    * (its input is still there) */
   size_t budget = READ_BUDGET;
@@ -273,14 +287,7 @@ void mg_h2_event(mg_engine *e, mg_conn *c) {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     if (n <= 0) { h->dead = 1; break; }
     budget -= (size_t)n < budget ? (size_t)n : budget;
-    ssize_t r = nghttp2_session_mem_recv(h->s, buf, (size_t)n);
-    if (r < 0) {
-      /* a callback refused (a flood), nghttp2 found a flood (PING or SETTINGS ACKs the client does
-       * not read), or the input is not HTTP/2: GOAWAY, then close */
-      if (r == NGHTTP2_ERR_FLOODED) h->calm = 1;
-      nghttp2_session_terminate_session(h->s, h->calm ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR);
-      h->calm = 1;
-    }
+    feed(h, buf, (size_t)n);
   }
   /* a graceful stop, a drain (every connection closes after its answers), or
    * max_keepalive_requests streams served: no new stream, then the connection closes */

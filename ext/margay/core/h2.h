@@ -79,11 +79,14 @@ int mg_h2_available(void);
 /* The libnghttp2 version the extension runs with ("1.52.0"), or "". */
 const char *mg_h2_library(void);
 
-/* Whether the client of +c+ (a plain connection of an http2 listener, nothing read yet) begins
- * with the HTTP/2 preface (at least its first 3 bytes, peeked): 1, else 0 (HTTP/1.x). */
-int mg_h2_preface(const mg_conn *c);
+/* Whether the first +len+ bytes a client sent (on a plain connection of an http2 listener) are
+ * the HTTP/2 preface: 1 they hold all of it, -1 a beginning of it so far (more must be read to
+ * tell), 0 they are not it (HTTP/1.x). Told on the bytes read, never on a peek: bytes arriving
+ * between a peek and the read would be framed as HTTP/1. */
+int mg_h2_preface(const char *buf, size_t len);
 /* Begin a session on +c+ (owned; after the TLS handshake chose h2, or on a preface) and handle
- * what the client sent so far: the connection is then with the loop, or closed. */
+ * what the client sent so far (on a preface: c->rbuf's c->rlen bytes read, then the socket): the
+ * connection is then with the loop, or closed. */
 void mg_h2_begin(mg_engine *e, mg_conn *c);
 /* An event on +c+'s session (owned): read and feed the session, write, arm again or close. Also
  * for a graceful stop (GOAWAY, then close once every stream is answered). */

@@ -89,6 +89,13 @@ static int process_input(mg_engine *e, mg_conn *c) {
       if (pr != MG_IN_READY) return pr;
       if (c->rlen == 0) return MG_IN_AGAIN;
     }
+    /* h2c with prior knowledge: a plain connection of an http2 listener whose first bytes are the
+     * preface (until they tell, more is read, within header_timeout) */
+    if (c->requests == 0 && !c->tls.ssl && e->listeners[c->listener].h2) {
+      int h2 = mg_h2_preface(c->rbuf, c->rlen);
+      if (h2 < 0) return MG_IN_AGAIN;
+      if (h2 > 0) { mg_h2_begin(e, c); return MG_IN_DONE; }
+    }
     /* Re-parse only when a line ended or a limit may be crossed: bounded work per byte.
      * A request line that never ends is parsed once it is longer than the target limit (414). */
     if (c->rlen <= e->cfg.max_head && !memchr(c->rbuf + c->scanned, '\n', c->rlen - c->scanned)) {

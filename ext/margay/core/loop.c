@@ -66,11 +66,6 @@ static int handle_conn(mg_engine *e, mg_conn *c) {
     return MG_IN_DONE;
   }
   if (c->phase == MG_PH_H2) { mg_h2_event(e, c); return MG_IN_DONE; } /* its requests: e->h2_head */
-  if (c->phase == MG_PH_IDLE && c->requests == 0 && c->rlen == 0 && !c->tls.ssl && !c->proxy_pending &&
-      e->listeners[c->listener].h2 && mg_h2_preface(c)) {
-    mg_h2_begin(e, c); /* h2c with prior knowledge */
-    return MG_IN_DONE;
-  }
   switch (c->phase) {
   case MG_PH_WRITE:
     c->deadline_ms = mg_now_ms() + e->cfg.write_timeout_ms;
