@@ -25,13 +25,16 @@ hyperframe for frames h2 would refuse to send. Prints one JSON line of what it s
   h2_frames.py PORT settings_entries N one SETTINGS frame of N entries, then reads until closed
   h2_frames.py PORT empty_data N      a POST's HEADERS, then N DATA frames with no payload and no
                                       END_STREAM, then reads until closed
-  h2_frames.py PORT zero_window N PATH [dribble]
+  h2_frames.py PORT zero_window N PATH [dribble|grant]
                                       SETTINGS_INITIAL_WINDOW_SIZE 0, N GETs of PATH; prints "ready"
                                       once their response heads came, then reads until closed,
                                       granting no window (with dribble: every 0.2 s a PING and
                                       1 byte more of each stream's window): the JSON says how long
-                                      that took and the body bytes received
+                                      that took and the body bytes received. With grant: once a line
+                                      comes on stdin, windows of 1 GiB, then reads the streams to
+                                      their end: each one's body size and SHA-256
 """
+import hashlib
 import json
 import socket
 import sys
@@ -290,10 +293,28 @@ def main():
                 except h2.exceptions.H2Error:
                     pass  # the server reset it
 
-        tick = dribble if len(sys.argv) > 5 and sys.argv[5] == "dribble" else None
-        seen += pump(sock, conn, lambda s: (note(s) or True) and "closed" in s, limit=60.0, tick=tick)
-        out = {"heads": len(heads), "data": data[0], "closed": "closed" in seen,
-               "seconds": round(time.monotonic() - start, 2), "goaway": goaway_of(seen)}
+        mode = sys.argv[5] if len(sys.argv) > 5 else None
+        if mode == "grant":
+            sys.stdin.readline()
+            for sid in sids:
+                conn.increment_flow_control_window(2**30, stream_id=sid)
+            conn.increment_flow_control_window(2**30)
+            sock.sendall(conn.data_to_send())
+            seen += pump(sock, conn, lambda s: sum(isinstance(e, h2.events.StreamEnded) for e in s) == n or "closed" in s,
+                         limit=30.0)
+            bodies = {sid: [0, hashlib.sha256()] for sid in sids}
+            for e in seen:
+                if isinstance(e, h2.events.DataReceived) and e.stream_id in bodies:
+                    bodies[e.stream_id][0] += len(e.data)
+                    bodies[e.stream_id][1].update(e.data)
+            ended = {e.stream_id for e in seen if isinstance(e, h2.events.StreamEnded)}
+            out = {"heads": len(heads), "bodies": [[b[0], b[1].hexdigest()] for b in bodies.values()],
+                   "ended": len(ended)}
+        else:
+            tick = dribble if mode == "dribble" else None
+            seen += pump(sock, conn, lambda s: (note(s) or True) and "closed" in s, limit=60.0, tick=tick)
+            out = {"heads": len(heads), "data": data[0], "closed": "closed" in seen,
+                   "seconds": round(time.monotonic() - start, 2), "goaway": goaway_of(seen)}
     print(json.dumps(out), flush=True)
 
 

@@ -309,6 +309,42 @@ class H2Test < Minitest::Test
     end
   end
 
+  # A streamed body (each) past response_buffer_limit to a client that grants no window: the parts
+  # past the connection's cap go to the stream's spill file, so the app's each ends and the only
+  # thread serves curl meanwhile; once the client opens its windows it gets the whole body, the
+  # bytes queued in memory before those spilled.
+  def test_a_streamed_body_for_a_zero_window_reader_spills_to_a_tempfile_and_frees_its_thread
+    skip "no python3-h2" unless system(CLIENT, PYTHON, "-c", "import h2", out: File::NULL, err: File::NULL)
+    parts = (0...16).map { |i| (97 + i).chr * 65_536 } # 1 MiB, each part its own letter
+    finished = Queue.new
+    app = lambda do |env|
+      next [200, { "content-type" => "text/plain" }, ["small"]] unless env["PATH_INFO"] == "/stream"
+
+      [200, { "content-type" => "text/plain" }, Enumerator.new { |y| parts.each { |p| y << p }.then { finished << true } }]
+    end
+    # one thread, and a write_timeout longer than curl's --max-time: a thread waiting for the
+    # zero-window client would leave curl unanswered
+    with_h2_server(app, lint: false, min_threads: 1, max_threads: 1, write_timeout: 30,
+                        response_buffer_limit: 64 * 1024) do |tls, plain|
+      Open3.popen3(CLIENT, PYTHON, FRAMES, plain.to_s, "zero_window", "1", "/stream", "grant") do |input, out, err, wait|
+        assert_equal "ready\n", out.gets, "the head came"
+        assert_equal "small", curl("--http2", "https://localhost:#{tls}/small").first, "the only thread is free"
+        assert_equal 1, finished.size, "the app's body was written to its end first"
+        input.puts "grant"
+        result = JSON.parse(out.read.lines.last || "{}")
+        assert_equal [[parts.sum(&:bytesize), Digest::SHA256.hexdigest(parts.join)]], result["bodies"], err.read
+        assert_equal 1, result["ended"]
+        assert wait.value.success?
+      ensure
+        begin
+          Process.kill(:TERM, wait.pid) if wait&.alive?
+        rescue Errno::ESRCH
+          nil # it ended meanwhile
+        end
+      end
+    end
+  end
+
   def test_graceful_stop_sends_goaway_and_answers_the_stream_in_flight
     skip "no nghttp" unless system(CLIENT, "nghttp", "--version", out: File::NULL, err: File::NULL)
     started = Queue.new

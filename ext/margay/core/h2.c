@@ -49,10 +49,13 @@ int mg_h2_early_hints(mg_conn *c, mg_h2_stream *s, const mg_h2_nv *nv, size_t n)
   return -1;
 }
 int mg_h2_write(mg_conn *c, mg_h2_stream *s, const char *data, size_t len) { (void)c; (void)s; (void)data; (void)len; return -1; }
+int mg_h2_spill(mg_conn *c, mg_h2_stream *s, const char *data, size_t len) { (void)c; (void)s; (void)data; (void)len; return -1; }
 int mg_h2_finish(mg_conn *c, mg_h2_stream *s) { (void)c; (void)s; return -1; }
 int mg_h2_send_file(mg_conn *c, mg_h2_stream *s, int fd, uint64_t len) { (void)c; (void)s; (void)len; close(fd); return -1; }
 void mg_h2_reset(mg_conn *c, mg_h2_stream *s) { (void)c; (void)s; }
 size_t mg_h2_backlog(const mg_h2_stream *s) { (void)s; return 0; }
+uint64_t mg_h2_spilled(const mg_h2_stream *s) { (void)s; return 0; }
+uint64_t mg_h2_spill_left(const mg_h2_stream *s) { (void)s; return 0; }
 size_t mg_h2_queued(const mg_conn *c) { (void)c; return 0; }
 int mg_h2_started(const mg_h2_stream *s) { (void)s; return 0; }
 int mg_h2_head_request(const mg_h2_stream *s) { (void)s; return 0; }
@@ -182,7 +185,7 @@ int h2_pump(mg_h2 *h) {
 int h2_backlogged(const mg_h2 *h) {
   if (h->queued) return 1;
   for (int i = 0; i < MG_H2_SLOTS; i++)
-    if (h->slots[i].seq && h->slots[i].ofd >= 0) return 1;
+    if (h->slots[i].seq && h->slots[i].ofd >= 0 && h->slots[i].oleft > 0) return 1;
   return 0;
 }
 

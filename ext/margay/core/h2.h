@@ -126,11 +126,20 @@ int mg_h2_early_hints(mg_conn *c, mg_h2_stream *s, const mg_h2_nv *nv, size_t n)
 /* Body bytes (copied), and the end of the body. 0, or -1 (gone). */
 int mg_h2_write(mg_conn *c, mg_h2_stream *s, const char *data, size_t len);
 int mg_h2_finish(mg_conn *c, mg_h2_stream *s);
+/* Body bytes appended to the stream's spill file (an unlinked tempfile in tmpdir, made on first
+ * use), framed after those in memory: a streamed body past the connection's cap, so that its
+ * thread does not wait for a slow reader. 0, or -1 (no tempfile, or the disk is full: the bytes
+ * are not queued). */
+int mg_h2_spill(mg_conn *c, mg_h2_stream *s, const char *data, size_t len);
+/* The stream's spill file: bytes written to it in all, and those not framed yet (0 without). */
+uint64_t mg_h2_spilled(const mg_h2_stream *s);
+uint64_t mg_h2_spill_left(const mg_h2_stream *s);
 /* A file's bytes [0, len) as the whole body (the stream owns +fd+ from here). */
 int mg_h2_send_file(mg_conn *c, mg_h2_stream *s, int fd, uint64_t len);
 /* Reset the stream (INTERNAL_ERROR): an abort. */
 void mg_h2_reset(mg_conn *c, mg_h2_stream *s);
-/* Bytes of the stream's body waiting to be framed (a streamed response's backlog). */
+/* Bytes of the stream's body waiting to be framed, in memory and spilled (a streamed response's
+ * backlog). */
 size_t mg_h2_backlog(const mg_h2_stream *s);
 /* Body bytes of every stream of +c+ (locked) waiting in memory for the client: the response calls
  * wait while it is at response_buffer_limit. */

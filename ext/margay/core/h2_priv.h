@@ -22,12 +22,13 @@ struct mg_h2_stream {
   size_t field_bytes;    /* the header list's size as RFC 9113 counts it (name + value + 32) */
   int head_request;
   int started;           /* the response head was submitted */
-  /* the response body: bytes waiting to be framed, or a file */
+  /* the response body: bytes waiting to be framed, then a file's (a file body, or the tempfile a
+   * streamed body spills to past the connection's cap, which grows while the app writes) */
   char *out;
   size_t olen, ooff, ocap;
   int ofd;
-  off_t opos;
-  uint64_t oleft;
+  off_t opos;            /* the file's next byte to frame */
+  uint64_t oleft;        /* its bytes after opos (a spill file's end is opos + oleft) */
   int eof;               /* no more bytes will come */
   int deferred;          /* nghttp2 was told to wait for bytes (resume when some come) */
   int64_t taken_mono_ns; /* when a thread took its request (the duration histogram), or 0 */

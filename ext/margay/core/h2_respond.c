@@ -11,25 +11,28 @@
 #include "core/tempfile.h"
 #include "core/timing.h"
 #include "http/status.h"
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-/* nghttp2's data source of a stream's body: the file's next bytes, or those queued in memory
- * (deferred while none are and the body is not finished: mg_h2_write resumes it). */
+/* nghttp2's data source of a stream's body: the bytes queued in memory, then the file's (a
+ * spilled stream queues nothing in memory while its file has bytes left); deferred while there
+ * are none and the body is not finished (mg_h2_write and mg_h2_spill resume it). */
 static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
                          nghttp2_data_source *src, void *ud) {
   (void)s; (void)id;
   mg_h2 *h = ud;
   mg_h2_stream *st = src->ptr;
-  if (st->ofd >= 0) {
+  if (st->ofd >= 0 && st->olen == st->ooff) {
+    if (st->oleft == 0 && !st->eof) { st->deferred = 1; return NGHTTP2_ERR_DEFERRED; }
     size_t want = st->oleft < len ? (size_t)st->oleft : len;
     ssize_t n = want ? pread(st->ofd, buf, want, st->opos) : 0;
     if (n <= 0 && want) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the file shrank */
     st->opos += n;
     st->oleft -= (uint64_t)n;
-    if (st->oleft == 0) { *flags |= NGHTTP2_DATA_FLAG_EOF; close(st->ofd); st->ofd = -1; }
+    if (st->oleft == 0 && st->eof) { *flags |= NGHTTP2_DATA_FLAG_EOF; close(st->ofd); st->ofd = -1; }
     h->body_sent += (uint64_t)n;
     return n;
   }
@@ -44,7 +47,7 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
     st->ooff = st->olen = 0;
     if (st->ocap > MG_H2_KEEP_BUFFER) { free(st->out); st->out = NULL; st->ocap = 0; } /* drained: give it back */
   }
-  if (st->eof && st->olen == 0) *flags |= NGHTTP2_DATA_FLAG_EOF;
+  if (st->eof && st->olen == 0 && st->ofd < 0) *flags |= NGHTTP2_DATA_FLAG_EOF;
   return (ssize_t)n;
 }
 
@@ -142,6 +145,25 @@ int mg_h2_write(mg_conn *c, mg_h2_stream *st, const char *data, size_t len) {
   return 0;
 }
 
+int mg_h2_spill(mg_conn *c, mg_h2_stream *st, const char *data, size_t len) {
+  if (st->eof || st->head_request) return 0;
+  if (st->ofd < 0) {
+    if ((st->ofd = mg_open_tempfile(c->h2->e->cfg.tmpdir)) < 0) return -1;
+    st->opos = 0;
+    st->oleft = 0;
+  }
+  off_t at = st->opos + (off_t)st->oleft;
+  for (size_t done = 0; done < len;) {
+    ssize_t n = pwrite(st->ofd, data + done, len - done, at + (off_t)done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1; /* the disk is full: what was written past the end is written over */
+    done += (size_t)n;
+  }
+  st->oleft += len;
+  resume(c->h2, st);
+  return 0;
+}
+
 int mg_h2_finish(mg_conn *c, mg_h2_stream *st) {
   st->eof = 1;
   answered(c->h2, st);
@@ -165,7 +187,9 @@ void mg_h2_reset(mg_conn *c, mg_h2_stream *st) {
   nghttp2_submit_rst_stream(c->h2->s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
 }
 
-size_t mg_h2_backlog(const mg_h2_stream *st) { return st->olen - st->ooff; }
+size_t mg_h2_backlog(const mg_h2_stream *st) { return st->olen - st->ooff + (st->ofd >= 0 ? (size_t)st->oleft : 0); }
+uint64_t mg_h2_spilled(const mg_h2_stream *st) { return st->ofd >= 0 ? (uint64_t)st->opos + st->oleft : 0; }
+uint64_t mg_h2_spill_left(const mg_h2_stream *st) { return st->ofd >= 0 ? st->oleft : 0; }
 size_t mg_h2_queued(const mg_conn *c) { return c->h2 ? c->h2->queued : 0; }
 int mg_h2_started(const mg_h2_stream *st) { return st->started; }
 int mg_h2_head_request(const mg_h2_stream *st) { return st->head_request; }

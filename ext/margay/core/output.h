@@ -64,6 +64,9 @@ int mg_out_queue_file(mg_out *o, int fd, off_t off, uint64_t len);
 /* Queue data[0..len) without copying: +ref+ owns it and is entered into +pins+ until the bytes
  * are written or dropped. 0, or -1 (no memory; nothing queued). */
 int mg_out_queue_pinned(mg_out *o, mg_pins *pins, const char *data, size_t len, mg_ref ref);
+/* Streamed output spilled to disk for one response (HTTP/1.1 or an HTTP/2 stream) before its
+ * thread waits for the client. */
+#define MG_SPILL_LIMIT ((off_t)1 << 30)
 /* Append iov[0..n) to the spill file (an unlinked tempfile in +tmpdir+, made on first use) and
  * queue it. 0, or -1 with errno. */
 int mg_out_spill(mg_out *o, const char *tmpdir, const struct iovec *iov, int n);

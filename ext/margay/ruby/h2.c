@@ -315,12 +315,25 @@ VALUE mg_rb_h2_stream_start(mg_engine *e, VALUE token, VALUE status, VALUE heade
   return Qnil;
 }
 
-/* Engine#stream_write for a stream: queued for the stream (flow control is nghttp2's); at the
- * connection's cap the call waits for the client (write_capped). */
+/* Engine#stream_write for a stream: queued for the stream (flow control is nghttp2's). Past the
+ * connection's cap the bytes go to the stream's spill file rather than hold the thread for a slow
+ * reader, as HTTP/1.1 spills (ruby/stream.c), up to MG_SPILL_LIMIT per response; past that, or
+ * without a tempfile, the call waits until the spill file is sent, then queues in memory, waiting
+ * at the cap (write_capped). */
 VALUE mg_rb_h2_stream_write(mg_engine *e, VALUE token, VALUE data) {
   StringValue(data);
+  size_t n = (size_t)RSTRING_LEN(data);
   mg_conn *c;
   mg_h2_stream *s = lock_token(e, token, &c);
+  if (mg_h2_spilled(s) > 0 || mg_h2_queued(c) + n > conn_cap(e)) {
+    int room = mg_h2_spilled(s) + n <= (uint64_t)MG_SPILL_LIMIT;
+    if (room && mg_h2_spill(c, s, RSTRING_PTR(data), n) == 0) { mg_h2_unlock(e, c); return Qnil; }
+    if (mg_h2_spill_left(s) > 0) { /* what is in memory goes out before the file: let the file go first */
+      mg_h2_unlock(e, c);
+      drain_to(e, token, 0, stream_backlog);
+      s = lock_token(e, token, &c);
+    }
+  }
   write_capped(e, token, &c, &s, data);
   mg_h2_unlock(e, c);
   return Qnil;

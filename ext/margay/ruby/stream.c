@@ -92,9 +92,6 @@ static void drain_to(mg_engine *e, mg_conn *c, size_t limit) {
   }
 }
 
-/* Streamed output spilled to disk for one response before its thread waits. */
-#define MG_SPILL_LIMIT ((off_t)1 << 30)
-
 /* Engine#stream_write(token, string) */
 static VALUE engine_stream_write(VALUE self, VALUE token, VALUE data) {
   if (mg_rb_h2_token_p(token)) return mg_rb_h2_stream_write(mg_rb_engine_core(self), token, data);
