@@ -59,7 +59,7 @@ have_header("sys/sendfile.h") && have_func("sendfile", "sys/sendfile.h")
 have_header("sys/prctl.h") # PR_SET_CHILD_SUBREAPER for the cluster master
 have_func("rb_thread_call_without_gvl", "ruby/thread.h") or abort("rb_thread_call_without_gvl is required")
 
-# TLS (core/tls.c) with OpenSSL 1.1.1 or later (libssl-dev on Debian). Without it the extension
+# TLS (core/tls.c, core/tls_ctx.c) with OpenSSL 1.1.1 or later (libssl-dev on Debian). Without it the extension
 # still builds, Margay::Native::TLS is false and a TLS bind refuses to start. MARGAY_NO_TLS=1
 # builds without it on purpose (how that refusal is tested by hand).
 def openssl_found?

@@ -1,18 +1,13 @@
 /*
  * ruby/h2.c - HTTP/2 streams for Ruby: the token of a stream's request (a negative Integer, where
- * an HTTP/1 request's is positive), its [token, env], and the Engine's response methods for such
- * a token (respond.c, stream.c and request.c hand them over). The head is validated as for
- * HTTP/1.1 (ruby/head.c) and its fields sent lowercased, connection-specific ones dropped.
- * Runs with the GVL; never blocks but in flush and while the connection's queued body bytes are at
- * response_buffer_limit (a client that takes nothing: write_timeout ends the wait).
+ * an HTTP/1 request's is positive), its [token, env], the head (validated as for HTTP/1.1 by
+ * ruby/head.c, its fields sent lowercased, connection-specific ones dropped), and the Engine's
+ * response methods for such a token (respond.c, stream.c and request.c hand them over) but the
+ * bodies' (ruby/h2_body.c, with the one wait). Runs with the GVL and never blocks.
  */
-#include "ruby/h2.h"
-#include "core/h2.h"
-#include "core/tempfile.h"
+#include "ruby/h2_priv.h"
 #include "http/status.h"
-#include "ruby/head.h"
 #include "ruby/respond.h"
-#include <ruby/thread.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,7 +23,7 @@ VALUE mg_rb_h2_token(const mg_h2_req *q) {
 }
 
 /* The stream a token names, locked, or NULL when it is stale. */
-static mg_h2_stream *find_token(mg_engine *e, VALUE token, mg_conn **c) {
+mg_h2_stream *h2_find_token(mg_engine *e, VALUE token, mg_conn **c) {
   uint64_t t = (uint64_t)(-1 - NUM2LL(token));
   int fd = (int)(t & ((1ULL << H2_FD_BITS) - 1));
   int slot = (int)((t >> H2_FD_BITS) & ((1ULL << H2_SLOT_BITS) - 1));
@@ -36,8 +31,8 @@ static mg_h2_stream *find_token(mg_engine *e, VALUE token, mg_conn **c) {
 }
 
 /* The same, raising ClientGone when it is stale. */
-static mg_h2_stream *lock_token(mg_engine *e, VALUE token, mg_conn **c) {
-  mg_h2_stream *s = find_token(e, token, c);
+mg_h2_stream *h2_lock_token(mg_engine *e, VALUE token, mg_conn **c) {
+  mg_h2_stream *s = h2_find_token(e, token, c);
   if (!s) rb_raise(mg_eClientGone, "the HTTP/2 stream is gone (reset by the client, or its connection closed)");
   return s;
 }
@@ -65,16 +60,6 @@ static int connection_specific(const char *n, size_t len) {
     if (strlen(names[i]) == len && memcmp(names[i], n, len) == 0) return 1;
   return 0;
 }
-
-/* The app's head (validated by ruby/head.c as for HTTP/1.1) as HTTP/2 fields, plus
- * content-length when known and date on a final one (200 and up); submitted on the locked stream. Raises (the stream is
- * unlocked first) on an invalid response. */
-typedef struct {
-  mg_head h;
-  mg_h2_nv nv[256];
-  size_t n;
-  char extra[160];
-} h2_head;
 
 static void head_build(h2_head *hh, int status, VALUE headers, int64_t body_len) {
   mg_head *h = &hh->h;
@@ -126,7 +111,7 @@ static VALUE head_build_i(VALUE p) {
 }
 
 /* head_build, closing +fd+ (if not -1) when it raises. */
-static void head_build_protected(h2_head *hh, int status, VALUE headers, int64_t body_len, int fd) {
+void h2_head_build_protected(h2_head *hh, int status, VALUE headers, int64_t body_len, int fd) {
   head_args a = {hh, status, headers, body_len};
   int state = 0;
   rb_protect(head_build_i, (VALUE)&a, &state);
@@ -136,138 +121,9 @@ static void head_build_protected(h2_head *hh, int status, VALUE headers, int64_t
   }
 }
 
-static void stream_gone(mg_engine *e, mg_conn *c) {
+void h2_stream_gone(mg_engine *e, mg_conn *c) {
   mg_h2_unlock(e, c);
   rb_raise(mg_eClientGone, "the HTTP/2 stream is gone");
-}
-
-static void *nap(void *p) {
-  (void)p;
-  usleep(1000);
-  return NULL;
-}
-
-static size_t stream_backlog(mg_conn *c, mg_h2_stream *s) { (void)c; return mg_h2_backlog(s); }
-static size_t conn_queued(mg_conn *c, mg_h2_stream *s) { (void)s; return mg_h2_queued(c); }
-
-/* Wait (without the GVL, 1 ms at a time) until +what+ of the stream's token (its backlog, or its
- * connection's queued bytes) is at most +limit+; write_timeout bounds the wait without progress:
- * the stream is reset and ClientGone raised. */
-static void drain_to(mg_engine *e, VALUE token, size_t limit, size_t (*what)(mg_conn *, mg_h2_stream *)) {
-  int64_t deadline = mg_now_ms() + e->cfg.write_timeout_ms;
-  size_t last = (size_t)-1;
-  for (;;) {
-    mg_conn *c;
-    mg_h2_stream *s = lock_token(e, token, &c);
-    size_t backlog = what(c, s);
-    if (backlog <= limit) { mg_h2_unlock(e, c); return; }
-    if (backlog < last) { last = backlog; deadline = mg_now_ms() + e->cfg.write_timeout_ms; }
-    if (mg_now_ms() > deadline) {
-      mg_h2_reset(c, s);
-      mg_h2_unlock(e, c);
-      rb_raise(mg_eClientGone, "the HTTP/2 client read nothing for write_timeout");
-    }
-    mg_h2_unlock(e, c);
-    rb_thread_call_without_gvl(nap, NULL, RUBY_UBF_IO, NULL);
-    rb_thread_check_ints();
-  }
-}
-
-/* The connection's cap on body bytes queued in memory (response_buffer_limit, at least 16 KiB). */
-static size_t conn_cap(const mg_engine *e) {
-  return e->cfg.response_buffer_limit > 16384 ? e->cfg.response_buffer_limit : 16384;
-}
-
-/* Queue the String +data+'s bytes on the locked stream +*s+ (of +token+) as the connection's cap
- * allows: at the cap, unlock and wait for the client to take some, then lock again (+*c+, +*s+
- * updated). Raises ClientGone (unlocked) when the stream goes or the wait times out. */
-static void write_capped(mg_engine *e, VALUE token, mg_conn **c, mg_h2_stream **s, VALUE data) {
-  size_t cap = conn_cap(e), off = 0;
-  for (;;) {
-    size_t len = (size_t)RSTRING_LEN(data); /* read again after each wait: the GVL was released */
-    if (off >= len) return;
-    size_t queued = mg_h2_queued(*c);
-    if (queued >= cap) {
-      mg_h2_unlock(e, *c);
-      drain_to(e, token, cap - 1, conn_queued);
-      *s = lock_token(e, token, c);
-      continue;
-    }
-    size_t n = len - off < cap - queued ? len - off : cap - queued;
-    if (mg_h2_write(*c, *s, RSTRING_PTR(data) + off, n) != 0) stream_gone(e, *c);
-    off += n;
-  }
-}
-
-/* The body array's +blen+ bytes in an unlinked tempfile, or -1 (the caller keeps them in memory). */
-static int spill_body(mg_engine *e, VALUE body, int64_t blen) {
-  int fd = mg_open_tempfile(e->cfg.tmpdir);
-  if (fd < 0) return -1;
-  off_t at = 0;
-  for (long i = 0; i < RARRAY_LEN(body); i++) {
-    VALUE part = RARRAY_AREF(body, i);
-    const char *p = RSTRING_PTR(part);
-    size_t left = (size_t)RSTRING_LEN(part);
-    while (left > 0) {
-      ssize_t n = pwrite(fd, p, left, at);
-      if (n <= 0) { close(fd); return -1; } /* the disk is full: memory it is */
-      p += n;
-      left -= (size_t)n;
-      at += n;
-    }
-  }
-  if (at != blen) { close(fd); return -1; }
-  return fd;
-}
-
-/* Engine#respond for a stream: the head, then the body array's bytes (waiting at the connection's
- * cap: write_capped). A body over the cap goes to a tempfile first, sent as a file: the thread
- * never waits for a slow reader (as HTTP/1.1 spills). Returns nil. */
-VALUE mg_rb_h2_respond(mg_engine *e, VALUE token, VALUE status, VALUE headers, VALUE body) {
-  int st = mg_rb_status_of(status);
-  Check_Type(body, T_ARRAY);
-  int64_t blen = 0;
-  for (long i = 0; i < RARRAY_LEN(body); i++) {
-    VALUE part = RARRAY_AREF(body, i);
-    if (!RB_TYPE_P(part, T_STRING)) rb_raise(mg_eInvalidResponse, "body parts must be Strings, got %" PRIsVALUE, rb_obj_class(part));
-    blen += RSTRING_LEN(part);
-  }
-  /* written before the head is built: what header values' to_s may do to the body comes after */
-  int spill = !mg_bodyless(st) && (size_t)blen > conn_cap(e) ? spill_body(e, body, blen) : -1;
-  h2_head hh;
-  head_build_protected(&hh, st, headers, mg_bodyless(st) ? -1 : blen, spill);
-  if (!mg_bodyless(st) && hh.h.content_length >= 0 && hh.h.content_length != blen) {
-    mg_head_release(&hh.h);
-    if (spill >= 0) close(spill);
-    rb_raise(mg_eInvalidResponse, "content-length %lld does not match the body's %lld bytes",
-             (long long)hh.h.content_length, (long long)blen);
-  }
-  mg_conn *c;
-  mg_h2_stream *s = find_token(e, token, &c); /* nothing below runs app code */
-  if (!s) {
-    mg_head_release(&hh.h);
-    if (spill >= 0) close(spill);
-    rb_raise(mg_eClientGone, "the HTTP/2 stream is gone");
-  }
-  int body_follows = !mg_bodyless(st) && blen > 0 && !mg_h2_head_request(s);
-  int r = mg_h2_respond_head(c, s, st, hh.nv, hh.n, body_follows);
-  mg_head_release(&hh.h);
-  if (spill >= 0) {
-    if (r == 0 && body_follows) r = mg_h2_send_file(c, s, spill, (uint64_t)blen); /* the stream owns it */
-    else close(spill);
-    if (r != 0) stream_gone(e, c);
-    mg_h2_unlock(e, c);
-    return Qnil;
-  }
-  if (r != 0) stream_gone(e, c);
-  for (long i = 0; body_follows && i < RARRAY_LEN(body); i++) {
-    VALUE part = RARRAY_AREF(body, i);
-    if (RB_TYPE_P(part, T_STRING)) write_capped(e, token, &c, &s, part);
-  }
-  if (r == 0 && body_follows) r = mg_h2_finish(c, s);
-  if (r != 0) stream_gone(e, c);
-  mg_h2_unlock(e, c);
-  return Qnil;
 }
 
 /* Engine#respond_file for a stream. */
@@ -277,14 +133,14 @@ VALUE mg_rb_h2_respond_file(mg_engine *e, VALUE token, VALUE status, VALUE heade
   int fd = mg_rb_open_file(path, &sb);
   if (fd < 0) return Qfalse;
   h2_head hh;
-  head_build_protected(&hh, st, headers, mg_bodyless(st) ? -1 : (int64_t)sb.st_size, fd);
+  h2_head_build_protected(&hh, st, headers, mg_bodyless(st) ? -1 : (int64_t)sb.st_size, fd);
   if (hh.h.content_length >= 0 && hh.h.content_length != (int64_t)sb.st_size) {
     mg_head_release(&hh.h);
     close(fd);
     return Qfalse; /* the caller iterates the body */
   }
   mg_conn *c;
-  mg_h2_stream *s = find_token(e, token, &c);
+  mg_h2_stream *s = h2_find_token(e, token, &c);
   if (!s) {
     mg_head_release(&hh.h);
     close(fd);
@@ -295,7 +151,7 @@ VALUE mg_rb_h2_respond_file(mg_engine *e, VALUE token, VALUE status, VALUE heade
   mg_head_release(&hh.h);
   if (r == 0 && body_follows) r = mg_h2_send_file(c, s, fd, (uint64_t)sb.st_size);
   else close(fd);
-  if (r != 0) stream_gone(e, c);
+  if (r != 0) h2_stream_gone(e, c);
   mg_h2_unlock(e, c);
   return Qnil;
 }
@@ -307,34 +163,10 @@ VALUE mg_rb_h2_stream_start(mg_engine *e, VALUE token, VALUE status, VALUE heade
   h2_head hh;
   head_build(&hh, st, headers, -1);
   mg_conn *c;
-  mg_h2_stream *s = lock_token(e, token, &c);
+  mg_h2_stream *s = h2_lock_token(e, token, &c);
   int r = mg_h2_respond_head(c, s, st, hh.nv, hh.n, !mg_bodyless(st));
   mg_head_release(&hh.h);
-  if (r != 0) stream_gone(e, c);
-  mg_h2_unlock(e, c);
-  return Qnil;
-}
-
-/* Engine#stream_write for a stream: queued for the stream (flow control is nghttp2's). Past the
- * connection's cap the bytes go to the stream's spill file rather than hold the thread for a slow
- * reader, as HTTP/1.1 spills (ruby/stream.c), up to MG_SPILL_LIMIT per response; past that, or
- * without a tempfile, the call waits until the spill file is sent, then queues in memory, waiting
- * at the cap (write_capped). */
-VALUE mg_rb_h2_stream_write(mg_engine *e, VALUE token, VALUE data) {
-  StringValue(data);
-  size_t n = (size_t)RSTRING_LEN(data);
-  mg_conn *c;
-  mg_h2_stream *s = lock_token(e, token, &c);
-  if (mg_h2_spilled(s) > 0 || mg_h2_queued(c) + n > conn_cap(e)) {
-    int room = mg_h2_spilled(s) + n <= (uint64_t)MG_SPILL_LIMIT;
-    if (room && mg_h2_spill(c, s, RSTRING_PTR(data), n) == 0) { mg_h2_unlock(e, c); return Qnil; }
-    if (mg_h2_spill_left(s) > 0) { /* what is in memory goes out before the file: let the file go first */
-      mg_h2_unlock(e, c);
-      drain_to(e, token, 0, stream_backlog);
-      s = lock_token(e, token, &c);
-    }
-  }
-  write_capped(e, token, &c, &s, data);
+  if (r != 0) h2_stream_gone(e, c);
   mg_h2_unlock(e, c);
   return Qnil;
 }
@@ -342,7 +174,7 @@ VALUE mg_rb_h2_stream_write(mg_engine *e, VALUE token, VALUE data) {
 /* +op+ on the stream +token+ names, a no-op once it is gone. Returns nil. */
 static VALUE on_stream(mg_engine *e, VALUE token, void (*op)(mg_conn *, mg_h2_stream *)) {
   mg_conn *c;
-  mg_h2_stream *s = find_token(e, token, &c);
+  mg_h2_stream *s = h2_find_token(e, token, &c);
   if (!s) return Qnil;
   op(c, s);
   mg_h2_unlock(e, c);
@@ -354,14 +186,9 @@ static void finish_op(mg_conn *c, mg_h2_stream *s) { mg_h2_finish(c, s); }
 /* Engine#stream_finish for a stream (a no-op once it is gone, or answered by a bodiless head). */
 VALUE mg_rb_h2_stream_finish(mg_engine *e, VALUE token) { return on_stream(e, token, finish_op); }
 
-VALUE mg_rb_h2_flush(mg_engine *e, VALUE token) {
-  drain_to(e, token, 0, stream_backlog);
-  return Qnil;
-}
-
 VALUE mg_rb_h2_started(mg_engine *e, VALUE token) {
   mg_conn *c;
-  mg_h2_stream *s = lock_token(e, token, &c);
+  mg_h2_stream *s = h2_lock_token(e, token, &c);
   int started = mg_h2_started(s);
   mg_h2_unlock(e, c);
   return started ? Qtrue : Qfalse;
@@ -379,7 +206,7 @@ VALUE mg_rb_h2_error_response(mg_engine *e, VALUE token, int status) {
   int ll = snprintf(len, sizeof len, "%zu", blen);
   mg_h2_nv nv[] = {{"content-type", "text/plain", 12, 10}, {"content-length", len, 14, (size_t)ll}};
   mg_conn *c;
-  mg_h2_stream *s = lock_token(e, token, &c);
+  mg_h2_stream *s = h2_lock_token(e, token, &c);
   if (mg_h2_started(s)) {
     mg_h2_reset(c, s);
   } else {
@@ -398,14 +225,14 @@ VALUE mg_rb_h2_early_hints(mg_engine *e, VALUE token, VALUE headers) {
   h2_head hh;
   head_build(&hh, 103, headers, -1);
   mg_conn *c;
-  mg_h2_stream *s = find_token(e, token, &c);
+  mg_h2_stream *s = h2_find_token(e, token, &c);
   if (!s) {
     mg_head_release(&hh.h);
     rb_raise(mg_eClientGone, "the HTTP/2 stream is gone");
   }
   int r = mg_h2_early_hints(c, s, hh.nv, hh.n);
   mg_head_release(&hh.h);
-  if (r < 0) stream_gone(e, c);
+  if (r < 0) h2_stream_gone(e, c);
   mg_h2_unlock(e, c);
   return r == 0 ? Qtrue : Qfalse;
 }

@@ -1,7 +1,7 @@
 /*
- * ruby/h2.h - HTTP/2 streams for Ruby (ruby/h2.c): tokens, [token, env], and the Engine's
- * response methods for a stream's token. A stream's token is a negative Integer (an HTTP/1
- * request's is positive): the Engine's methods hand such a token here.
+ * ruby/h2.h - HTTP/2 streams for Ruby (ruby/h2.c, ruby/h2_body.c): tokens, [token, env], and
+ * the Engine's response methods for a stream's token. A stream's token is a negative Integer (an
+ * HTTP/1 request's is positive): the Engine's methods hand such a token here.
  */
 #ifndef MARGAY_RUBY_H2_H
 #define MARGAY_RUBY_H2_H

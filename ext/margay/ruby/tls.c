@@ -1,6 +1,6 @@
 /*
  * ruby/tls.c - Margay::Native::TLSContext.new(options): a context with the house policy
- * (core/tls.c) from the options Margay::TLS validated (lib/margay/process/tls.rb). Freed with
+ * (core/tls_ctx.c) from the options Margay::TLS validated (lib/margay/process/tls.rb). Freed with
  * the object; the sessions made from it keep their own reference.
  * Margay::Native::TLSSession: a hijacked TLS connection's session, the non-blocking primitives
  * Server::TLSSocket (lib/margay/server/tls_socket.rb) builds an IO on; the socket itself is a
