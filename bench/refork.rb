@@ -14,7 +14,9 @@
 #     process, URG (where it reforks), S seconds more load, PSS again, with
 #     throughput and p99 of both loads. --growth MIN: then MIN minutes of load,
 #     PSS sampled each minute. Variants of Margay through environment settings:
-#     servers named margay+ENV=VALUE (e.g. margay+MALLOC_ARENA_MAX=8).
+#     servers named margay+ENV=VALUE (e.g. margay+MALLOC_ARENA_MAX=8); margay-lazy+C=FILE
+#     is Margay without --preload, with the config FILE (mold_boot true, say). The
+#     report has each process's memory by kind of mapping (brk heap, arenas, ...).
 #
 # PSS (proportional set size, /proc/PID/smaps_rollup) splits shared pages
 # between the processes sharing them, so the sum over a tree is the real cost.

@@ -28,7 +28,7 @@ module MargayBench
         o.on("--warm S", Integer, "warm-up load (not reported), then S (--seconds) measured before the refork") do |v|
           opts[:warm] = v
         end
-        o.on("--servers LIST", Array, "margay, margay+ENV=V[+C=config.rb], puma-preload, puma-fork") do |v|
+        o.on("--servers LIST", Array, "margay, margay+ENV=V[+C=config.rb], margay-lazy+C=config.rb, puma-preload, puma-fork") do |v|
           opts[:servers] = v
         end
         o.on("--growth MIN", Integer, "then MIN minutes of load, PSS each minute") { |v| opts[:growth] = v }
@@ -54,6 +54,7 @@ module MargayBench
       common = { workers: WORKERS, threads: "#{THREADS}:#{THREADS}" }
       argv = case base
              when "margay" then Servers.margay(port, APP, **common, extra: ["--preload", *args])
+             when "margay-lazy" then Servers.margay(port, APP, **common, extra: args) # with C=a config saying preload_app false
              when "puma-preload" then Servers.puma(port, APP, **common, extra: %w[--preload])
              when "puma-fork" then Servers.puma(port, APP, **common, extra: %w[--fork-worker=0])
              else raise ArgumentError, "unknown server #{name}"
@@ -150,32 +151,73 @@ module MargayBench
       sample = Memory.sample(pid)
       sample["processes"].each do |p|
         p["cmdline"] = cmdline(p["pid"])[0, 60]
-        p["pss_by_kind_kib"] = pss_by_kind(p["pid"])
+        p["by_kind_kib"] = memory_by_kind(p["pid"])
       end
       sample
     end
 
-    # PSS of one process by kind of mapping (/proc/PID/smaps): anonymous memory
-    # (the Ruby heap, malloc's mmapped arenas and large blocks, thread stacks),
-    # [heap] (malloc's brk heap), files (libruby, extensions, ...).
-    def pss_by_kind(pid)
-      kinds = Hash.new(0)
-      kind = nil
-      File.foreach("/proc/#{pid}/smaps") do |line|
-        if line.match?(/\A\h+-\h+ /)
-          name = line.split[5]
-          kind = if name.nil? then "anon"
-                 elsif name == "[heap]" then "brk heap"
-                 elsif name.start_with?("[") then name
-                 else "file"
-                 end
-        elsif line.start_with?("Pss:")
-          kinds[kind] += line.split[1].to_i
-        end
+    ARENA_ALIGN = 64 << 20 # glibc's HEAP_MAX_SIZE on 64-bit: each non-main arena's heap starts so aligned
+
+    # One process's memory by kind of mapping (/proc/PID/smaps), each kind's Pss,
+    # Private_Dirty and Shared (clean + dirty) in KiB: "brk heap" (malloc's main
+    # arena), "malloc arenas" (the other arenas: anonymous, 64 MiB-aligned),
+    # "thread stacks" (anonymous, just above a PROT_NONE guard), "anon other"
+    # (Ruby's heap pages, mmapped 64 KiB each on Ruby 3.1, and malloc's large
+    # blocks), "so" (shared objects), "file" (other files), "[stack]".
+    def memory_by_kind(pid)
+      vmas = smaps(pid)
+      kinds = Hash.new { |h, k| h[k] = { "pss" => 0, "private_dirty" => 0, "shared" => 0 } }
+      vmas.each_with_index do |v, i|
+        k = kinds[mapping_kind(v, i.zero? ? nil : vmas[i - 1])]
+        k["pss"] += v["Pss"]
+        k["private_dirty"] += v["Private_Dirty"]
+        k["shared"] += v["Shared_Clean"] + v["Shared_Dirty"]
       end
       kinds
     rescue SystemCallError
       {}
+    end
+
+    def mapping_kind(vma, before)
+      name = vma["name"]
+      return name == "[heap]" ? "brk heap" : name if name&.start_with?("[")
+      return name.include?(".so") ? "so" : "file" if name
+
+      if (vma["start"] % ARENA_ALIGN).zero? && vma["end"] - vma["start"] <= ARENA_ALIGN then "malloc arenas"
+      elsif before && before["name"].nil? && before["perms"].start_with?("---") && before["end"] == vma["start"] &&
+            before["end"] - before["start"] <= 65_536 then "thread stacks"
+      else "anon other"
+      end
+    end
+
+    def smaps(pid)
+      vmas = []
+      File.foreach("/proc/#{pid}/smaps") do |line|
+        if (m = line.match(/\A(\h+)-(\h+) (\S+) \S+ \S+ \S+\s*(.*)$/))
+          vmas << Hash.new(0).merge("start" => m[1].hex, "end" => m[2].hex, "perms" => m[3],
+                                    "name" => m[4].empty? ? nil : m[4])
+        elsif (m = line.match(/\A(Pss|Private_Dirty|Shared_Clean|Shared_Dirty):\s+(\d+) kB/))
+          vmas.last[m[1]] = m[2].to_i
+        end
+      end
+      vmas
+    end
+
+    # Mean of the workers' and the master's breakdowns in one sample, as table lines.
+    def breakdown_lines(result, key)
+      procs = result[key]["processes"]
+      master, *workers = procs
+      kinds = procs.flat_map { |p| p["by_kind_kib"].keys }.uniq.sort
+      mean = lambda do |list, kind, field|
+        (list.sum { |p| p["by_kind_kib"].dig(kind, field) || 0 } / list.size.to_f / 1024).round(1)
+      end
+      lines = ["#{result['server']} (#{key}), MiB: kind | master PSS / private dirty | mean worker PSS / private dirty / shared",
+               "|---|---:|---:|"]
+      kinds.each do |kind|
+        lines << "| #{kind} | #{mean.([master], kind, 'pss')} / #{mean.([master], kind, 'private_dirty')} | " \
+                 "#{mean.(workers, kind, 'pss')} / #{mean.(workers, kind, 'private_dirty')} / #{mean.(workers, kind, 'shared')} |"
+      end
+      lines
     end
 
     def load(url, seconds, out, tag)
@@ -212,6 +254,7 @@ module MargayBench
 
         lines << "  growth (total PSS MiB per minute): " + r["growth"].map { |g| mib(g["pss"]["pss_kib"]) }.join(", ")
       end
+      results.each { |r| lines.push("", *breakdown_lines(r, "pss_after")) }
       lines.join("\n")
     end
   end

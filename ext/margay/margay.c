@@ -53,17 +53,31 @@ static VALUE native_malloc_trim(VALUE self) {
 #endif
 }
 
+/* Native.malloc_arenas(n) -> true when glibc's arena limit is now +n+, false
+ * where there is none to set (not glibc) or MALLOC_ARENA_MAX chose it. The
+ * Launcher calls it first, before any thread allocates: glibc fixes the limit
+ * the first time a thread needs an arena. A thread with an arena of its own
+ * never allocates in the main arena, which after a fork holds the template's
+ * heap: a block it took there would copy the shared page it lands on. */
+static VALUE native_malloc_arenas(VALUE self, VALUE n) {
+  (void)self;
+#if defined(__GLIBC__) && defined(M_ARENA_MAX)
+  int arenas = NUM2INT(n);
+  if (arenas < 1) rb_raise(rb_eArgError, "malloc_arenas: %d is not a positive number of arenas", arenas);
+  if (getenv("MALLOC_ARENA_MAX")) return Qfalse;
+  return mallopt(M_ARENA_MAX, arenas) ? Qtrue : Qfalse;
+#else
+  (void)n;
+  return Qfalse;
+#endif
+}
+
 void Init_margay_native(void) {
   VALUE mMargay = rb_define_module("Margay");
   VALUE mNative = rb_define_module_under(mMargay, "Native");
-#if defined(__GLIBC__) && defined(M_ARENA_MAX)
-  /* glibc gives each thread that allocates under contention an arena of its
-   * own and rarely returns their memory: a threaded server's RSS creeps up.
-   * Two arenas, unless the user chose otherwise with MALLOC_ARENA_MAX. */
-  if (!getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 2);
-#endif
   rb_define_module_function(mNative, "child_subreaper", native_child_subreaper, 0);
   rb_define_module_function(mNative, "malloc_trim", native_malloc_trim, 0);
+  rb_define_module_function(mNative, "malloc_arenas", native_malloc_arenas, 1);
   mg_testing_init(mNative);
   VALUE cEngine = mg_engine_init(mMargay, mNative);
   mg_board_init(mNative);

@@ -73,6 +73,7 @@ module Margay
       @spawner = nil
       @phase = 0 # phased restarts so far (stats)
       @auto_reforked = false # refork_after reforks once per generation (as Puma's fork_worker, in phase 0)
+      @seeded = false # mold_boot: the first worker became the mold (seeding?)
       @loop_errors = Set.new # where each error the loop carried on past came from (said once each)
       @signals.trap_all # from now on: a signal during bind or preload is not lost, nor fatal
     end
@@ -105,7 +106,7 @@ module Margay
       bind
       @launcher.write_pidfile
       app, description = @launcher.load_app if @config.preload_app?
-      @launcher.announce(self, description || "#{@config.rackup} (loaded by each worker)")
+      @launcher.announce(self, description || "#{@config.rackup} (loaded by #{@config.mold_boot ? 'the first worker, the mold of the others' : 'each worker'})")
       run(preloaded_app: app)
       @launcher.stopped
     ensure
@@ -267,8 +268,15 @@ module Margay
       return resume_mold(mold) if mold && reforked?
       # A ready mold serves again once the others are re-forked: it counts.
       return if @workers.serving.size + (mold ? 1 : 0) >= @target || @back_off.waiting?
+      return if seeding?
 
       spawn_worker
+    end
+
+    # mold_boot, until the first worker has booted and become the mold: the
+    # others wait to be forked from it (one worker loads the app, the master never).
+    def seeding?
+      @config.mold_boot && !@seeded && !@stopping && @workers.any?
     end
 
     def spawn_worker
@@ -341,6 +349,7 @@ module Margay
       worker.booted!
       @back_off.booted!
       @log.info("master: #{worker} booted")
+      @seeded ||= promote(worker) if @config.mold_boot # it forks the others (seeding?)
       return if @ready || @workers.serving.count(&:booted?) < @target
 
       Operations.fire(:after_booted, once: true) # plugins' event

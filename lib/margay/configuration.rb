@@ -78,6 +78,7 @@ module Margay
       request_timeout: nil,           # seconds an app call may run: 503 and the thread interrupted (nil: off)
       worker_memory_limit: nil,       # bytes of RSS after which a worker is gracefully replaced (nil: off)
       refork_after: nil,              # requests after which a warm worker becomes the mold (nil: only on URG)
+      mold_boot: false,               # the master never loads the app: the first worker does, then forks the others as the mold
       # Memory per worker: the template's heap before forking (Cluster::Heap)
       compact_before_fork: false,     # GC.compact in the mold (and a preloading master) before it forks
       out_of_band_gc: nil,            # a cluster worker with no request running, N requests after its last: full GC + malloc_trim
@@ -194,6 +195,8 @@ module Margay
 
     # True when the app is loaded once in the master before forking workers.
     def preload_app?
+      return false if mold_boot
+
       preload_app.nil? ? workers.positive? : preload_app
     end
 
@@ -238,7 +241,7 @@ module Margay
       out_of_band_gc: "a positive number of requests"
     }.freeze
     BOOLEANS = %i[quiet log_requests silent balance_keepalive redirect_append
-                  compact_before_fork queue_time_header].freeze
+                  compact_before_fork queue_time_header mold_boot].freeze
     # Strings or nil.
     STRINGS = %i[pidfile state_path redirect_stdout redirect_stderr tag directory restart_command
                  control_token remote_address_header].freeze
@@ -309,6 +312,9 @@ module Margay
         invalid(key, "#{key} must be true or false, got #{value.inspect}") unless [true, false].include?(value)
       end
       invalid(:quiet, "quiet and log_requests contradict each other (quiet means no access log)") if quiet && log_requests
+      if mold_boot && preload_app == true
+        invalid(:mold_boot, "mold_boot and preload_app contradict each other (with mold_boot the first worker loads the app, not the master)")
+      end
       STRINGS.each do |key|
         value = public_send(key)
         next if value.nil? || (value.is_a?(String) && (!value.empty? || key == :tag)) # tag "": no tag in the title, as in Puma

@@ -6,6 +6,7 @@ require_relative "runner"
 require_relative "errors"
 require_relative "configuration"
 require_relative "log"
+require_relative "native"
 require_relative "single"
 require_relative "version"
 
@@ -42,6 +43,9 @@ module Margay
 
     # JRuby has no fork: cluster mode's `workers N` warns and serves in one process, as Puma does there.
     NO_FORK = RUBY_ENGINE == "jruby"
+    # glibc arenas beyond one per pool thread: the main thread's (the main arena) and spares
+    # for the engine's own threads (Native.malloc_arenas).
+    ARENAS_BEYOND_POOL = 3
 
     # Serve until TERM or INT. Yields the bound server before serving when a
     # block is given (single mode). Returns 0 after a graceful stop.
@@ -49,6 +53,7 @@ module Margay
     # @raise [AppLoadError] the rackup file raised
     def run(&block)
       allocator_warning = Allocator.reexec(@config.jemalloc, @restart_argv) # may exec: before anything else
+      Native.malloc_arenas(@config.max_threads + ARENAS_BEYOND_POOL) # before any thread allocates: "Memory" in CONFIGURATION.md
       ENV["RACK_ENV"] = @config.environment
       Dir.chdir(@config.directory) if @config.directory # first: relative redirect paths are the directory's,
       Log.redirect(@config, append: @config.redirect_append || ENV.delete(Reexec::REDIRECTED_ENV)) # on HUP and restart too

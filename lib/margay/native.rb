@@ -26,6 +26,7 @@ if RUBY_ENGINE == "jruby" # no C extensions there: the pure-Ruby engine (lib/mar
     module Native # the names the server uses
       Engine = Pure::Engine
       def self.malloc_trim = nil
+      def self.malloc_arenas(_count) = false
 
       # An ssl:// bind: refused at start with one line (the pure-Ruby engine has no TLS yet).
       class TLSContext

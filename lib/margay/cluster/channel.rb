@@ -50,6 +50,7 @@ module Margay
       # or is new: its new worker runs the header timeout on a new one, not
       # the keep-alive timeout.
       KEPT_ALIVE = { true => "k", false => "n" }.freeze
+      NOTHING_ASKED = [].freeze
 
       # Three new links for one worker: [the master's side, the worker's side].
       def self.pair
@@ -73,6 +74,8 @@ module Margay
         @beat = beat
         @ctl = ctl
         @handoff = handoff
+        @peeked = String.new(capacity: 1) # connection_waiting?'s and asked's buffers: a look allocates nothing
+        @asked = String.new(capacity: 64)
         @partial = +""
         @last_status = nil
         @last_checkin = nil
@@ -135,8 +138,8 @@ module Margay
       # Worker: what the master asked since the last look (never blocks): :mold (stop serving
       # and become the mold), :drain (drain, then stop).
       def asked
-        command = @ctl.read_nonblock(64, exception: false)
-        return [] unless command.is_a?(String)
+        command = @ctl.read_nonblock(64, @asked, exception: false)
+        return NOTHING_ASKED unless command.is_a?(String)
 
         { BECOME_MOLD => :mold, DRAIN => :drain }.filter_map { |word, ask| ask if command.include?(word) }
       end
@@ -207,8 +210,12 @@ module Margay
       # Whether a handed-over connection waits to be received (never blocks).
       # A peek, not a poll: Ruby 3.1's wait_readable(0) returned nil now and
       # then with a datagram queued (a thread interrupt ends the zero wait).
+      # recv into a kept buffer, not recvmsg: a worker asks every tick (5 ms),
+      # and recvmsg's 4 KiB control buffer, garbage until the next GC, was
+      # malloc'd each time among the heap its template shares with it: each
+      # such block copies the pages it lands on (MiBs per worker after a refork).
       def connection_waiting?
-        @handoff.recvmsg_nonblock(1, Socket::MSG_PEEK, exception: false) != :wait_readable
+        @handoff.recv_nonblock(1, Socket::MSG_PEEK, @peeked, exception: false) != :wait_readable
       rescue IOError, SystemCallError
         false
       end

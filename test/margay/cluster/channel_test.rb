@@ -109,6 +109,27 @@ class ChannelTest < Minitest::Test
     [a, b].each { |s| s&.close }
   end
 
+  # A worker looks every tick (5 ms): a look that allocated left garbage in the
+  # heap it shares with its template until the next GC, copying its pages.
+  def test_looking_for_orders_and_connections_allocates_nothing
+    2.times do # the buffers sized once, GC.stat's first call made
+      @worker.asked
+      @worker.connection_waiting?
+      GC.stat(:total_allocated_objects)
+    end
+    before = GC.stat(:total_allocated_objects)
+    200.times do
+      @worker.asked
+      @worker.connection_waiting?
+    end
+    # (at most one: the measurement's own; recvmsg and a fresh read buffer made about 800)
+    assert_operator GC.stat(:total_allocated_objects) - before, :<=, 1, "objects allocated by 200 empty looks"
+    @master.ask_to_become_mold
+    assert_equal [:mold], @worker.asked, "an order is still seen"
+    send_and_receive(@master, @worker, true)
+    refute @worker.connection_waiting?
+  end
+
   def test_a_datagram_without_a_descriptor_raises
     @worker.handoff.send("k", 0)
     assert @master.connection_waiting?

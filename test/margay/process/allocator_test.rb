@@ -2,6 +2,8 @@
 
 require "test_helper"
 require "tmpdir"
+require "open3"
+require "margay/native"
 require "margay/process/allocator"
 
 # Margay::Allocator: which allocator this process runs on, the library the jemalloc setting
@@ -69,4 +71,35 @@ class AllocatorTest < Minitest::Test
                    A.reexec(lib, nil)
     end
   end
+
+  # Native.malloc_arenas (the Launcher calls it with max_threads + 3): each of six threads
+  # gets an arena of its own when the limit allows, never the main arena, which after a
+  # fork holds the template's heap. Counted in a fresh process: glibc fixes the limit once.
+  ARENA_COUNT = <<~RUBY
+    require "margay/native"
+    print Margay::Native.malloc_arenas(Integer(ARGV[0])), " "
+    q = Queue.new
+    threads = Array.new(6) { Thread.new { s = "x" * 4096; q.pop; s.size } }
+    sleep 0.2 until threads.all? { |t| t.status == "sleep" }
+    print File.readlines("/proc/self/maps").count { |l| # a non-main arena: anonymous, aligned on its 64 MiB
+      a, b = l.split.first.split("-").map(&:hex)
+      l.split.size == 5 && (a % (64 << 20)).zero? && b - a <= (64 << 20)
+    }
+    6.times { q << 1 }
+    threads.each(&:join)
+  RUBY
+
+  def test_malloc_arenas_gives_each_thread_its_own_unless_malloc_arena_max_is_set
+    skip "glibc only" unless RUBY_PLATFORM.include?("linux-gnu") && File.exist?("/proc/self/maps")
+    run = lambda do |limit, env = {}|
+      out, status = Open3.capture2(env, RbConfig.ruby, "-I", File.expand_path("../../../lib", __dir__), "-e", ARENA_COUNT, limit.to_s)
+      assert status.success?
+      out.split
+    end
+    assert_equal %w[true 6], run.call(9), "six threads, six arenas besides the main one"
+    assert_equal %w[true 2], run.call(3), "a limit of three: the main arena and two more, shared"
+    assert_equal %w[false 1], run.call(9, "MALLOC_ARENA_MAX" => "2"), "the environment's choice stands"
+    assert_raises(ArgumentError) { Margay::Native.malloc_arenas(0) }
+  end
+
 end

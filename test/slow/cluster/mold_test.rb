@@ -70,6 +70,36 @@ class ClusterMoldTest < Minitest::Test
     assert_equal 1, log_text.scan(/becomes the mold/).size, "refork_after reforks once (as Puma's fork_worker)"
   end
 
+  def test_mold_boot_loads_the_app_once_in_the_first_worker_which_forks_the_others
+    @dir = Dir.mktmpdir("margay-cluster-")
+    app = File.join(@dir, "app.ru")
+    File.write(app, "$stdout.sync = true\nputs \"app loaded in \#{Process.pid}\"\n" \
+                    "run ->(_env) { [200, { \"content-type\" => \"text/plain\" }, [Process.pid.to_s]] }\n")
+    File.write(File.join(@dir, "margay.rb"), "mold_boot true\n")
+    spawn_master("-w", "3", "-b", "tcp://127.0.0.1:0", "-C", File.join(@dir, "margay.rb"), app)
+    wait_for_listening
+    wait_for_log(/the mold \(pid (\d+)\) serves again as worker 0/, timeout: 30)
+    mold = log_text[/the mold \(pid (\d+)\) serves again/, 1].to_i
+    wait_for_log(/worker 0 \(pid #{mold}\) booted/, count: 2, timeout: 10)
+    assert_match(/loaded by the first worker, the mold of the others/, log_text, "the banner says where the app loads")
+    assert_equal [mold], log_text.scan(/app loaded in (\d+)/).flatten.map(&:to_i), "one load, in the first worker"
+    assert_match(/mold \(from worker 0\): heap settled/, log_text)
+    refute_match(/master: heap settled/, log_text, "the master holds no app")
+    workers = worker_pids.uniq
+    assert_equal 3, workers.size, log_text
+    served = []
+    300.times do # until each has answered (the kernel picks which worker accepts)
+      served |= [raw_exchange(@port, "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", timeout: 10)[/\r\n\r\n(\d+)/, 1].to_i]
+      break if served.size == 3
+    end
+    assert_equal workers.sort, served.sort, "all three serve"
+
+    Process.kill(:KILL, (workers - [mold]).first)
+    wait_for_log(/app loaded in/, count: 2, timeout: 20) # the master forks the replacement, which loads the app
+    wait_for_log(/booted/, count: 5, timeout: 20)
+    assert_equal 200, raw_exchange(@port, "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", timeout: 10)[/\A\S+ (\d+)/, 1].to_i
+  end
+
   private
 
   def parent_of(pid)

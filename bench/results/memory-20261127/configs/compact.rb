@@ -1,0 +1,1 @@
+compact_before_fork true

@@ -1,0 +1,1 @@
+preload_app false
