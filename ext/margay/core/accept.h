@@ -10,7 +10,8 @@
 struct mg_conn;
 /* Accept what listener +li+ has queued (its event came), then arm it again. Returns the first
  * connection accepted, owned by the caller (who handles it as if its event had come), or NULL
- * (none, or another thread took it). */
+ * (none, another thread took it, or a cluster worker holds older unread clients: then it
+ * waits its turn in the ready list). */
 struct mg_conn *mg_accept_batch(mg_engine *e, int li);
 /* A cluster worker's share of its TCP listeners' backlogs, taken by a thread back from a
  * request before it looks for work (at most every millisecond per worker; nothing in a single
