@@ -7,6 +7,7 @@
 #include "core/conn.h"
 #include "core/health.h"
 #include "core/listeners.h"
+#include "core/loop.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -211,4 +212,14 @@ void mg_accept_early(mg_engine *e) {
     if (n > 0) take(e, li, n < q ? n : q);
   }
   mg_listeners_leave(e);
+}
+
+int mg_accept_starved(mg_engine *e) {
+  if (atomic_load(&e->idle_waiters) > 0 || atomic_load(&e->stopping)) return 0;
+  if (atomic_load(&e->unread) > 0 || mg_loop_stashed(e) > 0) return 1;
+  int q = 0;
+  mg_listeners_enter(e);
+  for (int li = 0; li < e->nlisteners && q <= 0 && !atomic_load(&e->stopping); li++) q = queued(&e->listeners[li]);
+  mg_listeners_leave(e);
+  return q > 0;
 }

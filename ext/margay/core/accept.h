@@ -17,6 +17,10 @@ struct mg_conn *mg_accept_batch(mg_engine *e, int li);
  * request before it looks for work (at most every millisecond per worker; nothing in a single
  * process). */
 void mg_accept_early(mg_engine *e);
+/* Whether requests wait for a thread while none waits: clients taken in and not reached yet,
+ * events fetched and not handled yet, or clients in a TCP listener's backlog (the pool's
+ * on-demand growth asks; with the GVL or without). */
+int mg_accept_starved(mg_engine *e);
 /* Serve connected socket +fd+ handed over by another worker (the engine owns it from now on):
  * one that served a request (+kept_alive+) or a new one. 0, or -1 (the fd is closed). */
 int mg_accept_adopted(mg_engine *e, int fd, int kept_alive);
