@@ -62,7 +62,7 @@ module Margay
         @busy = 0
         @looks = 0
         @computing_looks = 0
-        @computing = nil # what the supervisor's looks found while saturated: nil before the first
+        @computing = false # the supervisor's looks found the process computing (#consider_growth)
         @on_demand = 0 # threads started by #grow_on_demand and still here
         @retiring = 0 # of those, how many are to leave at their next turn (#retire?)
         @lock = Mutex.new
@@ -105,18 +105,22 @@ module Margay
       # request: on a fast app one thread that never waits for the GVL beats
       # several that hand it to each other. Returns true when it grew.
       #
-      # A look at which the process computed (cpu_share at least BLOCKED_CPU_SHARE), the
-      # GROW_AFTER_LOOKS-th in a row, ends on-demand growth until a saturated look finds it
-      # blocked again, and the threads it started leave at their next turn.
+      # GROW_AFTER_LOOKS looks in a row at which the process computed (cpu_share at least
+      # BLOCKED_CPU_SHARE) end on-demand growth, and the threads it started leave at their next
+      # turn; it starts again only once these looks grew the pool (a share measured over 5 ms
+      # on a shared machine scatters: one low look does not make a computing process blocked).
       def consider_growth(saturated:, cpu_share:)
         computing = cpu_share >= BLOCKED_CPU_SHARE
-        @computing = computing if saturated
         @computing_looks = computing ? @computing_looks + 1 : 0
-        retire_on_demand if @computing_looks >= GROW_AFTER_LOOKS
+        if @computing_looks >= GROW_AFTER_LOOKS
+          @computing = true
+          retire_on_demand
+        end
         @looks = saturated && !computing ? @looks + 1 : 0
         return false if @looks < GROW_AFTER_LOOKS
 
         @looks = 0
+        @computing = false
         grow(@max)
       end
 

@@ -179,26 +179,25 @@ class ThreadPoolTest < Minitest::Test
   def test_on_demand_growth_is_one_thread_at_a_time_until_looks_find_the_process_computing
     pool = pool(min: 1, max: 4).start
     pop_within(@started)
-    assert pool.grow_on_demand?, "before any look: as Puma, a thread per request waiting"
+    assert pool.grow_on_demand?, "as Puma: a thread per request waiting"
     assert pool.grow_on_demand
     assert pool.grow_on_demand
     assert_equal 3, pool.size
-    pool.consider_growth(saturated: true, cpu_share: 0.1)
-    assert pool.grow_on_demand?, "a blocked process may grow on"
+    threads = Array.new(2) { pop_within(@started) }
+    pool.consider_growth(saturated: true, cpu_share: 0.9)
+    assert pool.grow_on_demand?, "one computing look is not enough"
+    refute pool.retire?(threads[0])
     pool.consider_growth(saturated: true, cpu_share: 0.9)
     refute pool.grow_on_demand?, "a computing process serves on the threads it has"
     refute pool.grow_on_demand
-    threads = Array.new(2) { pop_within(@started) }
-    refute pool.retire?(threads[0]), "one computing look is not enough to send threads away"
-    pool.consider_growth(saturated: true, cpu_share: 0.9)
-    assert pool.retire?(threads[0])
+    assert pool.retire?(threads[0]), "and the threads started on demand leave"
     assert pool.retire?(threads[1])
-    refute pool.retire?(pool.threads.first), "only the threads started on demand leave"
+    refute pool.retire?(pool.threads.first), "only those"
     assert_equal 1, pool.size
-    pool.consider_growth(saturated: false, cpu_share: 0.0)
-    refute pool.grow_on_demand?, "an idle look says nothing new"
     pool.consider_growth(saturated: true, cpu_share: 0.1)
-    assert pool.grow_on_demand?, "a saturated blocked look opens it again"
+    refute pool.grow_on_demand?, "one blocked look (a scattered share) does not start it again"
+    assert pool.consider_growth(saturated: true, cpu_share: 0.1), "two grow the pool to max"
+    assert_equal 4, pool.size
     2.times { @gate << :go } # the two that left the pool
   end
 
