@@ -2,7 +2,8 @@
 # frozen_string_literal: true
 
 # One queue across cluster workers: Margay and Puma 8 with the same workers and threads on the
-# same app, alternated round by round, each round one load per server:
+# same app, alternated round by round (the order rotates: no server always starts first), each
+# round one load per server:
 #
 #   ab     a new connection per request (`ab -n N -c C`, no keep-alive: the seeds' method)
 #   wrk    closed loop over keep-alive connections (`wrk -t2 -cC -dSs --latency`)
@@ -78,7 +79,7 @@ module MargayBench
         @env = server_env(tmp)
         Prereqs.seed_rails(@env["puma"], "SQLite") if rails?
         @o[:rounds].times do |round|
-          @servers.each do |name|
+          @servers.rotate(round).each do |name| # no server always starts first on a cold machine
             row = measure(name, tmp).merge("round" => round + 1, "server" => name)
             @rows << row
             warn format("[queue] round %d %-12s %7.1f req/s p50 %6.1f p99 %6.1f ms backlog %s conns %s",

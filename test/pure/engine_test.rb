@@ -17,6 +17,8 @@ module Margay
       def busy! = nil
       def idle! = nil
       def leave?(_thread) = false
+      def grow_on_demand? = false
+      def retire?(_thread) = false
     end
 
     def serve(app, **settings, &block)

@@ -7,6 +7,7 @@
 #include "core/conn.h"
 #include "core/health.h"
 #include "core/listeners.h"
+#include "core/loop.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -69,7 +70,8 @@ static int free_share(mg_engine *e) {
  * listener once per pass over their requests and would take one client per pass, so while it
  * holds more than its threads it takes its even share of the connections (those the serving
  * workers hold plus the backlog), and each worker's pass stays as long as the others'. This
- * thread is free, so it always takes at least the one it serves at once.
+ * thread is free, so it always takes at least one client (served at once, or after older ones:
+ * serve_first): silent connections, which stay unread, never stop a worker's accepting.
  * A draining cluster worker takes only that one: a worker may be killed mid-drain, and a client
  * it accepted but has not read dies with it, while one left in the backlog is taken by another
  * worker (the listener is shared). */
@@ -156,11 +158,22 @@ static mg_conn *claim(mg_engine *e, int fd) {
   return c;
 }
 
+/* Whether the thread at a listener's event serves the first client it takes at once. A single
+ * process does. A cluster worker does only while no client it took earlier waits unread for a
+ * thread: mg_accept_early registers clients behind a listener's event queued before them, so at
+ * that event the backlog's head is newer than they are, and served first it would make the
+ * oldest wait one more service time. Then the new client joins the ready list like the others
+ * and this thread goes on to the next event, the oldest. */
+static int serve_first(mg_engine *e) {
+  return !e->board_slots || atomic_load(&e->unread) == 0;
+}
+
 mg_conn *mg_accept_batch(mg_engine *e, int li) {
   mg_listeners_enter(e);
+  int now = serve_first(e);
   int first = accept_some(e, li);
   mg_listeners_leave(e);
-  return first >= 0 ? claim(e, first) : NULL;
+  return first >= 0 && now ? claim(e, first) : NULL;
 }
 
 int mg_accept_adopted(mg_engine *e, int fd, int kept_alive) {
@@ -199,4 +212,14 @@ void mg_accept_early(mg_engine *e) {
     if (n > 0) take(e, li, n < q ? n : q);
   }
   mg_listeners_leave(e);
+}
+
+int mg_accept_starved(mg_engine *e) {
+  if (atomic_load(&e->idle_waiters) > 0 || atomic_load(&e->stopping)) return 0;
+  if (atomic_load(&e->unread) > 0 || mg_loop_stashed(e) > 0) return 1;
+  int q = 0;
+  mg_listeners_enter(e);
+  for (int li = 0; li < e->nlisteners && q <= 0 && !atomic_load(&e->stopping); li++) q = queued(&e->listeners[li]);
+  mg_listeners_leave(e);
+  return q > 0;
 }

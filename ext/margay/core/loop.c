@@ -182,6 +182,13 @@ int mg_loop_take(mg_engine *e, mg_ev_event *ev, int timeout_ms) {
   return n > 1 ? 1 : n;
 }
 
+int mg_loop_stashed(mg_engine *e) {
+  pthread_mutex_lock(&e->stash_lock);
+  int n = e->stash_len;
+  pthread_mutex_unlock(&e->stash_lock);
+  return n;
+}
+
 /* The calling thread counts as waiting for work (the pool's growth policy, the cluster board,
  * accept batches) while it is in the loop. */
 static void enter(mg_engine *e) {

@@ -49,6 +49,8 @@ void mg_loop_requeue(mg_engine *e, mg_conn *c);
  * (timeout) or -1 (errno). A second wait loop takes its events here, not with mg_ev_wait on
  * e->ev directly: events in the stash are otherwise seen only by the threads in this loop. */
 int mg_loop_take(mg_engine *e, mg_ev_event *ev, int timeout_ms);
+/* How many events were fetched by a wait and not taken yet. */
+int mg_loop_stashed(mg_engine *e);
 
 /* Handle one event taken from the engine's event set (mg_loop_take): a wake, a listener (accept),
  * or a connection (read, frame, finish a write, linger). Returns 1 with *out set to the owned

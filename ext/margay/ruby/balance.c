@@ -47,6 +47,12 @@ static VALUE engine_saturated_ms(VALUE self) {
   return LL2NUM(d < 0 ? 0 : d);
 }
 
+/* Engine#starved?: whether requests wait for a thread while none waits (mg_accept_starved): a
+ * thread that just took a request asks, for the pool's on-demand growth. */
+static VALUE engine_starved(VALUE self) {
+  return mg_accept_starved(mg_rb_engine_core(self)) ? Qtrue : Qfalse;
+}
+
 /* Engine#publish_idle(board, index): count this engine's waiting threads and
  * connections into slot +index+ of the cluster's IdleBoard (ruby/board.c), and its readiness;
  * from now on its health answers are the cluster's (core/health.h). Call before #start. */
@@ -84,6 +90,7 @@ void mg_balance_init(VALUE cEngine) {
   rb_define_method(cEngine, "detach_idle", engine_detach_idle, 2);
   rb_define_method(cEngine, "adopt", engine_adopt, 2);
   rb_define_method(cEngine, "saturated_ms", engine_saturated_ms, 0);
+  rb_define_method(cEngine, "starved?", engine_starved, 0);
   rb_define_method(cEngine, "publish_idle", engine_publish_idle, 2);
   rb_define_method(cEngine, "others_waiting", engine_others_waiting, 0);
   rb_define_method(cEngine, "handoff_quota", engine_handoff_quota, 0);

@@ -1,6 +1,9 @@
 # frozen_string_literal: true
 
-require_relative "../runner" # BACKTRACE_SIGNAL
+require_relative "../clock"
+require_relative "../log"
+require_relative "../process/systemd"
+require_relative "../runner" # BACKTRACE_SIGNAL, TLS_RELOAD_SIGNAL
 
 module Margay
   class Cluster
@@ -79,6 +82,86 @@ module Margay
         exit!(0) if own.intersect?(STOP)
         Process.kill(:HUP, Process.pid) if own.include?("HUP") && app_hup.is_a?(Proc)
       end
+    end
+  end
+
+  # What each master signal does (docs/SIGNALS.md): the supervision loop takes them from the
+  # inbox one at a time. Restarts (USR1, USR2) are in restarts.rb.
+  class Cluster
+    private
+
+    def handle_signal(sig)
+      case sig
+      when "TERM" then @config.drain_delay.positive? && !@drain_until ? begin_drain : begin_stop
+      when *Signals::STOP then begin_stop
+      when "TTIN" then @target += 1
+      when "TTOU" then shrink
+      when "USR1" then phased_restart
+      when "USR2" then hot_restart
+      when "HUP" then hangup
+      when Runner::BACKTRACE_SIGNAL then @log.thread_backtraces # the master's threads, as Puma's
+      when Runner::TLS_RELOAD_SIGNAL then reload_tls_everywhere
+      when "URG" then promote(@workers.serving.select { |w| w.booted? && !w.retiring? }.min_by(&:index))
+      end
+    end
+
+    def begin_stop
+      return if @stopping
+
+      @stopping = true # first: whatever fails below, the stop goes on (and is forced at the deadline)
+      @stop_deadline = Clock.now + grace_period + 5
+      Systemd.notify("STOPPING=1")
+      @forwarder.close_held # no worker will serve again
+      @log.info("master: graceful stop (#{@workers.size} workers)")
+      signal_workers(:TERM)
+      close_listeners # the workers close theirs as they stop: then new clients are refused
+    end
+
+    # TERM with drain_delay: every worker turns unready and closes each connection after its
+    # response (the board's drain flag, which their engines read), the listeners keep accepting;
+    # after drain_delay the graceful stop. A second TERM, or INT, stops at once.
+    def begin_drain
+      return if @stopping
+
+      @drain_until = Clock.now + @config.drain_delay
+      @board.drain!
+      @log.info("master: draining for #{@config.drain_delay}s (not ready, connection: close), then stopping gracefully")
+    end
+
+    def close_listeners
+      (@listeners + health_listeners).each { |l| l.io.close unless l.io.closed? }
+    end
+
+    def force_stop
+      @workers.each { |w| w.kill(:KILL) }
+    end
+
+    def signal_workers(sig)
+      @workers.each { |w| sig == :TERM ? stop_worker(w) : w.kill(sig) }
+    end
+
+    def shrink
+      return if @target <= 1
+
+      @target -= 1
+      victim = @workers.cull(@config.worker_culling_strategy)
+      retire(victim) if victim
+    end
+
+    # HUP: reopen the redirected stdout/stderr (here and, through their own
+    # HUP handler, in the workers), and pass the signal to the workers. A file
+    # that cannot be opened (its directory gone, no permission, no descriptor)
+    # is said and the logs stay where they were: HUP never stops the cluster.
+    def hangup
+      Log.reopen(@config, @log, "master: ")
+      signal_workers(:HUP)
+    end
+
+    # ALRM: the master's TLS contexts take the new certificates (the workers it forks from now
+    # on inherit them), and each worker reloads its own copies.
+    def reload_tls_everywhere
+      reload_tls("master: ")
+      signal_workers(Runner::TLS_RELOAD_SIGNAL.to_sym)
     end
   end
 end

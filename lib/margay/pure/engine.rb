@@ -273,6 +273,11 @@ module Margay
         @waiting.zero? && since ? ((now - since) * 1000).to_i : 0
       end
 
+      # Whether complete requests wait for a thread while none waits: the pool's on-demand growth.
+      def starved?
+        @waiting.zero? && !@ready.empty?
+      end
+
       def close
         return if @closed
 

@@ -165,6 +165,7 @@ module Margay
             next
           end
           token, env = request
+          pool.grow_on_demand if pool.grow_on_demand? && @engine.starved?
           pool.busy!
           begin
             continue_with = call(token, env)
@@ -172,6 +173,7 @@ module Margay
             pool.idle!
           end
           @out_of_band&.call unless continue_with
+          break if !continue_with && pool.retire?(Thread.current)
         end
       rescue Exception # rubocop:disable Lint/RescueException -- unwinding between two requests: free the connection
         @engine.abort(continue_with) if continue_with

@@ -11,8 +11,10 @@ module Margay
     # request is handed from one thread to another.
     #
     # The pool grows toward max only when its threads are blocked rather than
-    # busy (#consider_growth, asked by the server's supervisor), and threads
-    # above min exit after idling.
+    # busy: on demand, a thread per request waiting while none does, until the
+    # supervisor's looks find the process computing (#grow_on_demand); by those
+    # looks (#consider_growth). Threads above min exit after idling, and those
+    # started on demand leave once the looks find the process computing.
     class ThreadPool
       # For how many consecutive looks every thread must have been busy while
       # the process used less than BLOCKED_CPU_SHARE of a core before the pool
@@ -59,6 +61,10 @@ module Margay
         @threads = []
         @busy = 0
         @looks = 0
+        @computing_looks = 0
+        @computing = false # the supervisor's looks found the process computing (#consider_growth)
+        @on_demand = 0 # threads started by #grow_on_demand and still here
+        @retiring = 0 # of those, how many are to leave at their next turn (#retire?)
         @lock = Mutex.new
         @stopped = false
       end
@@ -98,12 +104,59 @@ module Margay
       # thread short is 5 ms more on every waiting request). Never per
       # request: on a fast app one thread that never waits for the GVL beats
       # several that hand it to each other. Returns true when it grew.
+      #
+      # GROW_AFTER_LOOKS looks in a row at which the process computed (cpu_share at least
+      # BLOCKED_CPU_SHARE) end on-demand growth, and the threads it started leave at their next
+      # turn; it starts again only once these looks grew the pool (a share measured over 5 ms
+      # on a shared machine scatters: one low look does not make a computing process blocked).
       def consider_growth(saturated:, cpu_share:)
-        @looks = saturated && cpu_share < BLOCKED_CPU_SHARE ? @looks + 1 : 0
+        computing = cpu_share >= BLOCKED_CPU_SHARE
+        @computing_looks = computing ? @computing_looks + 1 : 0
+        if @computing_looks >= GROW_AFTER_LOOKS
+          @computing = true
+          retire_on_demand
+        end
+        @looks = saturated && !computing ? @looks + 1 : 0
         return false if @looks < GROW_AFTER_LOOKS
 
         @looks = 0
+        @computing = false
         grow(@max)
+      end
+
+      # Asked by a thread that took a request while no other waits for work and more requests
+      # wait (Engine#starved?): one thread more at once, as Puma starts a thread per request
+      # queued, unless the supervisor's looks found the process computing (a fast app serves
+      # best on the threads it has: more would only hand the GVL to each other). The cheap
+      # test first: the caller asks the engine only when this is true.
+      def grow_on_demand?
+        !@computing && @threads.size < @max
+      end
+
+      # One thread more (see #grow_on_demand?). Returns true when one started.
+      def grow_on_demand
+        @lock.synchronize do
+          next false if @computing || !room_locked? || !start_locked
+
+          @on_demand += 1
+          true
+        end
+      end
+
+      # Whether the calling thread, back from a request, is one of the threads started on
+      # demand that are to leave (the process turned out to compute); it is then gone from
+      # the pool.
+      def retire?(thread)
+        return false if @retiring.zero?
+
+        @lock.synchronize do
+          next false if @retiring.zero? || @threads.size <= @min
+
+          @retiring -= 1
+          @on_demand -= 1
+          @threads.delete(thread)
+          true
+        end
       end
 
       # Up to +count+ threads more, up to max (plus the threads marked I/O-bound, up to
@@ -163,6 +216,8 @@ module Margay
           next false if @threads.size <= @min
 
           @threads.delete(thread)
+          @on_demand -= 1 if @on_demand.positive? # which thread it was does not matter
+          @retiring = @on_demand if @retiring > @on_demand
           true
         end
       end
@@ -190,6 +245,10 @@ module Margay
       end
 
       private
+
+      def retire_on_demand
+        @lock.synchronize { @retiring = @on_demand }
+      end
 
       def room_locked?
         @threads.size < @max + [@io_marked, @max_io].min && !paused_locked?

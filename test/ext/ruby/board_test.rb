@@ -90,6 +90,36 @@ class IdleBoardTest < Minitest::Test
     assert_equal [0, 0, 0], [board[0], board.connections(0), board.unread(0)]
   end
 
+  # The only thread is busy while A then B connect and send. Back from its request, the thread
+  # takes A from the backlog (its free share), queued behind the listener's event that A's
+  # arrival made; at that event it takes B. A came first and is served first.
+  def test_a_client_taken_early_is_served_before_the_one_the_listener_event_brings
+    board = Margay::Native::IdleBoard.new(1)
+    gate = Queue.new
+    served = Queue.new
+    app = lambda do |env|
+      served << env["PATH_INFO"]
+      gate.pop if env["PATH_INFO"] == "/hold"
+      [200, {}, ["ok"]]
+    end
+    server = start_server(board, 0, app: app, min_threads: 1, max_threads: 1)
+    eventually { board[0] == 1 }
+    hold, = connect(server, 1)
+    hold.write("GET /hold HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert_equal "/hold", served.pop
+    clients = %w[/a /b].map do |path|
+      c, = connect(server, 1)
+      c.write("GET #{path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      sleep 0.05
+      c
+    end
+    assert_equal 1, board.connections(0), "A and B wait in the backlog while the thread is busy"
+    gate << true
+    assert_equal %w[/a /b], [served.pop, served.pop], "first come, first served"
+    [hold, *clients].each { |c| assert_match(/\AHTTP\/1\.1 200/, c.read) }
+    board.clear(0)
+  end
+
   def test_a_look_counts_the_requests_waiting_for_a_thread_and_the_longest_wait
     board = Margay::Native::IdleBoard.new(1)
     gate = Queue.new

@@ -16,7 +16,7 @@ class EngineTest < Minitest::Test
     add_listener: -1, start: 0, next_request: -1, stop: -1, stopping?: 0, abort: 1, hijack: 1, error_response: 2, stats: 0, backlog: 0, queue_look: 0,
     close: 0, respond: 4, respond_file: 4, stream_start: 3, stream_write: 2, stream_finish: 1, flush: 1,
     early_hints: 2, response_started?: 1, detach_idle: 2, adopt: 2, publish_idle: 2, others_waiting: 0,
-    handoff_quota: 0, saturated_ms: 0, add_health_listener: -1, "busy_threads=": 1, drain: 0, draining?: 0, "metrics_text=": 1
+    handoff_quota: 0, saturated_ms: 0, starved?: 0, add_health_listener: -1, "busy_threads=": 1, drain: 0, draining?: 0, "metrics_text=": 1
   }.freeze
 
   def test_the_engine_api
@@ -71,6 +71,29 @@ class EngineTest < Minitest::Test
       kept.close
       Timeout.timeout(5) { sleep 0.01 until engine.stats[:connections] <= 2 && engine.stats[:kept_alive].zero? }
       [quiet, closing].each(&:close)
+    end
+  end
+
+  # starved? is the pool's on-demand growth signal: a request waits (here in the listener's
+  # backlog) while no thread waits for work; not while a thread waits, nor when the only
+  # request is the one being served.
+  def test_starved_when_a_request_waits_and_no_thread_does
+    gate = Queue.new
+    with_server(->(_env) { gate.pop && [200, {}, ["ok"]] }, min_threads: 1, max_threads: 1) do |_addr, port, server|
+      engine = nil
+      Timeout.timeout(5) { sleep 0.01 until (engine = server.engine) }
+      refute engine.starved?, "a thread waits"
+      first = TCPSocket.new("127.0.0.1", port)
+      first.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      Timeout.timeout(5) { sleep 0.01 until engine.saturated_ms.positive? }
+      refute engine.starved?, "the only request is being served"
+      second = TCPSocket.new("127.0.0.1", port)
+      second.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      Timeout.timeout(5) { sleep 0.01 until engine.starved? }
+      2.times { gate << true }
+      [first, second].each { |c| assert_equal 200, read_response(c)[0] }
+      Timeout.timeout(5) { sleep 0.01 while engine.starved? }
+      [first, second].each(&:close)
     end
   end
 

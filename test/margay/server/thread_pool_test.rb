@@ -176,6 +176,42 @@ class ThreadPoolTest < Minitest::Test
     assert_equal 1, pool.size
   end
 
+  def test_on_demand_growth_is_one_thread_at_a_time_until_looks_find_the_process_computing
+    pool = pool(min: 1, max: 4).start
+    pop_within(@started)
+    assert pool.grow_on_demand?, "as Puma: a thread per request waiting"
+    assert pool.grow_on_demand
+    assert pool.grow_on_demand
+    assert_equal 3, pool.size
+    threads = Array.new(2) { pop_within(@started) }
+    pool.consider_growth(saturated: true, cpu_share: 0.9)
+    assert pool.grow_on_demand?, "one computing look is not enough"
+    refute pool.retire?(threads[0])
+    pool.consider_growth(saturated: true, cpu_share: 0.9)
+    refute pool.grow_on_demand?, "a computing process serves on the threads it has"
+    refute pool.grow_on_demand
+    assert pool.retire?(threads[0]), "and the threads started on demand leave"
+    assert pool.retire?(threads[1])
+    refute pool.retire?(pool.threads.first), "only those"
+    assert_equal 1, pool.size
+    pool.consider_growth(saturated: true, cpu_share: 0.1)
+    refute pool.grow_on_demand?, "one blocked look (a scattered share) does not start it again"
+    assert pool.consider_growth(saturated: true, cpu_share: 0.1), "two grow the pool to max"
+    assert_equal 4, pool.size
+    2.times { @gate << :go } # the two that left the pool
+  end
+
+  def test_threads_started_on_demand_that_idled_away_are_not_retired_twice
+    pool = pool(min: 1, max: 4, idle_timeout: 0.25).start
+    2.times { pool.grow_on_demand }
+    threads = Array.new(3) { pop_within(@started) }
+    assert pool.leave?(threads[1])
+    2.times { pool.consider_growth(saturated: true, cpu_share: 0.9) }
+    assert pool.retire?(threads[2])
+    refute pool.retire?(threads[0]), "one was started on demand and left idle, one retired: min stays"
+    2.times { @gate << :go } # the two that left the pool
+  end
+
   def test_idle_threads_above_min_may_leave_and_min_stay
     pool = pool(min: 1, max: 3, idle_timeout: 0.25).start
     2.times { pool.grow }
