@@ -187,17 +187,14 @@ module Margay
       environment == "development"
     end
 
-    # The thread count the pool keeps at minimum: at least one, so that a
-    # thread is always waiting for connections.
+    # The thread count the pool keeps at minimum: at least one, so that a thread always waits.
     def effective_min_threads
       [min_threads, 1].max
     end
 
     # True when the app is loaded once in the master before forking workers.
     def preload_app?
-      return false if mold_boot
-
-      preload_app.nil? ? workers.positive? : preload_app
+      !mold_boot && (preload_app.nil? ? workers.positive? : preload_app)
     end
 
     # Run the blocks registered for hook +name+ with +args+, in order. A
@@ -312,9 +309,7 @@ module Margay
         invalid(key, "#{key} must be true or false, got #{value.inspect}") unless [true, false].include?(value)
       end
       invalid(:quiet, "quiet and log_requests contradict each other (quiet means no access log)") if quiet && log_requests
-      if mold_boot && preload_app == true
-        invalid(:mold_boot, "mold_boot and preload_app contradict each other (with mold_boot the first worker loads the app, not the master)")
-      end
+      invalid(:mold_boot, "mold_boot and preload_app contradict each other (with mold_boot the first worker loads the app, not the master)") if mold_boot && preload_app == true
       STRINGS.each do |key|
         value = public_send(key)
         next if value.nil? || (value.is_a?(String) && (!value.empty? || key == :tag)) # tag "": no tag in the title, as in Puma
