@@ -70,7 +70,7 @@ class ThreadPoolTest < Minitest::Test
       log = Margay::Log.new(out: out, err: out)
       pool = ThreadPool.new(min: 1, max: 4, idle_timeout: 60, log: log, retry_after: 0.5) { sleep 30 }
       pool.start
-      Array.new(64) { Thread.new { sleep 30 } }
+      Array.new(512) { Thread.new { sleep 30 } } # more than any stack cache the child may have inherited
       vm_size = File.read("/proc/self/status")[/^VmSize:\s+(\d+)/, 1].to_i * 1024
       soft, hard = Process.getrlimit(:AS)
       Process.setrlimit(:AS, vm_size + (256 << 10), hard)
