@@ -187,9 +187,11 @@ module Margay
     end
 
     # The thread count the pool keeps at minimum: at least one, so that a
-    # thread is always waiting for connections.
+    # thread is always waiting for connections; in fiber mode two (when
+    # max_threads allows), so that one thread's sends and reads, done without
+    # the GVL, run beside another thread's Ruby.
     def effective_min_threads
-      [min_threads, 1].max
+      [min_threads, fiber_scheduler ? [2, max_threads].min : 1].max
     end
 
     # True when the app is loaded once in the master before forking workers.
