@@ -178,18 +178,17 @@ module Margay
     end
 
     # Every setting by name.
-    def to_h
-      SETTINGS.to_h { |key| [key, public_send(key)] }
-    end
+    def to_h = SETTINGS.to_h { |key| [key, public_send(key)] }
 
     # True in the development environment (500 pages then show the backtrace).
     def development?
       environment == "development"
     end
 
-    # The thread count the pool keeps at minimum: at least one, so that a thread always waits.
+    # The threads the pool keeps at minimum: one, so that a thread always waits; in fiber mode two
+    # (when max_threads allows): one thread's sends and reads, without the GVL, beside another's Ruby.
     def effective_min_threads
-      [min_threads, 1].max
+      [min_threads, fiber_scheduler ? [2, max_threads].min : 1].max
     end
 
     # True when the app is loaded once in the master before forking workers.

@@ -11,6 +11,9 @@ class ConfigurationTest < Minitest::Test
     c = Configuration.new(environment: "production")
     assert_equal Configuration::DEFAULTS.merge(environment: "production", tmpdir: Dir.tmpdir), c.to_h
     assert_equal 1, c.effective_min_threads, "one thread always waits for connections"
+    assert_equal 2, c.with(fiber_scheduler: true).effective_min_threads, "fiber mode: one sends and reads beside another's Ruby"
+    assert_equal 1, c.with(fiber_scheduler: true, max_threads: 1).effective_min_threads, "never above max_threads"
+    assert_equal 3, c.with(fiber_scheduler: true, min_threads: 3).effective_min_threads
     refute c.preload_app?, "single mode loads the app once anyway"
     assert c.with(workers: 2).preload_app?, "the default in cluster mode"
     refute c.with(workers: 2, preload_app: false).preload_app?

@@ -37,6 +37,8 @@ struct mg_waits {
   mg_wake mailbox;
   int shared_fd;
   int shared_on; /* the shared set's registration listens (the thread may take a request) */
+  int npending;  /* responses queued by this thread's fibers, sent by its next wait */
+  mg_conn *pending[MG_WAITS_PENDING];
 };
 
 mg_waits *mg_waits_new(mg_engine *e, int shared_fd, mg_waits_cap *cap) {
@@ -81,6 +83,26 @@ int mg_waits_disarm(mg_waits *w, int fd) {
   struct epoll_event e = {0};
   if (epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, &e) == 0 || errno == ENOENT || errno == EBADF) return 0;
   return -1;
+}
+
+int mg_waits_defer(mg_waits *w, mg_conn *c) {
+  if (w->npending >= MG_WAITS_PENDING) return 0;
+  w->pending[w->npending++] = c;
+  return 1;
+}
+
+int mg_waits_pending(const mg_waits *w) { return w->npending; }
+
+mg_engine *mg_waits_engine(const mg_waits *w) { return w->e; }
+
+void mg_waits_finish(mg_waits *w) {
+  mg_engine *e = w->e;
+  for (int i = 0; i < w->npending; i++) {
+    mg_conn *c = w->pending[i];
+    /* a pipelined request already buffered goes behind the others, as at the end of a turn */
+    if (mg_conn_complete(e, c)) mg_loop_requeue(e, c);
+  }
+  w->npending = 0;
 }
 
 void mg_waits_poke(mg_waits *w) {
@@ -139,7 +161,9 @@ void *mg_waits_wait(void *p) {
   a->mailbox = 0;
   a->nready = 0;
   a->nconns = 0;
+  a->shared = 0;
   if (a->take > MG_WAITS_TAKE) a->take = MG_WAITS_TAKE;
+  if (!a->look) mg_waits_finish(w); /* the responses first: their clients wait for them */
   if (a->take) {
     /* counted like a thread in next_request: it would take a request now */
     atomic_fetch_add(&e->idle_waiters, 1);
@@ -187,8 +211,11 @@ void *mg_waits_wait(void *p) {
         a->nready++;
       }
     }
-    if (shared && a->take) take_requests(a);
-    if (a->nready || a->mailbox || a->nconns) break;
+    if (shared && a->take) {
+      if (a->look) a->shared = 1;
+      else take_requests(a);
+    }
+    if (a->nready || a->mailbox || a->nconns || a->shared) break;
     if (timeout == 0 || (a->timeout_ms >= 0 && mg_now_ms() - start >= a->timeout_ms)) break;
   }
 out:
@@ -199,11 +226,50 @@ out:
   return NULL;
 }
 
+void *mg_waits_work(void *p) {
+  mg_waits_args *a = p;
+  mg_engine *e = a->w->e;
+  mg_waits_finish(a->w);
+  if (!a->shared || !a->take) return NULL;
+  atomic_fetch_add(&e->idle_waiters, 1);
+  mg_board_count(e, MG_BOARD_WAITING, 1);
+  mg_accept_early(e);
+  take_requests(a);
+  mg_board_count(e, MG_BOARD_WAITING, -1);
+  if (atomic_fetch_sub(&e->idle_waiters, 1) == 1) atomic_store(&e->all_busy_since_ms, mg_now_ms());
+  return NULL;
+}
+
 #else /* no epoll or eventfd: fiber mode is not available (Ruby refuses it with one line) */
 mg_waits *mg_waits_new(mg_engine *e, int shared_fd, mg_waits_cap *cap) { (void)e; (void)shared_fd; (void)cap; errno = ENOSYS; return NULL; }
 void mg_waits_free(mg_waits *w) { (void)w; }
 int mg_waits_arm(mg_waits *w, int fd, uint32_t events) { (void)w; (void)fd; (void)events; errno = ENOSYS; return -1; }
 int mg_waits_disarm(mg_waits *w, int fd) { (void)w; (void)fd; return 0; }
+int mg_waits_defer(mg_waits *w, mg_conn *c) {
+  if (w->npending >= MG_WAITS_PENDING) return 0;
+  w->pending[w->npending++] = c;
+  return 1;
+}
+
+int mg_waits_pending(const mg_waits *w) { return w->npending; }
+
+mg_engine *mg_waits_engine(const mg_waits *w) { return w->e; }
+
+void mg_waits_finish(mg_waits *w) {
+  mg_engine *e = w->e;
+  for (int i = 0; i < w->npending; i++) {
+    mg_conn *c = w->pending[i];
+    /* a pipelined request already buffered goes behind the others, as at the end of a turn */
+    if (mg_conn_complete(e, c)) mg_loop_requeue(e, c);
+  }
+  w->npending = 0;
+}
+
 void mg_waits_poke(mg_waits *w) { (void)w; }
 void *mg_waits_wait(void *p) { mg_waits_args *a = p; a->result = MG_WAITS_FAIL; a->err = ENOSYS; return NULL; }
+void *mg_waits_work(void *p) { (void)p; return NULL; }
+int mg_waits_defer(mg_waits *w, mg_conn *c) { (void)w; (void)c; return 0; }
+int mg_waits_pending(const mg_waits *w) { (void)w; return 0; }
+mg_engine *mg_waits_engine(const mg_waits *w) { (void)w; return NULL; }
+void mg_waits_finish(mg_waits *w) { (void)w; }
 #endif

@@ -26,6 +26,8 @@ enum { MG_WAITS_IN = 1, MG_WAITS_PRI = 2, MG_WAITS_OUT = 4, MG_WAITS_ERR = 8 };
 /* At most this many fd events, and requests, per wait. */
 #define MG_WAITS_BATCH 64
 #define MG_WAITS_TAKE 16
+/* At most this many responses queued by a thread's fibers for its next wait to send. */
+#define MG_WAITS_PENDING 64
 
 typedef struct mg_waits mg_waits;
 
@@ -55,6 +57,10 @@ typedef struct {
   int take;           /* in: how many requests it may take from the shared set (0: none; at most
                          MG_WAITS_TAKE), each claiming a slot of the cap first */
   int report_stop;    /* in: return MG_WAITS_STOP when the engine stops (whatever take is) */
+  int look;           /* in: with the GVL (timeout 0): neither send the pending responses nor take
+                         requests, only say whether the shared set has work (shared); then
+                         mg_waits_work without the GVL does both */
+  int shared;         /* out (look): the shared set has work for a thread that may take */
   int result;         /* out: MG_WAITS_DONE, STOP (stopping, no connection left: when report_stop),
                          INTR (a signal: Ruby checks interrupts), FAIL (errno in err) */
   int err;
@@ -78,7 +84,20 @@ int mg_waits_disarm(mg_waits *w, int fd);
 /* Poke the mailbox: from any thread, with or without the GVL (also the wait's unblock function). */
 void mg_waits_poke(mg_waits *w);
 /* Wait as +args+ (an mg_waits_args) says: without the GVL, or with it when it cannot block
- * (timeout_ms 0). */
+ * (timeout_ms 0, look set). Sends the pending responses first (unless look). */
 void *mg_waits_wait(void *args);
+/* After a look (mg_waits_wait with look set), without the GVL: send the pending responses, then
+ * take requests when the look found the shared set ready (args->shared) and args->take allows. */
+void *mg_waits_work(void *args);
+/* Queue connection +c+ (owned, its whole response queued) to be completed by the thread's next
+ * wait, without the GVL (mg_conn_complete; a pipelined request is requeued to the loop).
+ * 0 when the list is full: the caller completes it itself. */
+int mg_waits_defer(mg_waits *w, mg_conn *c);
+/* The engine the set belongs to. */
+mg_engine *mg_waits_engine(const mg_waits *w);
+/* How many connections wait in the pending list. */
+int mg_waits_pending(const mg_waits *w);
+/* Complete every pending connection now (a wait does it; also when the thread is done). */
+void mg_waits_finish(mg_waits *w);
 
 #endif

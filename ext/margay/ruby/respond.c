@@ -10,6 +10,7 @@
 #include "ruby/request.h"
 #include "ruby/h2.h"
 #include "ruby/head.h"
+#include "ruby/waits.h"
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -81,6 +82,9 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
     mg_head_release(&h);
     rb_raise(mg_eInvalidResponse, "the body array changed while its headers were read");
   }
+  /* In a fiber-mode thread a response of copied parts is queued, not sent: the thread's next
+   * wait sends it without the GVL (with those of the other fibers that answered meanwhile). */
+  int defer = (!send_body || copied == blen) && mg_rb_waits_can_defer(e);
   if (send_body) {
     for (long i = 0; i < nparts; i++) {
       VALUE part = RARRAY_AREF(body, i);
@@ -95,10 +99,18 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
       mg_rb_head_grow(&h, 1024);
     }
   }
-  mg_head_queue(c, &h);
+  if (defer) {
+    mg_out_queue(&c->out, h.buf, h.len);
+    mg_head_release(&h);
+  } else {
+    mg_head_queue(c, &h);
+  }
   c->resp_started = 1;
   c->stream_left = -1;
-  return mg_respond_complete(e, c);
+  if (!defer) return mg_respond_complete(e, c);
+  mg_timing_done(e, c);
+  mg_rb_waits_defer(c);
+  return Qnil;
 }
 
 int mg_rb_open_file(VALUE path, struct stat *sb) {

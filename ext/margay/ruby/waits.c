@@ -60,8 +60,11 @@ static void waits_mark(void *p) {
   rb_gc_mark(((mg_rb_waits *)p)->cap);
 }
 
+static _Thread_local mg_waits *mine;
+
 static void waits_free(void *p) {
   mg_rb_waits *rw = p;
+  if (mine == rw->w) mine = NULL;
   mg_waits_free(rw->w);
   xfree(rw);
 }
@@ -90,6 +93,18 @@ static mg_rb_waits *waits_get(VALUE self) {
 
 static ID id_stop;
 
+/* mine: the calling thread's set (a fiber-mode thread's, from #initialize to #close), where its
+ * fibers' whole responses go to be sent by its next wait, without the GVL. */
+
+int mg_rb_waits_can_defer(mg_engine *e) {
+  return mine && mg_waits_engine(mine) == e && mg_waits_pending(mine) < MG_WAITS_PENDING;
+}
+
+void mg_rb_waits_defer(mg_conn *c) {
+  c->phase = MG_PH_WRITE; /* its token is stale now, as once a response is handed to the loop */
+  mg_waits_defer(mine, c);
+}
+
 /* FiberWaits.new(engine, in_flight): a private wait set nesting +engine+'s event set, taking
  * requests under +in_flight+ (an InFlight). Raises NotImplementedError when the engine's
  * backend is not epoll (fiber mode needs it). */
@@ -104,6 +119,7 @@ static VALUE waits_initialize(VALUE self, VALUE engine, VALUE in_flight) {
   if (!rw->w) rb_sys_fail("Margay::Native::FiberWaits#initialize: epoll_create1/eventfd");
   RB_OBJ_WRITE(self, &rw->engine, engine);
   RB_OBJ_WRITE(self, &rw->cap, in_flight);
+  mine = rw->w;
   return self;
 }
 
@@ -158,10 +174,15 @@ static VALUE waits_wait(VALUE self, VALUE timeout_ms, VALUE take, VALUE out, VAL
   a.nready = 0;
   a.mailbox = 0;
   a.nconns = 0;
-  if (a.timeout_ms == 0) { /* never blocks: keep the GVL */
+  a.look = a.timeout_ms == 0;
+  if (a.look) {
+    /* It cannot block: look with the GVL; the work found (sending the responses the fibers
+     * queued, reading and parsing new requests) is done without it, beside the other threads. */
     mg_loop_hold_gvl(1);
     mg_waits_wait(&a);
     mg_loop_hold_gvl(0);
+    if (a.result == MG_WAITS_DONE && ((a.shared && a.take) || mg_waits_pending(rw->w)))
+      rb_thread_call_without_gvl2(mg_waits_work, &a, waits_ubf, rw->w);
   }
   else rb_thread_call_without_gvl2(mg_waits_wait, &a, waits_ubf, rw->w);
   for (int i = 0; i < a.nready; i++) {
@@ -200,6 +221,8 @@ static VALUE waits_wait(VALUE self, VALUE timeout_ms, VALUE take, VALUE out, VAL
 /* #close: free the set (the thread is done with it). */
 static VALUE waits_close(VALUE self) {
   mg_rb_waits *rw = rb_check_typeddata(self, &waits_type);
+  if (mine == rw->w) mine = NULL;
+  if (rw->w && !mg_rb_engine_core(rw->engine)->closed) mg_waits_finish(rw->w);
   mg_waits_free(rw->w);
   rw->w = NULL;
   return Qnil;

@@ -35,6 +35,16 @@ class FiberLoopTest < Minitest::Test
     assert_operator stop_took, :<, 10, "a graceful stop with nothing in flight took #{stop_took.round(1)}s"
   end
 
+  # Fiber mode keeps two threads with the default threads (0:5): the growth policy waits for a
+  # process under half a core, which a saturated fiber thread never is, and a second thread is
+  # what sends and reads without the GVL while the first runs Ruby.
+  def test_the_default_pool_keeps_two_fiber_threads
+    with_server(->(_env) { text("ok") }, fiber_scheduler: true, event_backend: :auto) do |_host, port, server|
+      assert_match(%r{\AHTTP/1.1 200 }, raw_get(port))
+      assert_equal 2, server.stats[:threads]
+    end
+  end
+
   # With max_in_flight reached the threads are not what is short: the pool does not grow.
   def test_the_pool_does_not_grow_while_the_cap_is_reached
     app = lambda do |_env|

@@ -298,6 +298,35 @@ class FiberModeTest < Minitest::Test
     end
   end
 
+  # A fiber's response is queued and sent by its thread's next wait, without the GVL; a request
+  # pipelined behind it goes back to the loop then. Every request of every connection is
+  # answered, in order on each connection, with two threads sharing the connections; a HEAD
+  # gets no body, and a request with connection: close is answered, then the connection closes.
+  def test_responses_sent_by_the_wait_answer_every_pipelined_request_in_order
+    app = lambda do |env|
+      sleep 0.002 if env["PATH_INFO"].end_with?("1")
+      text(env["PATH_INFO"])
+    end
+    fiber_server(app, min_threads: 2, max_threads: 2) do |_host, port|
+      socks = Array.new(40) { TCPSocket.new("127.0.0.1", port) }
+      socks.each_with_index do |sock, i|
+        sock.write(Array.new(4) { |k| "GET /#{i}/#{k} HTTP/1.1\r\nHost: x\r\n\r\n" }.join +
+                   "HEAD /#{i}/h HTTP/1.1\r\nHost: x\r\n\r\nGET /#{i}/last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+      end
+      socks.each_with_index do |sock, i|
+        got = Array.new(4) { read_response(sock, timeout: 10).values_at(0, 2) }
+        assert_equal Array.new(4) { |k| [200, "/#{i}/#{k}"] }, got
+        head = read_response(sock, head: true, timeout: 10)
+        assert_equal [200, ""], head.values_at(0, 2)
+        assert_equal [200, "/#{i}/last"], read_response(sock, timeout: 10).values_at(0, 2)
+        assert sock.wait_readable(5), "connection #{i} still open 5 s after connection: close"
+        assert_nil sock.read_nonblock(1, exception: false), "closed after connection: close"
+      end
+    ensure
+      socks&.each(&:close)
+    end
+  end
+
   def test_response_finished_callbacks_run_in_fiber_mode
     finished = Queue.new
     app = lambda do |env|
