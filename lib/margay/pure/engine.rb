@@ -50,7 +50,7 @@ module Margay
         @token = 0
         @lock = Mutex.new
         @work = ConditionVariable.new
-        @wake_r, @wake_w = IO.pipe
+        @poller = Poller.new
         @stopping = @draining = @closed = false
         @requests = @abandoned = @shed = @waiting = 0
         @saturated_since = now # no thread waits for work yet
@@ -253,7 +253,7 @@ module Margay
 
       def stats
         { requests: @requests, abandoned: @abandoned, shed: @shed, queue_time_seconds: nil, request_duration_seconds: nil,
-          connections: @conns.size + @held.size + @returned.size, event_backend: "select", max_connections: @cfg[:max_connections],
+          connections: @conns.size + @held.size + @returned.size, event_backend: @poller.name, max_connections: @cfg[:max_connections],
           ready: health_ready? }
       end
 
@@ -282,7 +282,7 @@ module Margay
         @health_thread&.join(1)
         @lock.synchronize { (@ready + @held.values).each { |c| close_conn(c) } }
         @conns.each_value { |c| close_conn(c) }
-        [@wake_r, @wake_w].each(&:close)
+        @poller.close
       end
 
       # The cluster API: no cluster on the pure-Ruby engine.
