@@ -36,8 +36,7 @@ module Margay
           room = @cfg[:max_connections].nil? || @conns.size + @held.size + @returned.size < @cfg[:max_connections]
           listen(room) if room != listening
           listening = room
-          timeout = @conns.values.map(&:deadline).compact.min
-          wait = timeout && [timeout - now, 0].max
+          wait = @next_deadline && [@next_deadline - now, 0].max
           wait = [wait || 0.1, 0.1].min unless listening # look for room again soon
           poll(wait).each { |io| readable(io) }
           expire(!listening)
@@ -85,6 +84,13 @@ module Margay
       def watch(conn)
         @conns[conn.io] = conn
         @poller.add(conn.io)
+        next_deadline(conn.deadline)
+      end
+
+      # The earliest deadline among the watched connections is at or after +@next_deadline+:
+      # #expire looks at them all only once it has passed.
+      def next_deadline(time)
+        @next_deadline = time if time && (@next_deadline.nil? || time < @next_deadline)
       end
 
       def unwatch(conn)
@@ -146,6 +152,7 @@ module Margay
         when Integer
           unwatch(conn)
           send_error(conn, state)
+        else next_deadline(conn.deadline)
         end
       rescue SystemCallError, IOError, ClientGone
         drop(conn)
@@ -213,8 +220,12 @@ module Margay
       # silent for 2 s since their accept are closed, as core/sweep.c does.
       def expire(at_limit)
         t = now
+        return unless at_limit || (@next_deadline && @next_deadline <= t)
+
+        @next_deadline = nil
         @conns.values.each do |conn|
-          next unless (conn.deadline && conn.deadline <= t) || (at_limit && reclaimable?(conn, t))
+          next next_deadline(conn.deadline) unless (conn.deadline && conn.deadline <= t) ||
+                                                   (at_limit && reclaimable?(conn, t))
 
           unwatch(conn)
           conn.arrival && conn.deadline <= t ? send_error(conn, 408) : close_conn(conn)
