@@ -143,6 +143,42 @@ module Margay
       end
     end
 
+    SLOW = lambda do |env|
+      sleep 0.3 if env["PATH_INFO"] == "/slow"
+      [200, { "content-type" => "text/plain" }, [env["PATH_INFO"]]]
+    end
+
+    # The start of the next request arrives while the app runs: the pool thread reads it after
+    # the response, finds it incomplete and gives it back to the reactor, which finishes it.
+    def test_request_begun_during_the_one_before_is_finished_by_the_reactor
+      serve(SLOW) do |port|
+        sock = TCPSocket.new("127.0.0.1", port)
+        sock.write("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        sleep 0.1
+        sock.write("GET /next HTTP/1.1\r\nHo")
+        assert_match(/\AHTTP\/1\.1 200 OK.*\/slow\z/m, sock.readpartial(4096))
+        sleep 0.2
+        sock.write("st: x\r\nConnection: close\r\n\r\n")
+        assert_match(/\AHTTP\/1\.1 200 OK.*\/next\z/m, read_all(sock))
+      ensure
+        sock&.close
+      end
+    end
+
+    # ... and header_timeout still runs for it.
+    def test_request_begun_during_the_one_before_times_out
+      serve(SLOW, header_timeout: 1) do |port|
+        sock = TCPSocket.new("127.0.0.1", port)
+        sock.write("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        sleep 0.1
+        sock.write("GET /next HTTP/1.1\r\nHo")
+        assert_match(/\AHTTP\/1\.1 200 OK.*\/slow\z/m, sock.readpartial(4096))
+        assert_match(/\AHTTP\/1\.1 408 /, read_all(sock))
+      ensure
+        sock&.close
+      end
+    end
+
     def test_app_error_is_a_500_and_the_engine_serves_on
       calls = 0
       app = lambda do |_env|

@@ -1,11 +1,12 @@
 # frozen_string_literal: true
 
 require "socket"
+require_relative "poller"
 
 module Margay
   module Pure
     # The pure engine's reactor thread (#reactor, started by Engine#start): it watches the
-    # listeners and the connections no pool thread holds with IO.select, accepts, reads heads
+    # listeners and the connections no pool thread holds (Poller: nio4r, else IO.select), accepts, reads heads
     # and whole bodies, judges them as the C parser does, hands complete requests to the ready
     # list, and closes what the header, body and keep-alive timeouts expire. Mixed into Engine
     # (its connections, locks, settings and clock).
@@ -26,23 +27,18 @@ module Margay
         conn.deadline = now + @cfg[:keepalive_timeout]
       end
 
-      def wake
-        @wake_w.write_nonblock(".", exception: false)
-      rescue IOError
-        nil
-      end
+      def wake = @poller.wakeup
 
       def reactor
+        listening = false
         until @stopping
           adopt_returned
-          listening = @cfg[:max_connections].nil? || @conns.size + @held.size + @returned.size < @cfg[:max_connections]
-          readers = [@wake_r, *@conns.keys]
-          readers.concat(@listeners.map(&:first)) if listening
-          timeout = @conns.values.map(&:deadline).compact.min
-          wait = timeout && [timeout - now, 0].max
+          room = @cfg[:max_connections].nil? || @conns.size + @held.size + @returned.size < @cfg[:max_connections]
+          listen(room) if room != listening
+          listening = room
+          wait = @next_deadline && [@next_deadline - now, 0].max
           wait = [wait || 0.1, 0.1].min unless listening # look for room again soon
-          ready, = select_readable(readers, wait)
-          ready&.each { |io| readable(io) }
+          poll(wait).each { |io| readable(io) }
           expire(!listening)
         end
         last_reads
@@ -55,15 +51,19 @@ module Margay
         end
       end
 
-      # IO.select raises IOError when an IO it watches was closed before or during the call:
-      # the server closes its listeners as soon as the engine stops, which may be while this
-      # thread waits here. Stopping, that ends the loop and the stop's last reads still run.
-      def select_readable(readers, wait)
-        IO.select(readers, nil, nil, wait)
+      def listen(on)
+        @listeners.each { |listener| on ? @poller.add(listener.first) : @poller.remove(listener.first) }
+      end
+
+      # The wait raises IOError when an IO it watches was closed before or during the call: the
+      # server closes its listeners as soon as the engine stops, which may be while this thread
+      # waits here. Stopping, that ends the loop and the stop's last reads still run.
+      def poll(wait)
+        @poller.wait(wait)
       rescue IOError
         raise unless @stopping
 
-        nil
+        []
       end
 
       # On stop: a request already waiting in the kernel on an idle connection is read and
@@ -76,14 +76,32 @@ module Margay
       def adopt_returned
         until @returned.empty?
           conn = @returned.pop
-          @conns[conn.io] = conn
+          watch(conn)
         end
       end
 
+      # The reactor watches +conn+ until it has a complete request (or is closed).
+      def watch(conn)
+        @conns[conn.io] = conn
+        @poller.add(conn.io)
+        next_deadline(conn.deadline)
+      end
+
+      # The earliest deadline among the watched connections is at or after +@next_deadline+:
+      # #expire looks at them all only once it has passed.
+      def next_deadline(time)
+        @next_deadline = time if time && (@next_deadline.nil? || time < @next_deadline)
+      end
+
+      def unwatch(conn)
+        @conns.delete(conn.io)
+        @poller.remove(conn.io)
+      rescue IOError
+        nil
+      end
+
       def readable(io)
-        if io == @wake_r
-          @wake_r.read_nonblock(4096, exception: false)
-        elsif (listener = @listeners.index { |l| l.first == io })
+        if (listener = @listeners.index { |l| l.first == io })
           accept(listener)
         elsif (conn = @conns[io])
           receive(conn)
@@ -98,8 +116,9 @@ module Margay
 
           addr = @listeners[index][1] ? "127.0.0.1" : peer(client)
           client.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_NODELAY, 1) unless @listeners[index][1]
-          @conns[client] = Conn.new(client, +"".b, index, addr, nil, nil, nil, now + @cfg[:header_timeout], 0)
-          @conns[client].proxy = :pending if @cfg[:proxy_protocol]
+          conn = Conn.new(client, +"".b, index, addr, nil, nil, nil, now + @cfg[:header_timeout], 0)
+          conn.proxy = :pending if @cfg[:proxy_protocol]
+          watch(conn)
         end
       rescue SystemCallError
         nil
@@ -124,15 +143,16 @@ module Margay
         case (state = answer_probes(conn, advance(conn)))
         when :complete
           conn.pipelined ||= !conn.buf.empty?
-          @conns.delete(conn.io)
+          unwatch(conn)
           @lock.synchronize do
             @ready << conn
             @work.signal
           end
         when :drop then drop(conn)
         when Integer
-          @conns.delete(conn.io)
+          unwatch(conn)
           send_error(conn, state)
+        else next_deadline(conn.deadline)
         end
       rescue SystemCallError, IOError, ClientGone
         drop(conn)
@@ -200,10 +220,14 @@ module Margay
       # silent for 2 s since their accept are closed, as core/sweep.c does.
       def expire(at_limit)
         t = now
-        @conns.values.each do |conn|
-          next unless (conn.deadline && conn.deadline <= t) || (at_limit && reclaimable?(conn, t))
+        return unless at_limit || (@next_deadline && @next_deadline <= t)
 
-          @conns.delete(conn.io)
+        @next_deadline = nil
+        @conns.values.each do |conn|
+          next next_deadline(conn.deadline) unless (conn.deadline && conn.deadline <= t) ||
+                                                   (at_limit && reclaimable?(conn, t))
+
+          unwatch(conn)
           conn.arrival && conn.deadline <= t ? send_error(conn, 408) : close_conn(conn)
         end
       end
@@ -219,7 +243,7 @@ module Margay
       end
 
       def drop(conn)
-        @conns.delete(conn.io)
+        unwatch(conn)
         close_conn(conn)
       end
     end

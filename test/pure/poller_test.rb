@@ -1,0 +1,59 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "margay/pure"
+
+module Margay
+  # The pure engine's reactor wait (lib/margay/pure/poller.rb), both backends over real
+  # sockets: readiness of the watched IOs only, removal, and a wake-up from another thread.
+  class PurePollerTest < Minitest::Test
+    def pollers
+      list = [Pure::Poller::Select.new]
+      begin
+        list << Pure::Poller::Nio.new
+      rescue LoadError
+        nil # MRI's bundle has no nio4r; the JRuby suite runs this backend
+      end
+      list
+    end
+
+    # A connected pair of TCP sockets (JRuby's UNIXSocket.pair is no java.nio channel).
+    def tcp_pair
+      server = TCPServer.new("127.0.0.1", 0)
+      client = TCPSocket.new("127.0.0.1", server.local_address.ip_port)
+      [server.accept, client]
+    ensure
+      server&.close
+    end
+
+    def test_the_jruby_bundle_waits_with_nio4r
+      skip "nio4r is in the JRuby bundle (.ci/jruby.gemfile), not in MRI's" unless RUBY_ENGINE == "jruby"
+
+      assert_equal "nio4r", Pure::Poller.new.name
+    end
+
+    def test_readiness_removal_and_wakeup
+      pollers.each do |poller|
+        a, a_peer = tcp_pair
+        b, b_peer = tcp_pair
+        poller.add(a)
+        poller.add(b)
+        a_peer.write("x")
+        assert_equal [a], poller.wait(5).to_a, poller.name
+
+        poller.remove(a)
+        b_peer.write("y")
+        assert_equal [b], poller.wait(5).to_a, "#{poller.name}: a removed IO is not reported"
+        b.read_nonblock(1)
+
+        Thread.new { sleep 0.2 && poller.wakeup }
+        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        assert_empty poller.wait(10).to_a, poller.name
+        assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 5, "#{poller.name}: woken"
+      ensure
+        poller.close
+        [a, a_peer, b, b_peer].each { |io| io&.close }
+      end
+    end
+  end
+end
