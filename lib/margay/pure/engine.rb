@@ -9,6 +9,7 @@ require_relative "head"
 require_relative "proxy"
 require_relative "health"
 require_relative "reactor"
+require_relative "respond"
 
 module Margay
   module Pure
@@ -24,6 +25,7 @@ module Margay
       include Env
       include Health
       include Reactor
+      include Respond
       SETTINGS = %i[max_request_target max_header_size max_headers max_body_size max_chunk_extensions
                     header_timeout body_timeout keepalive_timeout write_timeout max_keepalive_requests
                     max_connections supported_http_methods remote_address remote_address_header
@@ -111,103 +113,6 @@ module Margay
           end
         end
       end
-
-      # -> a token to continue with (a pipelined request is buffered), or nil
-      def respond(token, status, headers, body)
-        conn = held(token)
-        status = check_status(status)
-        raise InvalidResponse, "body must be an Array" unless body.is_a?(Array)
-
-        length = body.sum do |part|
-          raise InvalidResponse, "body parts must be Strings, got #{part.class}" unless part.is_a?(String)
-
-          part.bytesize
-        end
-        built = head_begin(status, headers)
-        send_body = conn.head.method != "HEAD" && !bodyless?(status)
-        if built.content_length >= 0 && send_body && !built.has_te && built.content_length != length
-          raise InvalidResponse, "content-length #{built.content_length} does not match the body's #{length} bytes"
-        end
-
-        out = head_finish(conn, built, status, bodyless?(status) || built.has_te ? -1 : length)
-        body.each { |part| out << part.b } if send_body
-        write(conn, out)
-        finish(token, conn)
-      end
-
-      # -> like #respond; false if the file cannot be opened (or its length is not the app's)
-      def respond_file(token, status, headers, path)
-        file = File.open(path, "rb") rescue (return false) # rubocop:disable Style/RescueModifier
-        begin
-          return false unless file.stat.file?
-
-          conn = held(token)
-          status = check_status(status)
-          built = head_begin(status, headers)
-          return false if built.has_te || (built.content_length >= 0 && built.content_length != file.size)
-
-          write(conn, head_finish(conn, built, status, bodyless?(status) ? -1 : file.size))
-          if conn.head.method != "HEAD" && !bodyless?(status)
-            while (chunk = file.read(65_536))
-              write(conn, chunk)
-            end
-          end
-          finish(token, conn)
-        ensure
-          file.close
-        end
-      end
-
-      # A 103 response before the final one (HTTP/1.1 only): true when sent.
-      def early_hints(token, headers)
-        conn = held(token)
-        return false if conn.head.minor.zero? || conn.started
-
-        write(conn, "HTTP/1.1 103 Early Hints\r\n#{hint_fields(headers)}\r\n".b)
-        true
-      end
-
-      def response_started?(token) = held(token).started ? true : false
-
-      # The head of a response of unknown length; chunked on HTTP/1.1, close-delimited on 1.0.
-      def stream_start(token, status, headers)
-        conn = held(token)
-        status = check_status(status)
-        built = head_begin(status, headers)
-        if built.hijack
-          conn.close = true    # the app takes the socket after the head ...
-          built.has_te = true  # ... and frames its bytes itself: no content-length or chunked
-        end
-        out = head_finish(conn, built, status, built.hijack || bodyless?(status) ? -1 : built.content_length)
-        conn.stream = built.chunked && conn.head.method != "HEAD" ? :chunked : :raw
-        conn.left = conn.head.method == "HEAD" || bodyless?(status) ? 0 : built.content_length
-        write(conn, out)
-        built.hijack
-      end
-
-      def stream_write(token, string)
-        conn = held(token)
-        return if string.empty? || conn.head.method == "HEAD"
-
-        if conn.left >= 0
-          if string.bytesize > conn.left
-            raise InvalidResponse, "body is longer than its content-length (#{string.bytesize - conn.left} more bytes)"
-          end
-
-          conn.left -= string.bytesize
-        end
-        write(conn, conn.stream == :chunked ? "#{string.bytesize.to_s(16)}\r\n#{string.b}\r\n".b : string.b)
-      end
-
-      def stream_finish(token)
-        conn = held(token)
-        write(conn, "0\r\n\r\n".b) if conn.stream == :chunked
-        conn.close = true if conn.left.to_i.positive? # fewer bytes than announced: only closing frames it
-        finish(token, conn)
-      end
-
-      # Writes are not queued: every write returned once the socket took it.
-      def flush(token) = held(token) && nil
 
       # Drop the connection of +token+ (a no-op for a stale token).
       def abort(token)
