@@ -46,7 +46,7 @@ module Margay
         assert_equal [b], poller.wait(5).to_a, "#{poller.name}: a removed IO is not reported"
         b.read_nonblock(1)
 
-        Thread.new { sleep 0.2 && poller.wakeup }
+        Thread.new { (sleep 0.2) && poller.wakeup }
         started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         assert_empty poller.wait(10).to_a, poller.name
         assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 5, "#{poller.name}: woken"
