@@ -67,6 +67,20 @@ mg_h2_stream *mg_h2_lock_stream(mg_engine *e, int fd, int slot, uint64_t seq, mg
   return &h->slots[slot];
 }
 
+ssize_t mg_h2_tunnel_read(mg_conn *c, mg_h2_stream *st, char *buf, size_t max) {
+  size_t avail = st->ilen - st->ioff;
+  if (avail == 0) return st->tunnel && !st->in_eof ? -1 : 0;
+  size_t n = avail < max ? avail : max;
+  memcpy(buf, st->in + st->ioff, n);
+  st->ioff += n;
+  if (st->ioff == st->ilen) {
+    st->ioff = st->ilen = 0;
+    if (st->icap > MG_H2_KEEP_BUFFER) { free(st->in); st->in = NULL; st->icap = 0; }
+  }
+  nghttp2_session_consume_stream(c->h2->s, st->id, n); /* its WINDOW_UPDATE goes out at the unlock */
+  return (ssize_t)n;
+}
+
 void mg_h2_unlock(mg_engine *e, mg_conn *c) {
   mg_h2 *h = c->h2;
   int kick = 0;
