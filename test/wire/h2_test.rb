@@ -513,6 +513,14 @@ class H2Test < Minitest::Test
     end
   end
 
+  # h2_frames.py's tunnel mode with +args+ against tunnel_app on with_tunnels: [its JSON, what the
+  # app saw (the server stopped: every call returned)].
+  def tunnel_run(*args)
+    seen = Queue.new
+    got = with_tunnels(tunnel_app(seen)) { |plain| frames(plain, "tunnel", *args) }
+    [got, seen]
+  end
+
   # Without extended_connect=true the setting is not sent, and nghttp2 resets a :protocol stream
   # (RFC 8441 3: PROTOCOL_ERROR) before any app sees it.
   def test_extended_connect_is_off_unless_the_bind_asks
@@ -530,31 +538,25 @@ class H2Test < Minitest::Test
   # is sent (the request never ended), a GET on the same connection meanwhile, 3 MB (three times
   # the stream's window) echoed whole, then END_STREAM ends the app's reading and the response.
   def test_extended_connect_is_a_full_duplex_tunnel
-    seen = Queue.new
-    with_tunnels(tunnel_app(seen)) do |plain|
-      got = frames(plain, "tunnel", "/chat", 5, 3_000_000)
-      assert_equal 1, got["enable_connect"], "SETTINGS_ENABLE_CONNECT_PROTOCOL"
-      assert_equal "200", got["status"]
-      assert_equal %w[msg-1 msg-2 msg-3 msg-4 msg-5], got["echoes"]
-      assert_equal "200", got["get"], "the connection's other streams go on"
-      assert_equal 3_000_000, got["big_sent"]
-      assert got["big_whole"], "the 3 MB came back whole: #{got.inspect}"
-      assert got["ended"], "the response ended when the app's call returned"
-      assert_equal ["CONNECT", "/chat", ["websocket"]], seen.pop
-      assert_equal :eof, Timeout.timeout(5) { seen.pop }
-    end
+    got, seen = tunnel_run("/chat", 5, 3_000_000)
+    assert_equal 1, got["enable_connect"], "SETTINGS_ENABLE_CONNECT_PROTOCOL"
+    assert_equal "200", got["status"]
+    assert_equal %w[msg-1 msg-2 msg-3 msg-4 msg-5], got["echoes"]
+    assert_equal "200", got["get"], "the connection's other streams go on"
+    assert_equal 3_000_000, got["big_sent"]
+    assert got["big_whole"], "the 3 MB came back whole: #{got.inspect}"
+    assert got["ended"], "the response ended when the app's call returned"
+    assert_equal ["CONNECT", "/chat", ["websocket"]], seen.pop
+    assert_equal :eof, Timeout.timeout(5) { seen.pop }
   end
 
   # The stream's window bounds what waits for an app that does not read: the client can send
   # SETTINGS_INITIAL_WINDOW_SIZE (1 MiB) and no more until the app reads; then the rest flows.
   def test_a_tunnel_nobody_reads_holds_the_stream_window_and_no_more
-    seen = Queue.new
-    with_tunnels(tunnel_app(seen)) do |plain|
-      got = frames(plain, "tunnel", "/stall", 0, 2_000_000)
-      assert_equal 1 << 20, got["held"], got.inspect
-      assert got["big_whole"], got.inspect
-      assert got["ended"]
-    end
+    got, = tunnel_run("/stall", 0, 2_000_000)
+    assert_equal 1 << 20, got["held"], got.inspect
+    assert got["big_whole"], got.inspect
+    assert got["ended"]
   end
 
   # A client that resets its tunnel: the app's waiting read raises ClientGone, its thread is free.

@@ -2,29 +2,32 @@
 
 require_relative "../clock"
 require_relative "../errors"
+require_relative "stream"
 require_relative "upgrade"
 
 module Margay
   class Server
     # Internal: an HTTP/2 extended CONNECT (RFC 8441: :method CONNECT with :protocol, a WebSocket
-    # over one stream). The engine hands the request to the app at the end of its headers, with
-    # env["rack.protocol"] from :protocol; an app answering with a streaming body (any 2xx, or 101
-    # as it would on HTTP/1.1: sent as 200) gets a Tunnel: its reads take the DATA the client sends
-    # on the stream, its writes go out as the response's DATA, both directions at once. The
-    # stream's window bounds what the client sends ahead of the app's reads. The stream ends when
-    # #call returns (or at #close_write); the connection's other streams go on. Waits are bounded
-    # as an upgraded HTTP/1.1 connection's (Upgrade): a read by read_timeout, writes by
-    # write_timeout; a graceful stop ends the reading side.
-    class Tunnel
+    # over one stream), on a bind with extended_connect=true. The engine hands the request to the
+    # app at the end of its headers, with env["rack.protocol"] from :protocol; an app answering
+    # with a streaming body (any 2xx, or 101 as it would on HTTP/1.1: sent as 200) gets a Tunnel:
+    # its reads take the DATA the client sends on the stream, its writes go out as the response's
+    # DATA (as a Stream's), both directions at once. The stream's window bounds what the client
+    # sends ahead of the app's reads. The stream ends when #call returns (or at #close_write); the
+    # connection's other streams go on. A read waits at most read_timeout, as an upgraded
+    # HTTP/1.1 connection's (Upgrade); a graceful stop ends the reading side.
+    class Tunnel < Stream
+      include Upgrade::Reading
+
       # Whether the request of +token+ (+env+) is an extended CONNECT on HTTP/2.
       def self.request?(token, env)
         token.negative? && env["REQUEST_METHOD"] == "CONNECT" && env.key?(Upgrade::RACK_PROTOCOL)
       end
 
       # Send the head (a 101 becomes 200; the rack.protocol response header is not sent), run
-      # +body+.call with a Tunnel, end the stream when it returns. Returns nil.
-      def self.serve(engine, token, status, headers, body, read_timeout:, write_timeout:)
-        _ = write_timeout # the engine bounds writes by write_timeout itself
+      # +body+.call with a Tunnel, end the stream when it returns. Returns nil. (Writes are bounded
+      # by the engine's write_timeout, as any streamed body's.)
+      def self.serve(engine, token, status, headers, body, read_timeout:, **)
         headers = headers.reject { |name, _| name == Upgrade::RACK_PROTOCOL }
         engine.stream_start(token, status == 101 ? 200 : status, headers)
         tunnel = new(engine, token, read_timeout: read_timeout)
@@ -35,59 +38,9 @@ module Margay
 
       # For the stream of +token+ on +engine+; a read waits at most +read_timeout+ seconds.
       def initialize(engine, token, read_timeout:)
-        @engine = engine
-        @token = token
+        super(engine, token, nil)
         @read_timeout = read_timeout
-        @write_lock = Mutex.new
-        @ended = false  # the client ended its side, or the server stops
-        @closed = false # no more writes
-      end
-
-      # IO#read: +length+ bytes (fewer at the end, nil there when length > 0), or everything until
-      # the client ends its side when +length+ is nil.
-      def read(length = nil, buffer = nil)
-        raise ArgumentError, "negative length #{length} given" if length&.negative?
-
-        data = +"".b
-        while length.nil? || data.bytesize < length
-          chunk = read_some(length ? [length - data.bytesize, 65_536].min : 65_536)
-          break if chunk.nil?
-
-          data << chunk
-        end
-        return nil if data.empty? && length&.positive?
-
-        buffer ? buffer.replace(data) : data
-      end
-
-      # IO#readpartial: what the client sent, up to +maxlen+ bytes, waiting for at least one;
-      # EOFError once it ended its side.
-      def readpartial(maxlen, buffer = nil)
-        data = read_some(maxlen) or raise EOFError, "end of file reached"
-        buffer ? buffer.replace(data) : data
-      end
-
-      # Send +data+ (its to_s) as the response's DATA; returns the bytes written.
-      def write(data)
-        data = data.to_s
-        @write_lock.synchronize do
-          raise IOError, "closed stream" if @closed
-
-          @engine.stream_write(@token, data)
-        end
-        data.bytesize
-      end
-
-      # Like #write; returns self.
-      def <<(data)
-        write(data)
-        self
-      end
-
-      # Block until what was written has gone to the client.
-      def flush
-        @engine.flush(@token) unless @closed
-        self
+        @ended = false # the client ended its side, or the server stops
       end
 
       # Reads return end of stream from here.
@@ -98,22 +51,14 @@ module Margay
 
       # End the response (END_STREAM); the client may still send.
       def close_write
-        @write_lock.synchronize do
-          @engine.stream_finish(@token) unless @closed
-          @closed = true
-        end
-        nil
+        @engine.stream_finish(@token) unless @closed
+        super
       end
 
       # Both.
       def close
         close_read
         close_write
-      end
-
-      # True after #close_write or #close.
-      def closed?
-        @closed
       end
 
       # The server's graceful stop (Upgrade.stop_reading): reads return end of stream.
