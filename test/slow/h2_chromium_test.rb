@@ -14,7 +14,8 @@ require "support/tls_certs"
 # bind with http2=true: it picks h2 by ALPN, fetches every asset as a stream of one HTTP/2
 # connection, and the page's load handler counts what arrived. The app records the protocol of
 # each request; Chromium's net log (--log-net-log) shows its side: the sessions it opened and the
-# status of every response.
+# status of every response. With extended_connect=true the page's WebSocket goes over the same
+# HTTP/2 connection (RFC 8441), echoed by a streaming body reading the tunnel.
 class H2ChromiumTest < Minitest::Test
   include Margay::TestHelper
 
@@ -131,6 +132,80 @@ class H2ChromiumTest < Minitest::Test
       end
     end
     [sessions, statuses]
+  end
+
+  WS_PAGE = <<~HTML
+    <!doctype html>
+    <html><head><title>ws</title><link rel="icon" href="data:,"></head>
+    <body><pre id="ws">pending</pre><img src="/hold.gif" width="1" height="1">
+    <script>
+      function done(text) {
+        document.getElementById("ws").textContent = text;
+        var img = new Image(); img.src = "/done.gif"; document.body.appendChild(img);
+      }
+      var ws = new WebSocket("wss://" + location.host + "/ws");
+      ws.onopen = function () { ws.send("hello over h2"); };
+      ws.onmessage = function (m) { done("echo=" + m.data); ws.close(); };
+      ws.onerror = function () { done("error"); };
+    </script></body></html>
+  HTML
+
+  # One WebSocket message of the client (masked, up to 125 bytes here) read from +io+, or nil at
+  # its end: [opcode, payload].
+  def ws_read(io)
+    head = io.read(2) or return nil
+    opcode = head.getbyte(0) & 0x0f
+    length = head.getbyte(1) & 0x7f
+    raise "long frame" if length > 125
+
+    mask = io.read(4).bytes
+    payload = io.read(length).bytes.each_with_index.map { |b, i| b ^ mask[i % 4] }.pack("C*")
+    [opcode, payload]
+  end
+
+  # An echo WebSocket over an HTTP/2 extended CONNECT (a streaming body reading the tunnel; RFC
+  # 8441: no Sec-WebSocket-Key/Accept, the 200 is the handshake). /hold.gif holds the page's
+  # load event until /done.gif is asked for, after the echo came (or the socket failed).
+  def ws_app(seen, done)
+    lambda do |env|
+      seen << [env["PATH_INFO"], env["REQUEST_METHOD"], env["SERVER_PROTOCOL"], env["rack.protocol"]]
+      case env["PATH_INFO"]
+      when "/" then [200, { "content-type" => "text/html" }, [WS_PAGE]]
+      when "/hold.gif" then Timeout.timeout(20) { done.pop } && [200, { "content-type" => "image/gif" }, [GIF]]
+      when "/done.gif" then done << true && [200, { "content-type" => "image/gif" }, [GIF]]
+      when "/ws"
+        body = lambda do |stream|
+          while (frame = ws_read(stream))
+            opcode, payload = frame
+            seen << [:message, opcode, payload]
+            break stream.write([0x88, 0].pack("C*")) if opcode == 8 # close, answered
+
+            stream.write([0x81, payload.bytesize].pack("C*") + payload) if opcode == 1
+          end
+        end
+        [200, {}, body]
+      else [404, { "content-type" => "text/plain" }, ["not found"]]
+      end
+    end
+  end
+
+  # With extended_connect=true Chromium opens its WebSocket as a CONNECT stream (:protocol
+  # websocket) on the page's HTTP/2 connection; the app echoes a message through the tunnel.
+  def test_a_websocket_over_http2_extended_connect
+    seen = Queue.new
+    bind = "ssl://127.0.0.1:0?cert=#{CERTS.path('rsa.pem')}&key=#{CERTS.path('rsa.key')}&http2=true&extended_connect=true"
+    Dir.mktmpdir("margay-chromium") do |dir|
+      with_server(ws_app(seen, Queue.new), binds: [bind], lint: false) do |_host, port|
+        dom, netlog = browse("https://127.0.0.1:#{port}/", dir)
+        assert_includes dom, "echo=hello over h2", "the echo came back: #{dom}"
+        events = []
+        events << seen.pop until seen.empty?
+        assert_includes events, ["/ws", "CONNECT", "HTTP/2", ["websocket"]]
+        assert_includes events, [:message, 1, "hello over h2"]
+        sessions, = h2_sessions(netlog, port)
+        assert_equal 1, sessions.size, "the page and its WebSocket shared one HTTP/2 connection"
+      end
+    end
   end
 
   def test_fifty_assets_over_one_h2_connection
