@@ -39,7 +39,7 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
   size_t avail = st->olen - st->ooff;
   if (avail == 0 && !st->eof) { st->deferred = 1; return NGHTTP2_ERR_DEFERRED; }
   size_t n = avail < len ? avail : len;
-  memcpy(buf, st->out + st->ooff, n);
+  if (n) memcpy(buf, st->out + st->ooff, n); /* none: the end alone, and a drained buffer may be freed (NULL) */
   st->ooff += n;
   h->queued -= n;
   h->body_sent += n;
