@@ -164,9 +164,17 @@ def seeds(out_dir):
         conn.send_headers(1, request("/"), end_stream=True)
         conn.increment_flow_control_window(1000)
 
+    def tunnel(conn):  # an extended CONNECT (RFC 8441): DATA both before and after the app's answer
+        conn.config.validate_outbound_headers = False
+        conn.send_headers(1, [(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "http"),
+                              (":path", "/ws"), (":authority", "localhost")])
+        conn.send_data(1, b"\x81\x85abcd" + b"hello")
+        conn.send_headers(3, request("/"), end_stream=True)
+        conn.send_data(1, b"more", end_stream=True)
+
     os.makedirs(out_dir, exist_ok=True)
     for name, build in [("get", get), ("post", post), ("many", many), ("reset", reset), ("trailers", trailers),
-                        ("ping", ping)]:
+                        ("ping", ping), ("tunnel", tunnel)]:
         with open(os.path.join(out_dir, name), "wb") as f:
             f.write(frames_after_preface(build))
 
