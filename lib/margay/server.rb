@@ -70,7 +70,8 @@ module Margay
                                    RequestHandler.env_template(@config))
       by_io = Native::Engine.respond_to?(:listener_io?) # the pure-Ruby engine takes the IO itself
       @listeners.each do |l|
-        @engine.add_listener(by_io ? l.io : l.io.fileno, l.unix, l.server_name, l.server_port, l.tls, l.http2 || false)
+        @engine.add_listener(by_io ? l.io : l.io.fileno, l.unix, l.server_name, l.server_port, l.tls, l.http2 || false,
+                             l.extended_connect || false)
       end
       health_listeners.each { |l| @engine.add_health_listener(by_io ? l.io : l.io.fileno, agent_listener?(l)) }
       @engine.publish_idle(*@idle_board) if @idle_board

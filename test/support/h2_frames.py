@@ -33,8 +33,20 @@ hyperframe for frames h2 would refuse to send. Prints one JSON line of what it s
                                       that took and the body bytes received. With grant: once a line
                                       comes on stdin, windows of 1 GiB, then reads the streams to
                                       their end: each one's body size and SHA-256
+  h2_frames.py PORT tunnel PATH N BIG [reset|hold]
+                                      an extended CONNECT (RFC 8441) of PATH (:protocol websocket),
+                                      its headers without END_STREAM; N messages each sent after the
+                                      echo of the one before, a GET on another stream meanwhile, then
+                                      BIG random bytes sent as the stream's window lets them while
+                                      their echo is read, then END_STREAM (with reset: RST_STREAM
+                                      CANCEL; with hold: nothing, until the server ends the stream
+                                      or 10 s pass): the server's ENABLE_CONNECT_PROTOCOL, the tunnel's
+                                      status, the echoes, the GET's status, the bytes sent when the
+                                      stream's window first closed, whether BIG came back whole, how
+                                      the stream ended
 """
 import hashlib
+import os
 import json
 import socket
 import sys
@@ -152,9 +164,17 @@ def seeds(out_dir):
         conn.send_headers(1, request("/"), end_stream=True)
         conn.increment_flow_control_window(1000)
 
+    def tunnel(conn):  # an extended CONNECT (RFC 8441): DATA both before and after the app's answer
+        conn.config.validate_outbound_headers = False
+        conn.send_headers(1, [(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "http"),
+                              (":path", "/ws"), (":authority", "localhost")])
+        conn.send_data(1, b"\x81\x85abcd" + b"hello")
+        conn.send_headers(3, request("/"), end_stream=True)
+        conn.send_data(1, b"more", end_stream=True)
+
     os.makedirs(out_dir, exist_ok=True)
     for name, build in [("get", get), ("post", post), ("many", many), ("reset", reset), ("trailers", trailers),
-                        ("ping", ping)]:
+                        ("ping", ping), ("tunnel", tunnel)]:
         with open(os.path.join(out_dir, name), "wb") as f:
             f.write(frames_after_preface(build))
 
@@ -315,7 +335,95 @@ def main():
             seen += pump(sock, conn, lambda s: (note(s) or True) and "closed" in s, limit=60.0, tick=tick)
             out = {"heads": len(heads), "data": data[0], "closed": "closed" in seen,
                    "seconds": round(time.monotonic() - start, 2), "goaway": goaway_of(seen)}
+    elif what == "tunnel":
+        out = tunnel(sock, conn, sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), (sys.argv[6:] or ["end"])[0])
     print(json.dumps(out), flush=True)
+
+
+def tunnel(sock, conn, path, n, big, finish):
+    """The tunnel mode (see the top): a websocket-like echo over one stream of an extended CONNECT."""
+    conn.config.validate_outbound_headers = False  # :protocol, whatever this h2 version thinks of it
+    settings = {}
+    echoed = bytearray()
+    got = {"status": None, "get": None, "ended": False, "reset": None, "closed": False, "held": None}
+
+    def feed(events):
+        for e in events:
+            if isinstance(e, h2.events.RemoteSettingsChanged):
+                settings.update({int(k): v.new_value for k, v in e.changed_settings.items()})
+            elif isinstance(e, h2.events.ResponseReceived):
+                got["status" if e.stream_id == sid else "get"] = dict(e.headers)[":status"]
+            elif isinstance(e, h2.events.DataReceived):
+                conn.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+                if e.stream_id == sid:
+                    echoed.extend(e.data)
+            elif isinstance(e, h2.events.StreamEnded) and e.stream_id == sid:
+                got["ended"] = True
+            elif isinstance(e, h2.events.StreamReset) and e.stream_id == sid:
+                got["reset"] = int(e.error_code)
+        if "closed" in events:
+            got["closed"] = True
+        out = conn.data_to_send()
+        if out:
+            sock.sendall(out)
+
+    def wait(cond, limit=10.0):
+        deadline = time.monotonic() + limit
+        while not cond() and not got["closed"] and time.monotonic() < deadline:
+            feed(pump(sock, conn, lambda seen: len(seen) > 0, limit=max(0.05, deadline - time.monotonic())))
+        return cond()
+
+    sid = None
+    wait(lambda: settings)
+    sid = conn.get_next_available_stream_id()
+    conn.send_headers(sid, [(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "http"),
+                            (":path", path), (":authority", "localhost")], end_stream=False)
+    sock.sendall(conn.data_to_send())
+    wait(lambda: got["status"] is not None or got["reset"] is not None)
+    echoes = []
+    for i in range(1, n + 1):
+        msg = ("msg-%d" % i).encode()
+        conn.send_data(sid, msg)
+        sock.sendall(conn.data_to_send())
+        if i == 1:
+            get = conn.get_next_available_stream_id()
+            conn.send_headers(get, request("/"), end_stream=True)
+            sock.sendall(conn.data_to_send())
+        wait(lambda: len(echoed) >= len(msg))
+        echoes.append(echoed.decode(errors="replace"))
+        echoed.clear()
+    if n > 0:
+        wait(lambda: got["get"] is not None)
+    data = os.urandom(big)
+    sent = 0
+    while sent < big and not got["closed"] and got["reset"] is None:
+        room = min(conn.local_flow_control_window(sid), conn.max_outbound_frame_size, big - sent)
+        if room <= 0:
+            if got["held"] is None and conn.streams[sid].outbound_flow_control_window == 0:
+                got["held"] = sent  # the stream's own window, not the connection's
+            if not wait(lambda: conn.local_flow_control_window(sid) > 0, limit=10.0):
+                break
+            continue
+        conn.send_data(sid, data[sent:sent + room])
+        sent += room
+        sock.sendall(conn.data_to_send())
+    wait(lambda: len(echoed) >= big, limit=20.0)
+    whole = bytes(echoed) == data
+    if got["reset"] is not None:
+        pass
+    elif finish == "hold":
+        wait(lambda: got["ended"] or got["reset"] is not None)
+    elif finish == "reset":
+        conn.reset_stream(sid, error_code=8)  # CANCEL
+        sock.sendall(conn.data_to_send())
+        wait(lambda: False, limit=0.5)
+    else:
+        conn.end_stream(sid)
+        sock.sendall(conn.data_to_send())
+        wait(lambda: got["ended"] or got["reset"] is not None)
+    return {"enable_connect": settings.get(8), "status": got["status"], "echoes": echoes, "get": got["get"],
+            "held": got["held"], "big_sent": sent, "big_echoed": len(echoed), "big_whole": whole, "ended": got["ended"],
+            "reset": got["reset"], "closed": got["closed"]}
 
 
 main()

@@ -482,6 +482,114 @@ class H2Test < Minitest::Test
     end
   end
 
+  # An extended CONNECT's app (RFC 8441): a streaming body echoing what the client sends on the
+  # tunnel until it ends its side; /stall waits a second before its first read. Each request's
+  # method, path and rack.protocol go to +seen+, and how each tunnel's call ended; each echo to
+  # +echoes+ (if given).
+  def tunnel_app(seen, echoes = nil)
+    lambda do |env|
+      return [200, { "content-type" => "text/plain" }, ["plain"]] unless env["REQUEST_METHOD"] == "CONNECT"
+
+      seen << [env["REQUEST_METHOD"], env["PATH_INFO"], env["rack.protocol"]]
+      body = lambda do |stream|
+        sleep 1 if env["PATH_INFO"] == "/stall"
+        loop do
+          stream.write(stream.readpartial(65_536))
+          echoes&.push(true)
+        end
+      rescue EOFError
+        seen << :eof
+      rescue Margay::ClientGone => e
+        seen << e.class
+      end
+      [200, { "rack.protocol" => env["rack.protocol"].first }, body]
+    end
+  end
+
+  # A server whose h2c listener has extended_connect=true: yields its port and the server.
+  def with_tunnels(app, &block)
+    with_h2_server(app, binds: ["tcp://127.0.0.1:0?http2=true&extended_connect=true"], lint: false) do |plain, server|
+      block.call(plain, server)
+    end
+  end
+
+  # h2_frames.py's tunnel mode with +args+ against tunnel_app on with_tunnels: [its JSON, what the
+  # app saw (the server stopped: every call returned)].
+  def tunnel_run(*args)
+    seen = Queue.new
+    got = with_tunnels(tunnel_app(seen)) { |plain| frames(plain, "tunnel", *args) }
+    [got, seen]
+  end
+
+  # Without extended_connect=true the setting is not sent, and nghttp2 resets a :protocol stream
+  # (RFC 8441 3: PROTOCOL_ERROR) before any app sees it.
+  def test_extended_connect_is_off_unless_the_bind_asks
+    seen = Queue.new
+    with_h2_server(tunnel_app(seen), binds: ["tcp://127.0.0.1:0?http2=true"], lint: false) do |plain|
+      refute frames(plain, "settings").key?("8"), "no SETTINGS_ENABLE_CONNECT_PROTOCOL"
+      got = frames(plain, "tunnel", "/chat", 0, 0)
+      assert_equal 1, got["reset"], "PROTOCOL_ERROR: #{got.inspect}"
+      assert_nil got["status"]
+      assert_empty seen
+    end
+  end
+
+  # The client's DATA reach the app while it answers: five messages each echoed before the next
+  # is sent (the request never ended), a GET on the same connection meanwhile, 3 MB (three times
+  # the stream's window) echoed whole, then END_STREAM ends the app's reading and the response.
+  def test_extended_connect_is_a_full_duplex_tunnel
+    got, seen = tunnel_run("/chat", 5, 3_000_000)
+    assert_equal 1, got["enable_connect"], "SETTINGS_ENABLE_CONNECT_PROTOCOL"
+    assert_equal "200", got["status"]
+    assert_equal %w[msg-1 msg-2 msg-3 msg-4 msg-5], got["echoes"]
+    assert_equal "200", got["get"], "the connection's other streams go on"
+    assert_equal 3_000_000, got["big_sent"]
+    assert got["big_whole"], "the 3 MB came back whole: #{got.inspect}"
+    assert got["ended"], "the response ended when the app's call returned"
+    assert_equal ["CONNECT", "/chat", ["websocket"]], seen.pop
+    assert_equal :eof, Timeout.timeout(5) { seen.pop }
+  end
+
+  # The stream's window bounds what waits for an app that does not read: the client can send
+  # SETTINGS_INITIAL_WINDOW_SIZE (1 MiB) and no more until the app reads; then the rest flows.
+  def test_a_tunnel_nobody_reads_holds_the_stream_window_and_no_more
+    got, = tunnel_run("/stall", 0, 2_000_000)
+    assert_equal 1 << 20, got["held"], got.inspect
+    assert got["big_whole"], got.inspect
+    assert got["ended"]
+  end
+
+  # A client that resets its tunnel: the app's waiting read raises ClientGone, its thread is free.
+  def test_a_reset_tunnel_raises_client_gone_in_the_apps_read
+    seen = Queue.new
+    with_tunnels(tunnel_app(seen)) do |plain|
+      got = frames(plain, "tunnel", "/chat", 1, 0, "reset")
+      assert_equal ["msg-1"], got["echoes"]
+      seen.pop
+      assert_equal Margay::ClientGone, Timeout.timeout(5) { seen.pop }
+      out, = curl("--http2-prior-knowledge", "http://127.0.0.1:#{plain}/")
+      assert_equal "plain", out
+    end
+  end
+
+  # A graceful stop while a tunnel is open: the app's read returns end of stream (as an upgraded
+  # HTTP/1.1 connection's does), its call returns, the connection closes after its GOAWAY.
+  # (python3-h2 drops the frames that follow a GOAWAY: the stream's end is not looked at here.)
+  def test_a_graceful_stop_ends_a_tunnels_reading
+    seen = Queue.new
+    echoes = Queue.new
+    with_tunnels(tunnel_app(seen, echoes)) do |plain, server|
+      client = Thread.new { frames(plain, "tunnel", "/chat", 1, 0, "hold") }
+      Timeout.timeout(10) { echoes.pop }
+      server.stop
+      got = client.value
+      assert_equal ["msg-1"], got["echoes"]
+      assert got["closed"], got.inspect
+      seen.pop
+      assert_equal :eof, seen.pop
+    end
+  end
+
   # A body answering to_path (Rack::Files does the same).
   class FileBody
     def initialize(path) = @path = path

@@ -31,6 +31,7 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
     c->bfd = -1;
     c->out.spill_fd = -1;
     pthread_mutex_init(&c->h2_lock, NULL);
+    pthread_cond_init(&c->h2_input, NULL);
     e->conns[fd] = c;
   }
   assert(mg_state_st(atomic_load(&c->state)) == MG_FREE); /* the fd was closed or handed on with it */
@@ -184,6 +185,7 @@ void mg_conn_close_all(mg_engine *e) {
     free(c->rbuf);
     free(c->bmem);
     pthread_mutex_destroy(&c->h2_lock);
+    pthread_cond_destroy(&c->h2_input);
     free(c);
     e->conns[fd] = NULL;
   }

@@ -90,6 +90,7 @@ typedef struct mg_conn {
    * is set (Ruby threads answer streams while a loop thread owns the connection) */
   struct mg_h2 *h2;
   pthread_mutex_t h2_lock;
+  pthread_cond_t h2_input; /* with h2_lock: a tunnel's bytes or end came, or the session ended */
   uint64_t h2_seq;        /* streams' sequence on this struct, never reset: stale tokens fail */
   _Atomic int h2_kick;    /* a response call left output, or the session must end (mg_h2_kick) */
   int h2_goaway;          /* the session sent its GOAWAY for a stop (read by the sweep) */

@@ -59,6 +59,7 @@ typedef struct {
   int is_unix;
   struct mg_tls_ctx *tls;     /* its connections speak TLS (core/tls.h), or NULL */
   int h2;                     /* HTTP/2 (core/h2.h): ALPN h2 on TLS, a client preface on plain */
+  int h2_connect;             /* its extended CONNECT (RFC 8441): SETTINGS_ENABLE_CONNECT_PROTOCOL */
 } mg_listener;
 
 #define MG_MAX_LISTENERS 16

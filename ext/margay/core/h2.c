@@ -53,6 +53,10 @@ int mg_h2_spill(mg_conn *c, mg_h2_stream *s, const char *data, size_t len) { (vo
 int mg_h2_finish(mg_conn *c, mg_h2_stream *s) { (void)c; (void)s; return -1; }
 int mg_h2_send_file(mg_conn *c, mg_h2_stream *s, int fd, uint64_t len) { (void)c; (void)s; (void)len; close(fd); return -1; }
 void mg_h2_reset(mg_conn *c, mg_h2_stream *s) { (void)c; (void)s; }
+ssize_t mg_h2_tunnel_read(mg_conn *c, mg_h2_stream *s, char *buf, size_t max) {
+  (void)c; (void)s; (void)buf; (void)max;
+  return 0;
+}
 size_t mg_h2_backlog(const mg_h2_stream *s) { (void)s; return 0; }
 uint64_t mg_h2_spilled(const mg_h2_stream *s) { (void)s; return 0; }
 uint64_t mg_h2_spill_left(const mg_h2_stream *s) { (void)s; return 0; }
@@ -80,6 +84,8 @@ void h2_stream_clear(mg_h2 *h, mg_h2_stream *st) {
   if (st->state == ST_APP) h->in_app--;
   if (st->ofd >= 0) close(st->ofd);
   free(st->out);
+  free(st->in);
+  if (st->tunnel) pthread_cond_broadcast(&h->c->h2_input); /* a read waiting finds it gone */
   memset(st, 0, sizeof *st);
   st->ofd = -1;
 }
@@ -120,9 +126,11 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *frame, void *u
   if (frame->hd.type == NGHTTP2_DATA &&
       empty_frame(h, frame->hd.length <= frame->data.padlen && !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) != 0)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
-  if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) || !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
-    return 0;
-  return h2_request_done(h, frame->hd.stream_id);
+  if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
+  if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) return h2_stream_ended(h, frame->hd.stream_id);
+  if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST)
+    return h2_headers_done(h, frame->hd.stream_id);
+  return 0;
 }
 
 /* CONTINUATION flood (CVE-2024-27316 and kin): a header block in more frames than any
@@ -333,6 +341,8 @@ void mg_h2_begin(mg_engine *e, mg_conn *c) {
   nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
   nghttp2_option_set_max_outbound_ack(opt, 1000);  /* PING / SETTINGS floods */
   nghttp2_option_set_max_settings(opt, 32);
+  /* windows given back by h2_on_data, a tunnel's stream window as the app reads */
+  nghttp2_option_set_no_auto_window_update(opt, 1);
   h->e = e;
   h->c = c;
   h->resets = MG_H2_RESET_BURST;
@@ -345,8 +355,10 @@ void mg_h2_begin(mg_engine *e, mg_conn *c) {
     {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, MG_H2_MAX_STREAMS},
     {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)e->cfg.max_head},
     {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1 << 20},
+    {NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL, 1}, /* sent only on an extended_connect listener */
   };
-  nghttp2_submit_settings(h->s, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]);
+  size_t niv = sizeof iv / sizeof iv[0] - (e->listeners[c->listener].h2_connect ? 0 : 1);
+  nghttp2_submit_settings(h->s, NGHTTP2_FLAG_NONE, iv, niv);
   pthread_mutex_lock(&c->h2_lock);
   c->h2 = h;
   c->h2_goaway = 0;

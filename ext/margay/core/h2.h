@@ -25,6 +25,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include "core/conn.h"
 
 /* Streams open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS), and the slots a
@@ -138,6 +139,11 @@ uint64_t mg_h2_spill_left(const mg_h2_stream *s);
 int mg_h2_send_file(mg_conn *c, mg_h2_stream *s, int fd, uint64_t len);
 /* Reset the stream (INTERNAL_ERROR): an abort. */
 void mg_h2_reset(mg_conn *c, mg_h2_stream *s);
+/* An extended CONNECT's tunnel (RFC 8441): up to +max+ of the bytes the client sent on the stream,
+ * copied to +buf+, the stream's window given back for them. The count, 0 when the client ended its
+ * side (or the stream is no tunnel: its request was complete), -1 when none came yet (wait on
+ * c->h2_input with c->h2_lock). */
+ssize_t mg_h2_tunnel_read(mg_conn *c, mg_h2_stream *s, char *buf, size_t max);
 /* Bytes of the stream's body waiting to be framed, in memory and spilled (a streamed response's
  * backlog). */
 size_t mg_h2_backlog(const mg_h2_stream *s);

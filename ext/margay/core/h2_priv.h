@@ -32,6 +32,13 @@ struct mg_h2_stream {
   int eof;               /* no more bytes will come */
   int deferred;          /* nghttp2 was told to wait for bytes (resume when some come) */
   int64_t taken_mono_ns; /* when a thread took its request (the duration histogram), or 0 */
+  /* an extended CONNECT (RFC 8441): the app got the request at the end of its headers; the
+   * client's DATA wait here for the app's reads, bounded by the stream's window, which is given
+   * back as the app reads (the connection's window at once: a tunnel never holds the others) */
+  int tunnel;
+  char *in;
+  size_t ilen, ioff, icap;
+  int in_eof;            /* the client ended its side */
 };
 
 typedef struct mg_h2 {
@@ -79,5 +86,10 @@ int h2_on_header(nghttp2_session *s, const nghttp2_frame *frame, const uint8_t *
 int h2_on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len, void *ud);
 /* The stream +id+'s request is complete (END_STREAM): queue it for Ruby. 0, or a callback error. */
 int h2_request_done(mg_h2 *h, int32_t id);
+/* The stream +id+'s headers ended without END_STREAM: an extended CONNECT (:method CONNECT with
+ * :protocol) becomes a tunnel, queued for Ruby now. 0, or a callback error. */
+int h2_headers_done(mg_h2 *h, int32_t id);
+/* The client ended the stream +id+: its request is complete, or its tunnel's input ends. */
+int h2_stream_ended(mg_h2 *h, int32_t id);
 
 #endif

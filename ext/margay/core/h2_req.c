@@ -211,10 +211,29 @@ int h2_on_header(nghttp2_session *s, const nghttp2_frame *frame, const uint8_t *
   return 0;
 }
 
+/* A tunnel's bytes, kept for the app's reads: the connection's window is given back now, the
+ * stream's as the app reads (mg_h2_tunnel_read), so the stream's window bounds what waits here. */
+static int tunnel_data(mg_h2 *h, mg_h2_stream *st, const uint8_t *data, size_t len) {
+  nghttp2_session_consume_connection(h->s, len);
+  if (st->ioff > 0) {
+    memmove(st->in, st->in + st->ioff, st->ilen - st->ioff);
+    st->ilen -= st->ioff;
+    st->ioff = 0;
+  }
+  if (mg_grow(&st->in, &st->icap, st->ilen + len, 16384) != 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  memcpy(st->in + st->ilen, data, len);
+  st->ilen += len;
+  pthread_cond_broadcast(&h->c->h2_input);
+  return 0;
+}
+
 int h2_on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len, void *ud) {
-  (void)s; (void)flags;
+  (void)flags;
   mg_h2 *h = ud;
   mg_h2_stream *st = h2_stream_of(h, id);
+  if (st && st->tunnel && st->state == ST_APP) return tunnel_data(h, st, data, len);
+  /* every other stream's bytes are taken (or dropped) here: their windows given back at once */
+  nghttp2_session_consume(s, id, len);
   if (!st || st->state != ST_RECV) return 0;
   if (st->req->btotal + len > h->e->cfg.max_body) {
     answer_early(h, st, "413"); /* max_body_size */
@@ -251,6 +270,27 @@ int h2_request_done(mg_h2 *h, int32_t id) {
   c->requests++;
   queue_push(h->e, q);
   return 0;
+}
+
+int h2_headers_done(mg_h2 *h, int32_t id) {
+  mg_h2_stream *st = h2_stream_of(h, id);
+  if (!st || st->state != ST_RECV) return 0;
+  const mg_h2_req *q = st->req;
+  if (q->method < 0 || q->protocol < 0) return 0;
+  const mg_h2_field *m = &q->fields[q->method];
+  if (m->value_len != 7 || memcmp(q->buf + m->value, "CONNECT", 7) != 0) return 0;
+  st->tunnel = 1;
+  return h2_request_done(h, id);
+}
+
+int h2_stream_ended(mg_h2 *h, int32_t id) {
+  mg_h2_stream *st = h2_stream_of(h, id);
+  if (st && st->tunnel) {
+    st->in_eof = 1;
+    pthread_cond_broadcast(&h->c->h2_input);
+    return 0;
+  }
+  return h2_request_done(h, id);
 }
 
 #endif

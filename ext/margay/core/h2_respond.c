@@ -39,7 +39,7 @@ static ssize_t read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t le
   size_t avail = st->olen - st->ooff;
   if (avail == 0 && !st->eof) { st->deferred = 1; return NGHTTP2_ERR_DEFERRED; }
   size_t n = avail < len ? avail : len;
-  memcpy(buf, st->out + st->ooff, n);
+  if (n) memcpy(buf, st->out + st->ooff, n); /* none: the end alone, and a drained buffer may be freed (NULL) */
   st->ooff += n;
   h->queued -= n;
   h->body_sent += n;
@@ -65,6 +65,20 @@ mg_h2_stream *mg_h2_lock_stream(mg_engine *e, int fd, int slot, uint64_t seq, mg
   }
   *cp = c;
   return &h->slots[slot];
+}
+
+ssize_t mg_h2_tunnel_read(mg_conn *c, mg_h2_stream *st, char *buf, size_t max) {
+  size_t avail = st->ilen - st->ioff;
+  if (avail == 0) return st->tunnel && !st->in_eof ? -1 : 0;
+  size_t n = avail < max ? avail : max;
+  memcpy(buf, st->in + st->ioff, n);
+  st->ioff += n;
+  if (st->ioff == st->ilen) {
+    st->ioff = st->ilen = 0;
+    if (st->icap > MG_H2_KEEP_BUFFER) { free(st->in); st->in = NULL; st->icap = 0; }
+  }
+  nghttp2_session_consume_stream(c->h2->s, st->id, n); /* its WINDOW_UPDATE goes out at the unlock */
+  return (ssize_t)n;
 }
 
 void mg_h2_unlock(mg_engine *e, mg_conn *c) {

@@ -104,12 +104,14 @@ static VALUE engine_initialize(VALUE self, VALUE values, VALUE env_template) {
   return self;
 }
 
-/* Engine#add_listener(fd, unix?, server_name, server_port, tls = nil, http2 = false) -> index;
- * +http2+: HTTP/2 on this listener (ALPN h2 on TLS, the client preface on plain TCP); +tls+: a
- * Native::TLSContext, and the listener's connections speak TLS. */
+/* Engine#add_listener(fd, unix?, server_name, server_port, tls = nil, http2 = false,
+ * extended_connect = false) -> index; +http2+: HTTP/2 on this listener (ALPN h2 on TLS, the client
+ * preface on plain TCP); +extended_connect+: its connections advertise
+ * SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 8441); +tls+: a Native::TLSContext, and the listener's
+ * connections speak TLS. */
 static VALUE engine_add_listener(int argc, VALUE *argv, VALUE self) {
-  VALUE fd, is_unix, name, port, tls, http2;
-  rb_scan_args(argc, argv, "42", &fd, &is_unix, &name, &port, &tls, &http2);
+  VALUE fd, is_unix, name, port, tls, http2, connect;
+  rb_scan_args(argc, argv, "43", &fd, &is_unix, &name, &port, &tls, &http2, &connect);
   mg_rb_engine *rb = mg_rb_engine_get(self);
   mg_engine *e = &rb->core;
   if (e->nlisteners >= MG_MAX_LISTENERS) rb_raise(rb_eArgError, "at most %d listeners", MG_MAX_LISTENERS);
@@ -121,6 +123,7 @@ static VALUE engine_add_listener(int argc, VALUE *argv, VALUE self) {
   server->server_port = rb_str_new_frozen(StringValue(port));
   l->tls = NIL_P(tls) ? NULL : mg_rb_tls_context(tls);
   l->h2 = RTEST(http2);
+  l->h2_connect = l->h2 && RTEST(connect);
   if (l->h2 && !mg_h2_available()) rb_raise(rb_eArgError, "Margay was built without libnghttp2: no HTTP/2");
   server->tls = tls;
   int flags = fcntl(l->fd, F_GETFL);

@@ -23,6 +23,7 @@ VALUE mg_rb_h2_stream_start(mg_engine *e, VALUE token, VALUE status, VALUE heade
 VALUE mg_rb_h2_stream_write(mg_engine *e, VALUE token, VALUE data);
 VALUE mg_rb_h2_stream_finish(mg_engine *e, VALUE token);
 VALUE mg_rb_h2_flush(mg_engine *e, VALUE token);
+VALUE mg_rb_h2_tunnel_read(mg_engine *e, VALUE token, VALUE maxlen);
 VALUE mg_rb_h2_started(mg_engine *e, VALUE token);
 VALUE mg_rb_h2_error_response(mg_engine *e, VALUE token, int status);
 VALUE mg_rb_h2_early_hints(mg_engine *e, VALUE token, VALUE headers);

@@ -9,6 +9,7 @@
 #include "ruby/h2_priv.h"
 #include "core/tempfile.h"
 #include <ruby/thread.h>
+#include <time.h>
 #include <unistd.h>
 
 static void *nap(void *p) {
@@ -162,6 +163,42 @@ VALUE mg_rb_h2_stream_write(mg_engine *e, VALUE token, VALUE data) {
   write_capped(e, token, &c, &s, data);
   mg_h2_unlock(e, c);
   return Qnil;
+}
+
+/* Wait on c->h2_input (c->h2_lock held) for at most 50 ms: a tunnel's bytes, its end, or its stream
+ * gone. Without the GVL; the caller looks at interrupts after unlocking. */
+static void *wait_input(void *p) {
+  mg_conn *c = p;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += 50 * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+  pthread_cond_timedwait(&c->h2_input, &c->h2_lock, &ts);
+  return NULL;
+}
+
+/* Engine#tunnel_read for a stream: up to +maxlen+ bytes the client sent on its extended CONNECT's
+ * tunnel (a String), nil once the client ended its side, or false when none came within 50 ms
+ * (the caller looks at its own deadline and calls again). ClientGone when the stream is gone. */
+VALUE mg_rb_h2_tunnel_read(mg_engine *e, VALUE token, VALUE maxlen) {
+  long max = NUM2LONG(maxlen);
+  if (max <= 0 || max > 65536) max = 65536;
+  VALUE str = rb_str_buf_new(max);
+  mg_conn *c;
+  mg_h2_stream *s = h2_lock_token(e, token, &c);
+  ssize_t n = mg_h2_tunnel_read(c, s, RSTRING_PTR(str), (size_t)max);
+  if (n < 0) {
+    rb_thread_call_without_gvl(wait_input, c, RUBY_UBF_IO, NULL);
+    mg_h2_unlock(e, c);
+    rb_thread_check_ints();
+    s = h2_lock_token(e, token, &c);
+    n = mg_h2_tunnel_read(c, s, RSTRING_PTR(str), (size_t)max);
+  }
+  mg_h2_unlock(e, c); /* sends the WINDOW_UPDATE for what was read */
+  if (n < 0) return Qfalse;
+  if (n == 0) return Qnil;
+  rb_str_set_len(str, n);
+  return str;
 }
 
 /* Engine#flush for a stream: wait until the client took its body's bytes, in memory and spilled. */

@@ -154,9 +154,17 @@ static VALUE engine_flush(VALUE self, VALUE token) {
   return Qnil;
 }
 
+/* Engine#tunnel_read(token, maxlen): an HTTP/2 extended CONNECT's input (ruby/h2_body.c); nil for
+ * an HTTP/1 request (its upgrades are read from the hijacked socket). */
+static VALUE engine_tunnel_read(VALUE self, VALUE token, VALUE maxlen) {
+  if (mg_rb_h2_token_p(token)) return mg_rb_h2_tunnel_read(mg_rb_engine_core(self), token, maxlen);
+  return Qnil;
+}
+
 void mg_stream_init(VALUE cEngine) {
   rb_define_method(cEngine, "stream_start", engine_stream_start, 3);
   rb_define_method(cEngine, "stream_write", engine_stream_write, 2);
   rb_define_method(cEngine, "stream_finish", engine_stream_finish, 1);
   rb_define_method(cEngine, "flush", engine_flush, 1);
+  rb_define_method(cEngine, "tunnel_read", engine_tunnel_read, 2);
 }

@@ -24,9 +24,10 @@ module Margay
     # bind: the URL as configured; url: as bound (port 0 resolved).
     # activated: handed over by systemd (never unlinked or re-bound by us).
     # tls: the Native::TLSContext of an ssl:// bind (made here, before any fork), else nil.
-    # http2: the bind's http2=true (HTTP/2 by ALPN on ssl://, h2c with prior knowledge on tcp://).
+    # http2: the bind's http2=true (HTTP/2 by ALPN on ssl://, h2c with prior knowledge on tcp://);
+    # extended_connect: its extended_connect=true (RFC 8441's CONNECT with :protocol on HTTP/2).
     Listener = Struct.new(:io, :bind, :url, :unix, :server_name, :server_port, :activated, :tls, :http2,
-                          keyword_init: true)
+                          :extended_connect, keyword_init: true)
 
     # A parsed bind URL. options: Puma's query options, typed (:backlog,
     # :low_latency, :reuse_port for tcp; :backlog, :umask, :mode for unix).
@@ -34,7 +35,8 @@ module Margay
 
     # Query options each scheme takes, and how each value is read.
     OPTIONS = {
-      tcp: { "backlog" => :positive, "low_latency" => :boolean, "reuse_port" => :boolean, "http2" => :boolean },
+      tcp: { "backlog" => :positive, "low_latency" => :boolean, "reuse_port" => :boolean, "http2" => :boolean,
+             "extended_connect" => :boolean },
       unix: { "backlog" => :positive, "umask" => :octal, "mode" => :octal }
     }.freeze
 
@@ -172,6 +174,7 @@ module Margay
         listener = parsed.scheme == :unix ? bind_unix(url, parsed, io) : bind_tcp(url, parsed, io)
         listener.tls = TLS.context(listener.url, parsed.options, @pems) if parsed.scheme == :ssl
         listener.http2 = http2?(listener.url, parsed.options)
+        listener.extended_connect = extended_connect?(listener.url, parsed.options)
         listener
       end
       (@inherited.keys - listeners.map(&:bind)).each { |url| close_fd(@inherited[url]) }
@@ -193,9 +196,18 @@ module Margay
       true
     end
 
+    # The bind's extended_connect=true: only beside http2=true (it is an HTTP/2 setting).
+    def self.extended_connect?(url, options)
+      return false unless options[:extended_connect]
+      raise ConfigError, "bind #{url}: extended_connect=true needs http2=true" unless options[:http2]
+
+      true
+    end
+
     private
 
     def http2?(url, options) = self.class.http2?(url, options)
+    def extended_connect?(url, options) = self.class.extended_connect?(url, options)
 
     def parse_inherited(value)
       self.class.parse_inherited(value)

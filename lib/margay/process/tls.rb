@@ -16,7 +16,8 @@ module Margay
       "key_password_command" => :text, "ca" => :text, "verify_mode" => :verify,
       "verification_flags" => :flags, "ssl_cipher_filter" => :text, "ssl_ciphersuites" => :text,
       "reuse" => :reuse, "no_tlsv1" => :boolean, "no_tlsv1_1" => :boolean,
-      "low_latency" => :boolean, "backlog" => :positive, "http2" => :boolean
+      "low_latency" => :boolean, "backlog" => :positive, "http2" => :boolean,
+      "extended_connect" => :boolean
     }.freeze
 
     VERIFY_MODES = { "none" => 0, "peer" => 1, "force_peer" => 2 }.freeze
@@ -66,6 +67,7 @@ module Margay
       query << "backlog=#{Integer(opts[:backlog])}" if opts[:backlog]
       query << "low_latency=#{opts[:low_latency]}" if opts.key?(:low_latency)
       query << "http2=true" if opts[:http2] # Margay's own: ALPN h2 (Puma has no HTTP/2)
+      query << "extended_connect=true" if opts[:extended_connect] # Margay's own: RFC 8441 on h2
       sni_query(opts[:sni]).each { |pair| query << pair }
       "ssl://#{host}:#{port}?#{query.join('&')}"
     end

@@ -62,7 +62,7 @@ module Margay
 
       # +io+: the listening socket (or its fd under MRI); +unix+, +name+, +port+: its env values;
       # +tls+: an ssl:// bind's context, +http2+: the bind's http2=true (neither here: refused).
-      def add_listener(io, unix, name, port, tls = nil, http2 = false)
+      def add_listener(io, unix, name, port, tls = nil, http2 = false, _extended_connect = false)
         raise NotImplementedError, "ssl:// binds: not served by the pure-Ruby engine yet" if tls
         raise NotImplementedError, "http2=true: not served by the pure-Ruby engine" if http2
 

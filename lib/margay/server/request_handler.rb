@@ -7,6 +7,7 @@ require_relative "../constants"
 require_relative "../version"
 require_relative "stream"
 require_relative "hijack"
+require_relative "tunnel"
 require_relative "upgrade"
 
 module Margay
@@ -203,6 +204,7 @@ module Margay
         return partial_hijack(token, status, headers) if hijack_header?(headers)
         return stream_each(token, status, headers, body) if body.respond_to?(:each)
         raise InvalidResponse, "body must respond to each or call, got #{body.class}" unless body.respond_to?(:call)
+        return Tunnel.serve(@engine, token, status, headers, body, **@upgrade_timeouts) if Tunnel.request?(token, env)
         return Upgrade.serve(@engine, token, headers, body, **@upgrade_timeouts) if Upgrade.response?(status, headers, env)
 
         @engine.stream_start(token, status, headers)

@@ -105,19 +105,9 @@ module Margay
         nil
       end
 
-      # The stream an upgraded streaming body talks on: the raw connection
-      # (bytes the client sent right after its request come first), with
-      # IO's semantics and bounded waits. Writes from several threads do not
-      # interleave.
-      class Stream
-        # +io+: the hijacked socket; waits are bounded by the timeouts (seconds).
-        def initialize(io, read_timeout:, write_timeout:)
-          @io = io
-          @read_timeout = read_timeout
-          @write_timeout = write_timeout
-          @write_lock = Mutex.new
-        end
-
+      # IO's reading methods over the includer's read_some(maxlen) (up to maxlen bytes, waiting
+      # for one; nil at end of stream): Upgrade::Stream's and Tunnel's.
+      module Reading
         # IO#read: +length+ bytes (fewer at end of stream, nil there when
         # length > 0), or everything until the client closes when +length+ is nil.
         def read(length = nil, buffer = nil)
@@ -140,6 +130,22 @@ module Margay
         def readpartial(maxlen, buffer = nil)
           data = read_some(maxlen) or raise EOFError, "end of file reached"
           buffer ? buffer.replace(data) : data
+        end
+      end
+
+      # The stream an upgraded streaming body talks on: the raw connection
+      # (bytes the client sent right after its request come first), with
+      # IO's semantics and bounded waits. Writes from several threads do not
+      # interleave.
+      class Stream
+        include Reading
+
+        # +io+: the hijacked socket; waits are bounded by the timeouts (seconds).
+        def initialize(io, read_timeout:, write_timeout:)
+          @io = io
+          @read_timeout = read_timeout
+          @write_timeout = write_timeout
+          @write_lock = Mutex.new
         end
 
         # Send all of +data+ (its to_s); returns the bytes written.

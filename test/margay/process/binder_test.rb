@@ -83,6 +83,18 @@ class BinderTest < Minitest::Test
     assert_raises(Errno::EBADF) { IO.for_fd(dropped.fileno, autoclose: false) }
   end
 
+  # extended_connect=true (RFC 8441 on HTTP/2): only beside http2=true.
+  def test_extended_connect_option
+    assert_equal({ http2: true, extended_connect: true },
+                 Margay::Binder.parse("tcp://127.0.0.1:1?http2=true&extended_connect=true").options)
+    assert Margay::Binder.extended_connect?("tcp://127.0.0.1:1", { http2: true, extended_connect: true })
+    refute Margay::Binder.extended_connect?("tcp://127.0.0.1:1", { http2: true })
+    error = assert_raises(Margay::ConfigError) do
+      Margay::Binder.extended_connect?("tcp://127.0.0.1:1", { extended_connect: true })
+    end
+    assert_equal "bind tcp://127.0.0.1:1: extended_connect=true needs http2=true", error.message
+  end
+
   # http2=true on tcp:// and ssl:// binds; built without libnghttp2 (Native::H2 false) it
   # refuses to start with one line.
   def test_http2_option
@@ -118,7 +130,7 @@ class BinderTest < Minitest::Test
     assert_equal [:unix, "/tmp/u.sock", { umask: 0o111, mode: 0o666, backlog: 5 }], [url.scheme, url.path, url.options]
     assert_equal "::1", Binder.parse("tcp://[::1]:80").host
     {
-      "tcp://127.0.0.1:1?umask=0111" => /unknown option "umask" \(known: backlog, low_latency, reuse_port, http2\)/,
+      "tcp://127.0.0.1:1?umask=0111" => /unknown option "umask" \(known: backlog, low_latency, reuse_port, http2, extended_connect\)/,
       "unix:///tmp/u.sock?reuse_port=true" => /unknown option "reuse_port"/,
       "tcp://127.0.0.1:1?backlog=0" => /backlog must be a positive integer, got "0"/,
       "tcp://127.0.0.1:1?backlog" => /backlog must be a positive integer, got nil/,

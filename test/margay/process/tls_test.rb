@@ -35,6 +35,9 @@ class TLSOptionsTest < Minitest::Test
     url = TLS.bind_url("h", 1, cert: "c", key: "k", http2: true)
     assert_equal "ssl://h:1?cert=c&key=k&verify_mode=none&http2=true", url
     assert_equal true, TLS.parse_query(url, url.split("?", 2).last)[:http2]
+    url = TLS.bind_url("h", 1, cert: "c", key: "k", http2: true, extended_connect: true)
+    assert_equal "ssl://h:1?cert=c&key=k&verify_mode=none&http2=true&extended_connect=true", url
+    assert_equal true, TLS.parse_query(url, url.split("?", 2).last)[:extended_connect]
   end
 
   # sni: Margay's own (Puma has one certificate per listener): ssl_bind's hash as query pairs,
