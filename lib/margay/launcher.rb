@@ -169,6 +169,7 @@ module Margay
 
     def parse_rackup(path)
       require "rack/builder"
+      require "rack/utils" # a rackup file finds Rack::Utils loaded, as it did when every master loaded the control app
       Rack::Builder.parse_file(path)
     rescue ScriptError, StandardError
       raise AppLoadError, "cannot load #{path}"

@@ -2,6 +2,7 @@
 
 require "test_helper"
 require "margay/launcher"
+require "open3"
 
 # What both modes share, in the launcher: which app it serves and how the
 # banner names it, and the pidfile (written, and removed only while it is ours).
@@ -34,6 +35,22 @@ class LauncherTest < Minitest::Test
       app, description = launcher.load_app
       assert_equal "config.ru", description
       assert_equal 200, app.call({}).first
+    end
+  end
+
+  # In a fresh Ruby (this one has everything loaded): the rackup file uses
+  # Rack::Utils without requiring it, as it could when Margay's control app
+  # loaded it in every process.
+  def test_a_rackup_file_finds_rack_utils_loaded
+    skip_on_jruby "the jruby-jars JRuby has no executable to spawn (RbConfig.ruby)"
+    in_tmpdir do
+      File.write("config.ru", "run ->(_env) { [200, {}, [Rack::Utils.escape_html('<ok>')]] }\n")
+      script = 'require "margay"; require "margay/launcher"; ' \
+               'config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], silent: true); ' \
+               'app, = Margay::Launcher.new(config, log: Margay::Log.new(quiet: true)).load_app; print app.call({})[2].join'
+      out, err, status = Open3.capture3(RbConfig.ruby, "-I", File.expand_path("../../lib", __dir__), "-e", script)
+      assert status.success?, err
+      assert_equal "&lt;ok&gt;", out
     end
   end
 

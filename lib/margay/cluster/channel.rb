@@ -38,6 +38,7 @@ module Margay
       STATUS_KEYS = (Stats::COUNTERS + Stats::Memory::KEYS + Stats::OWN_COUNTERS + Stats::HISTOGRAM_KEYS).freeze
       STATUS_FRAME = /#{STATUS}(\d+(?:,\d+)*)\n/
       READ_SIZE = 65_536
+      HANDOFF_CONTROL_LEN = 64 # bytes of control data a hand-over is read with: room for a few descriptors
       MAX_FRAME = 2048
       BECOME_MOLD = "mold"
       DRAIN = "drain"
@@ -223,7 +224,10 @@ module Margay
       # Receive one connection sent by send_connection_nonblock: [io, kept_alive].
       # Raises SocketError for a datagram that lost its descriptor (EMFILE).
       def recv_connection
-        data, _addr, _flags, *controls = @handoff.recvmsg(1, 0, nil, scm_rights: true)
+        # A control buffer for a few descriptors (one is sent), not recvmsg's
+        # default 4 KiB: the master and the workers receive one per hand-over
+        # under load, and each 4 KiB of garbage lands among shared pages.
+        data, _addr, _flags, *controls = @handoff.recvmsg(1, 0, HANDOFF_CONTROL_LEN, scm_rights: true)
         ios = controls.select { |c| c.cmsg_is?(:SOCKET, :RIGHTS) }.flat_map(&:unix_rights)
         ios.drop(1).each(&:close)
         raise SocketError, "a hand-over datagram without its descriptor" if ios.empty?

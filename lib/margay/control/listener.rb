@@ -2,7 +2,6 @@
 
 require "socket"
 require_relative "../errors"
-require_relative "app"
 
 module Margay
   module Control

@@ -4,7 +4,6 @@ require "securerandom"
 require_relative "../stats"
 require_relative "puma_launcher"
 require_relative "plugins"
-require_relative "app"
 require_relative "listener"
 require_relative "state_file"
 
@@ -107,6 +106,7 @@ module Margay
     def start_control(token)
       return unless @control
 
+      require_relative "app" # with Rack::Utils: loaded only where a control server runs (not in every master)
       @control.start(Control::App.new(@launcher, token: token))
       @log.info("* Starting control server on #{@control.url}")
       return unless @generated_token

@@ -130,6 +130,29 @@ class ChannelTest < Minitest::Test
     refute @worker.connection_waiting?
   end
 
+  # The master receives a connection per hand-over under load (a worker one per
+  # hand-over back): recvmsg's default 4 KiB control buffer was malloc'd each
+  # time, garbage among the pages the process shares with the others.
+  def test_receiving_a_connection_mallocs_less_than_a_default_control_buffer
+    client, server = tcp_pair
+    received = []
+    GC.disable # a GC resets the count
+    measured = 50.times.sum do
+      assert @worker.send_connection_nonblock(server, true)
+      before = GC.stat(:malloc_increase_bytes)
+      received << @master.recv_connection.first
+      GC.stat(:malloc_increase_bytes) - before
+    end
+    GC.enable
+    # (about 2.4 KB each: the IO, the data, the control buffer; 6.4 KB with the default 4 KiB one)
+    assert_operator measured / 50, :<, 4096, "malloc'd bytes per connection received"
+    received.last.write("x")
+    assert_equal "x", client.read(1), "a connection received this way still works"
+  ensure
+    GC.enable
+    [client, server, *received].each { |s| s&.close }
+  end
+
   def test_a_datagram_without_a_descriptor_raises
     @worker.handoff.send("k", 0)
     assert @master.connection_waiting?

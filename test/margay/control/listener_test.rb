@@ -4,6 +4,7 @@ require "test_helper"
 require "tmpdir"
 require "timeout"
 require "margay/control/listener"
+require "margay/control/app" # App::AFTER_RESPONSE, the key the listener reads after an answer
 
 # The control app's listener (Margay::Control::Listener) over real TCP and
 # unix sockets.

@@ -2,6 +2,7 @@
 
 require "test_helper"
 require "tmpdir"
+require "open3"
 require "margay/control/operations"
 
 # Operations (Margay::Operations): the control app and the state file
@@ -68,5 +69,30 @@ class OperationsTest < Minitest::Test
     operations
     assert_nil @ops.control
     assert_equal 42, Margay.stats_hash[:requests_count], "the stats source is set all the same"
+  end
+
+  # What a cluster master loads when no control server is asked for, then
+  # one asked for in the same process: the control app (and Rack::Utils with
+  # it) comes then, and answers over TCP. In a fresh Ruby: this one has
+  # loaded everything already.
+  LAZY_CONTROL = <<~'RUBY'
+    require "margay"; require "margay/cli"; require "margay/cluster"; require "margay/launcher"; require "net/http"
+    log = Margay::Log.new(out: StringIO.new, err: StringIO.new)
+    server = Struct.new(:stats).new({ requests: 1, connections: 0, threads: 1, busy_threads: 0, errors: 0 })
+    none = Margay::Operations.start(Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"]), log, server)
+    puts "without: #{$LOADED_FEATURES.grep(%r{/rack/utils[.]rb\z}).size}"
+    none.stop
+    config = Margay::Configuration.new(binds: ["tcp://127.0.0.1:0"], control_url: "tcp://127.0.0.1:0", control_token: "t0k")
+    ops = Margay::Operations.start(config, log, server)
+    puts "with: #{$LOADED_FEATURES.grep(%r{/rack/utils[.]rb\z}).size}"
+    puts "answer: #{Net::HTTP.get_response(URI("#{ops.control.url.sub("tcp://", "http://")}/stats?token=t0k")).code}"
+    ops.stop
+  RUBY
+
+  def test_the_control_app_is_loaded_only_where_a_control_server_runs
+    skip_on_jruby "the jruby-jars JRuby has no executable to spawn (RbConfig.ruby)"
+    out, err, status = Open3.capture3(RbConfig.ruby, "-I", File.expand_path("../../../lib", __dir__), "-e", LAZY_CONTROL)
+    assert status.success?, err
+    assert_equal "without: 0\nwith: 1\nanswer: 200\n", out
   end
 end
