@@ -245,26 +245,6 @@ mg_waits *mg_waits_new(mg_engine *e, int shared_fd, mg_waits_cap *cap) { (void)e
 void mg_waits_free(mg_waits *w) { (void)w; }
 int mg_waits_arm(mg_waits *w, int fd, uint32_t events) { (void)w; (void)fd; (void)events; errno = ENOSYS; return -1; }
 int mg_waits_disarm(mg_waits *w, int fd) { (void)w; (void)fd; return 0; }
-int mg_waits_defer(mg_waits *w, mg_conn *c) {
-  if (w->npending >= MG_WAITS_PENDING) return 0;
-  w->pending[w->npending++] = c;
-  return 1;
-}
-
-int mg_waits_pending(const mg_waits *w) { return w->npending; }
-
-mg_engine *mg_waits_engine(const mg_waits *w) { return w->e; }
-
-void mg_waits_finish(mg_waits *w) {
-  mg_engine *e = w->e;
-  for (int i = 0; i < w->npending; i++) {
-    mg_conn *c = w->pending[i];
-    /* a pipelined request already buffered goes behind the others, as at the end of a turn */
-    if (mg_conn_complete(e, c)) mg_loop_requeue(e, c);
-  }
-  w->npending = 0;
-}
-
 void mg_waits_poke(mg_waits *w) { (void)w; }
 void *mg_waits_wait(void *p) { mg_waits_args *a = p; a->result = MG_WAITS_FAIL; a->err = ENOSYS; return NULL; }
 void *mg_waits_work(void *p) { (void)p; return NULL; }
