@@ -166,13 +166,8 @@ int mg_h2_spill(mg_conn *c, mg_h2_stream *st, const char *data, size_t len) {
     st->opos = 0;
     st->oleft = 0;
   }
-  off_t at = st->opos + (off_t)st->oleft;
-  for (size_t done = 0; done < len;) {
-    ssize_t n = pwrite(st->ofd, data + done, len - done, at + (off_t)done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return -1; /* the disk is full: what was written past the end is written over */
-    done += (size_t)n;
-  }
+  /* a full disk: -1, and what was written past the end is written over by the next try */
+  if (mg_write_at(st->ofd, data, len, st->opos + (off_t)st->oleft) != 0) return -1;
   st->oleft += len;
   resume(c->h2, st);
   return 0;

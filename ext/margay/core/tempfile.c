@@ -26,6 +26,16 @@ int mg_open_tempfile(const char *dir) {
   return fd;
 }
 
+int mg_write_at(int fd, const char *p, size_t len, off_t at) {
+  for (size_t done = 0; done < len;) {
+    ssize_t n = pwrite(fd, p + done, len - done, at + (off_t)done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    done += (size_t)n;
+  }
+  return 0;
+}
+
 int mg_grow(char **buf, size_t *cap, size_t need, size_t first) {
   if (need <= *cap) return 0;
   size_t c = *cap ? *cap : first;

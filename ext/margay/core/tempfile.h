@@ -9,6 +9,10 @@
 int mg_open_tempfile(const char *dir);
 
 #include <stddef.h>
+#include <sys/types.h>
+/* Write all +len+ bytes of +p+ to +fd+ at offset +at+ (pwrite, again after a short write or
+ * EINTR). 0, or -1 (an error, or no progress: a full disk). */
+int mg_write_at(int fd, const char *p, size_t len, off_t at);
 /* A request body being received (HTTP/1 and HTTP/2 alike): appended to memory (*mem, *len, *cap)
  * while it stays within +limit+ bytes, then moved to an unlinked tempfile in +dir+ (*fd, -1
  * until then) and appended there. 0, or -1 (no memory, the file failed). */

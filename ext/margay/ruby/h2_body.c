@@ -77,15 +77,9 @@ static int spill_body(mg_engine *e, VALUE body, int64_t blen) {
   off_t at = 0;
   for (long i = 0; i < RARRAY_LEN(body); i++) {
     VALUE part = RARRAY_AREF(body, i);
-    const char *p = RSTRING_PTR(part);
-    size_t left = (size_t)RSTRING_LEN(part);
-    while (left > 0) {
-      ssize_t n = pwrite(fd, p, left, at);
-      if (n <= 0) { close(fd); return -1; } /* the disk is full: memory it is */
-      p += n;
-      left -= (size_t)n;
-      at += n;
-    }
+    size_t len = (size_t)RSTRING_LEN(part);
+    if (mg_write_at(fd, RSTRING_PTR(part), len, at) != 0) { close(fd); return -1; } /* the disk is full: memory it is */
+    at += (off_t)len;
   }
   if (at != blen) { close(fd); return -1; }
   return fd;
