@@ -101,9 +101,10 @@ module Margay
       # BLOCKED_CPU_SHARE of a core, the pool grows to its bound at once, as
       # Puma starts a thread per queued request: every thread it has is
       # blocked, and requests wait for a thread meanwhile (each look spent a
-      # thread short is 5 ms more on every waiting request). Never per
-      # request: on a fast app one thread that never waits for the GVL beats
-      # several that hand it to each other. Returns true when it grew.
+      # thread short is 5 ms more on every waiting request). Never for a
+      # process the looks find computing: on a fast app one thread that never
+      # waits for the GVL beats several that hand it to each other. Returns
+      # true when it grew.
       #
       # GROW_AFTER_LOOKS looks in a row at which the process computed (cpu_share at least
       # BLOCKED_CPU_SHARE) end on-demand growth, and the threads it started leave at their next
