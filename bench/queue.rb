@@ -52,6 +52,8 @@ module MargayBench
     SAMPLE_EVERY = 0.1
     RAILS_APP = "bench/apps/rails/config.ru"
 
+    attr_reader :rows # every round's figures, per server, once #run returned (bench/queue_bars.rb)
+
     def initialize(argv)
       @o = { load: "ab", rounds: 5, workers: 2, threads: 5, min_threads: 0, connections: 50, requests: 3000, seconds: 6,
              max_rate: 400, probes: 7, slo_ms: 100,
