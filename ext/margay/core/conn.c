@@ -9,6 +9,7 @@
 #include "core/board.h"
 #include "core/h2.h"
 #include "core/listeners.h"
+#include "core/spare.h"
 #include "http/status.h"
 #include <arpa/inet.h>
 #include <errno.h>
@@ -127,8 +128,8 @@ int mg_conn_forget(mg_engine *e, mg_conn *c) {
   mg_tls_free(&c->tls);
   mg_out_free(&c->out);
   mg_conn_reset_request(c);
-  free(c->rbuf); c->rbuf = NULL; c->rlen = c->rcap = 0;
-  free(c->bmem); c->bmem = NULL; c->bcap = 0;
+  c->rlen = 0;
+  mg_conn_release_buffers(c);
   if (c->kept_alive) { c->kept_alive = 0; atomic_fetch_sub(&e->kept_alive, 1); }
   c->phase = MG_PH_IDLE;
   c->fd = -1;
@@ -140,6 +141,16 @@ int mg_conn_forget(mg_engine *e, mg_conn *c) {
   if (left == 0 && atomic_load(&e->stopping)) mg_engine_wake(e);
   if (atomic_load(&e->accept_paused) == MG_PAUSED_AT_LIMIT) mg_listeners_resume(e); /* also after a hand-over or hijack */
   return fd;
+}
+
+void mg_conn_release_buffers(mg_conn *c) {
+  assert(c->rlen == 0);
+  if (c->rcap == MG_SPARE_RBUF_SIZE) mg_spare_give(MG_SPARE_RBUF, c->rbuf);
+  else free(c->rbuf);
+  c->rbuf = NULL; c->rcap = 0;
+  mg_spare_give(MG_SPARE_HEAD, c->req);
+  c->req = NULL;
+  free(c->bmem); c->bmem = NULL; c->bcap = 0; c->blen = 0;
 }
 
 const char *mg_conn_peer_text(mg_conn *c) {
@@ -183,6 +194,7 @@ void mg_conn_close_all(mg_engine *e) {
       mg_conn_close(e, c);
     }
     free(c->rbuf);
+    free(c->req);
     free(c->bmem);
     pthread_mutex_destroy(&c->h2_lock);
     pthread_cond_destroy(&c->h2_input);
@@ -223,7 +235,7 @@ static void after_response(mg_engine *e, mg_conn *c, int *continue_now) {
   mg_conn_reset_request(c);
   c->phase = MG_PH_IDLE;
   if (c->rlen > 0) { *continue_now = 1; return; } /* pipelined request already buffered */
-  if (c->rcap > 16384) { free(c->rbuf); c->rbuf = NULL; c->rcap = 0; }
+  mg_conn_release_buffers(c); /* nothing to read: idle, it holds no buffer */
   c->deadline_ms = mg_now_ms() + e->cfg.keepalive_timeout_ms;
   mg_conn_arm(e, c, MG_EV_IN);
 }

@@ -54,7 +54,8 @@ typedef struct mg_conn {
   char *rbuf;
   size_t rlen, rcap;
   size_t scanned;         /* head bytes already known to contain no complete head */
-  mg_request req;         /* valid from HEAD complete until the env is built */
+  mg_request *req;        /* the parsed head (core/spare.h), valid from HEAD complete until the
+                           * env is built; taken at the first parse, given back when idle */
   int head_done;
   /* times (core/timing.h): wall-clock ns, except taken_mono_ns */
   int64_t rx_ns;          /* when the data of the latest read arrived */
@@ -156,8 +157,11 @@ void mg_conn_close_all(mg_engine *e);
 void mg_conn_begin_close(mg_engine *e, mg_conn *c);
 /* Discard what a lingering connection's client still sends; close at EOF. */
 void mg_conn_linger(mg_engine *e, mg_conn *c);
-/* Forget the request just answered (buffers stay for the next one). */
+/* Forget the request just answered (its buffers stay for a pipelined next one). */
 void mg_conn_reset_request(mg_conn *c);
+/* +c+ holds no input (rlen 0): its read buffer and parsed head go back to this thread's spares
+ * (core/spare.h), its body buffer is freed. An idle connection holds none of them. */
+void mg_conn_release_buffers(mg_conn *c);
 /* Queue the engine's own error page for +status+; the connection closes after it. */
 void mg_conn_simple_response(mg_conn *c, int status);
 /* Send the queued response; the event loop finishes what the socket does not

@@ -288,6 +288,7 @@ void mg_h2_event(mg_engine *e, mg_conn *c) {
   if (c->rlen > 0) {
     feed(h, (const uint8_t *)c->rbuf, c->rlen);
     c->rlen = 0;
+    mg_conn_release_buffers(c); /* HTTP/2 reads into its own buffer */
   }
   /* up to READ_BUDGET a turn: past it the connection is armed again behind the other ready ones
    * (its input is still there) */

@@ -6,6 +6,7 @@
  */
 #include "core/input.h"
 #include "core/h2.h"
+#include "core/spare.h"
 #include "core/tempfile.h"
 #include <errno.h>
 #include <stdlib.h>
@@ -38,7 +39,7 @@ static void drop_input(mg_conn *c, size_t at, size_t n) {
 }
 
 static int start_body(mg_engine *e, mg_conn *c) {
-  mg_request *r = &c->req;
+  mg_request *r = c->req;
   c->minor = r->minor;
   c->head_request = r->method.len == 4 && memcmp(c->rbuf + r->method.off, "HEAD", 4) == 0;
   c->keep_alive = r->keep_alive;
@@ -105,7 +106,8 @@ static int process_input(mg_engine *e, mg_conn *c) {
     }
     mg_limits lim = {e->cfg.max_target, e->cfg.max_head, e->cfg.max_headers,
                      e->cfg.methods[0] ? e->cfg.methods : NULL};
-    long r = mg_parse_head(c->rbuf, c->rlen, &lim, &c->req);
+    if (!c->req && !(c->req = mg_spare_take(MG_SPARE_HEAD))) return error_out(e, c, 500);
+    long r = mg_parse_head(c->rbuf, c->rlen, &lim, c->req);
     if (r < 0) return error_out(e, c, (int)-r);
     if (r == 0) {
       if (c->rlen > e->cfg.max_head) return error_out(e, c, 431);
@@ -119,7 +121,7 @@ static int process_input(mg_engine *e, mg_conn *c) {
     if (st < 0) { mg_conn_close(e, c); return MG_IN_DONE; }
     if (st > 0) return error_out(e, c, st);
   }
-  size_t at = c->req.head_len;
+  size_t at = c->req->head_len;
   if (c->body_left > 0) {
     size_t avail = c->rlen - at;
     size_t take = avail < (uint64_t)c->body_left ? avail : (size_t)c->body_left;
@@ -142,7 +144,7 @@ static int process_input(mg_engine *e, mg_conn *c) {
     return MG_IN_AGAIN;
   }
   if (c->bfd >= 0) lseek(c->bfd, 0, SEEK_SET);
-  if (c->rlen > c->req.head_len) c->pipelines = 1; /* the next request is already here */
+  if (c->rlen > c->req->head_len) c->pipelines = 1; /* the next request is already here */
   c->phase = MG_PH_APP;
   c->ready_ns = c->rx_ns;
   c->deadline_ms = 0;
@@ -150,14 +152,14 @@ static int process_input(mg_engine *e, mg_conn *c) {
 }
 
 static int ensure_room(mg_engine *e, mg_conn *c) {
-  size_t want = c->head_done ? c->req.head_len + READ_CHUNK : e->cfg.max_head + 1;
+  size_t want = c->head_done ? c->req->head_len + READ_CHUNK : e->cfg.max_head + 1;
   size_t cap = c->rcap;
   /* a body is read READ_CHUNK at a time (not into what is left of the head's buffer) */
   if (c->rlen < cap && !(c->head_done && cap < want)) return 1;
   if (cap >= want) return 0;
-  cap = c->head_done ? want : (cap ? cap * 2 : 4096);
+  cap = c->head_done ? want : (cap ? cap * 2 : MG_SPARE_RBUF_SIZE);
   if (cap > want) cap = want;
-  char *b = realloc(c->rbuf, cap);
+  char *b = cap == MG_SPARE_RBUF_SIZE && !c->rbuf ? mg_spare_take(MG_SPARE_RBUF) : realloc(c->rbuf, cap);
   if (!b) return -1;
   c->rbuf = b; c->rcap = cap;
   return 1;
@@ -249,7 +251,7 @@ int mg_input_continue(mg_engine *e, mg_conn *c) {
 }
 
 void mg_input_consume_head(mg_conn *c) {
-  drop_input(c, 0, c->req.head_len);
+  drop_input(c, 0, c->req->head_len);
   c->head_done = 0;
   c->scanned = 0;
 }

@@ -93,14 +93,14 @@ static int handle_conn(mg_engine *e, mg_conn *c) {
  * the previous one was framed, or filled a read): a client that pipelines requests and then
  * half-closes still gets every answer, however its bytes were split. */
 static int abandoned(const mg_conn *c, uint32_t events, int fresh) {
-  return fresh && !c->pipelines && (events & MG_EV_HUP) && c->btotal == 0 && c->rlen == c->req.head_len;
+  return fresh && !c->pipelines && (events & MG_EV_HUP) && c->btotal == 0 && c->rlen == c->req->head_len;
 }
 
 /* health_check_path: a GET or HEAD of it is answered here, never handed to the app nor counted
  * in its requests. Returns 1 when +c+ (a complete request) was such a probe: answered, and then
  * either with the loop again or holding its next pipelined request (*again). */
 static int answer_probe(mg_engine *e, mg_conn *c, int *again) {
-  const mg_request *r = &c->req;
+  const mg_request *r = c->req;
   *again = 0;
   if (!mg_health_is_probe(e, c->rbuf + r->method.off, r->method.len, c->rbuf + r->path.off, r->path.len)) return 0;
   atomic_fetch_sub(&e->requests, 1);

@@ -55,7 +55,7 @@ static int is_field(const char *b, mg_span s, const char *want) {
 static VALUE remote_addr(const mg_settings *cfg, mg_conn *c) {
   if (cfg->remote_value[0]) return addr_str(cfg->remote_value);
   if (cfg->remote_header[0]) {
-    const mg_request *r = &c->req;
+    const mg_request *r = c->req;
     for (size_t i = r->nheaders; i-- > 0;) {
       if (!is_field(c->rbuf, r->headers[i].name, cfg->remote_header)) continue;
       char ip[MG_ADDR_MAX];
@@ -197,7 +197,7 @@ static void put_tls(pairs *p, mg_conn *c) {
 
 VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_settings *cfg, mg_conn *c) {
   const char *b = c->rbuf;
-  mg_request *r = &c->req;
+  mg_request *r = c->req;
   VALUE tmp = 0;
   pairs p = {ALLOCV_N(VALUE, tmp, 2 * (MG_ENV_FIXED_PAIRS + r->nheaders)), 0};
 
