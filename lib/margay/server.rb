@@ -203,7 +203,7 @@ module Margay
       oob = (method(:out_of_band) if @config.hooks[:out_of_band])
       lambda do |pool|
         fiber_loop = FiberLoop.new(engine: @engine, handler: handler, pool: pool, in_flight: in_flight, log: @log,
-                                   out_of_band: oob)
+                                   out_of_band: oob, interruptible: !@config.request_timeout.nil?)
         serve_thread(handler, pool, fiber_loop)
       end
     end

@@ -75,8 +75,12 @@ module Margay
       # @param in_flight [InFlight] shared by the process's fiber-mode threads
       # @param log [Log]
       # @param out_of_band [#call, nil] called when the thread's last fiber ends
-      def initialize(engine:, handler:, pool:, in_flight:, log:, out_of_band: nil)
+      # @param interruptible [Boolean] request_timeout is on: the supervisor may raise
+      #   RequestTimeout into a running request fiber (FiberDeadline#check), so each transfer
+      #   into one opens the interrupt mask (#enter); off, a transfer is only a transfer
+      def initialize(engine:, handler:, pool:, in_flight:, log:, out_of_band: nil, interruptible: true)
         @engine = engine
+        @interruptible = interruptible
         @handler = handler
         @pool = pool
         @in_flight = in_flight
@@ -179,17 +183,23 @@ module Margay
       # Run +fiber+ until it waits or ends, open to the supervisor's RequestTimeout (the
       # interrupt mask is the thread's: open only around the transfer, never in this root
       # fiber). One that lands here was aimed at a fiber that yielded meanwhile: dropped (the
-      # scheduler's timer covers a waiting fiber). A forced stop that landed in the fiber and
-      # found it waiting again as it unwound is the thread's: raised here, in the root.
-      def enter(fiber, *args)
-        entered = false
-        Thread.handle_interrupt(RequestTimeout => :immediate) do
-          entered = true
-          fiber.transfer(*args)
+      # scheduler's timer covers a waiting fiber). Without request_timeout nothing raises
+      # RequestTimeout: the mask stays as it is (a handle_interrupt block per transfer costs
+      # more than the transfer). A forced stop that landed in the fiber and found it waiting
+      # again as it unwound is the thread's: raised here, in the root.
+      def enter(fiber, value = nil)
+        if @interruptible
+          entered = false
+          Thread.handle_interrupt(RequestTimeout => :immediate) do
+            entered = true
+            fiber.transfer(value)
+          end
+        else
+          fiber.transfer(value)
         end
         raise ForceShutdown, "forced shutdown" unless @scheduler.unwinding.empty?
       rescue RequestTimeout
-        retry unless entered # it was pending as the window opened: the fiber still runs
+        retry if @interruptible && !entered # it was pending as the window opened: the fiber still runs
       end
 
       # A request's own fiber. Ruby makes a fiber's stack at its first switch, not in Fiber.new:
@@ -198,12 +208,12 @@ module Margay
       def start(request)
         @pool.busy! # and its slot of @in_flight was claimed by the wait that took it (#finished gives both back)
         started = false
-        fiber = Fiber.new(blocking: false) do |token, env|
+        fiber = Fiber.new(blocking: false) do |(token, env)|
           started = true
           serve_requests(token, env)
         end
         @live[fiber] = true
-        enter(fiber, *request)
+        enter(fiber, request)
       rescue FiberError => e
         raise if started
 
