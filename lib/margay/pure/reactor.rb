@@ -44,6 +44,7 @@ module Margay
           poll(wait).each { |io| readable(io) }
           expire(!listening)
         end
+        release_listeners
         last_reads
       rescue IOError, SystemCallError => e
         warn "margay: the pure-Ruby engine's reactor stopped: #{e.class}: #{e.message}" unless @stopping
@@ -54,6 +55,14 @@ module Margay
 
       def listen(on)
         @listeners.each { |listener| on ? @poller.add(listener.first) : @poller.remove(listener.first) }
+      end
+
+      # Stopping: the listeners leave the poller, and one more wait makes java.nio let go of them,
+      # so that the server's closing a listener closes its socket at once (a new client is refused
+      # during the grace period) rather than when the poller closes.
+      def release_listeners
+        @listeners.each { |listener| @poller.release(listener.first) }
+        poll(0)
       end
 
       # The wait raises IOError when an IO it watches was closed before or during the call: the
