@@ -303,6 +303,8 @@ module Margay
 
             next
           end
+          break if n == bytes.bytesize
+
           bytes = bytes.byteslice(n..)
         end
       rescue SystemCallError, IOError => e
