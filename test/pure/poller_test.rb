@@ -55,5 +55,24 @@ module Margay
         [a, a_peer, b, b_peer].each { |io| io&.close }
       end
     end
+
+    # A stopping reactor releases its listeners and waits once more: a listener closed after
+    # that refuses new clients at once (java.nio closes a registered channel's socket only when
+    # its selector lets it go), while the poller itself stays open.
+    def test_a_released_listener_closes_at_once
+      pollers.each do |poller|
+        listener = TCPServer.new("127.0.0.1", 0)
+        port = listener.local_address.ip_port
+        poller.add(listener)
+        poller.wait(0)
+        poller.release(listener)
+        poller.wait(0)
+        listener.close
+        assert_raises(Errno::ECONNREFUSED, poller.name) { TCPSocket.new("127.0.0.1", port).close }
+      ensure
+        poller.close
+        listener.close unless listener.nil? || listener.closed?
+      end
+    end
   end
 end

@@ -7,6 +7,7 @@ require_relative "chunked"
 require_relative "env"
 require_relative "head"
 require_relative "proxy"
+require_relative "handoff"
 require_relative "health"
 require_relative "reactor"
 require_relative "respond"
@@ -47,16 +48,15 @@ module Margay
         @listeners = []
         @conns = {} # io => Conn, the connections the reactor watches
         @returned = Queue.new # connections pool threads give back
-        @ready = [] # connections with a complete request, oldest first
-        @held = {} # token => Conn
-        @token = 0
-        @lock = Mutex.new
-        @work = ConditionVariable.new
+        @ready = Handoff.ready # connections with a complete request, oldest first
+        @held = Handoff.held # token => Conn
+        @tokens = Handoff.counter
+        @requests = Handoff.counter
+        @lock = Mutex.new # the rare counts and the stop
         @poller = Poller.new
         @next_deadline = nil # the earliest deadline of a watched connection, or later (Reactor)
-        @stopping = @draining = @closed = false
-        @requests = @abandoned = @shed = @waiting = 0
-        @saturated_since = now # no thread waits for work yet
+        @stopping = @draining = @closed = @reactor_done = false
+        @abandoned = @shed = 0
         @busy = 0
       end
 
@@ -82,41 +82,33 @@ module Margay
       # -> [token, env], :timeout (idle_ms passed without work), or nil (stopped)
       def next_request(continue_token = nil, idle_ms = nil)
         if continue_token
-          conn = @lock.synchronize { @held.delete(continue_token) }
-          return conn && hand_out(conn)
+          conn = @held.get(continue_token) or return nil
+          @requests.incrementAndGet
+          return [continue_token, env_for(conn)]
         end
         deadline = idle_ms && (now + (idle_ms / 1000.0))
         loop do
-          conn = @lock.synchronize do
-            @waiting += 1
-            @saturated_since = nil
-            begin
-              while @ready.empty?
-                return nil if @stopping && @reactor_done
-                return :timeout if deadline && now >= deadline
+          conn = @ready.take(deadline)
+          return conn if conn.nil? || conn == :timeout
 
-                @work.wait(@lock, deadline ? [deadline - now, 0.001].max : nil)
-              end
-              @ready.shift
-            ensure
-              @saturated_since = now if (@waiting -= 1).zero?
-            end
-          end
-          if abandoned?(conn)
-            @abandoned += 1
+          if conn.queued && abandoned?(conn)
+            @lock.synchronize { @abandoned += 1 }
             close_conn(conn)
           elsif shed?(conn)
-            @shed += 1
+            @lock.synchronize { @shed += 1 }
             send_error(conn, 503, "retry-after: 1\r\n")
           else
-            return hand_out(conn)
+            token = @tokens.incrementAndGet
+            @requests.incrementAndGet
+            @held.put(token, conn)
+            return [token, env_for(conn)]
           end
         end
       end
 
       # Drop the connection of +token+ (a no-op for a stale token).
       def abort(token)
-        conn = @lock.synchronize { @held.delete(token) }
+        conn = @held.take(token)
         close_conn(conn) if conn
         nil
       end
@@ -124,13 +116,13 @@ module Margay
       # rack.hijack: the engine lets go of the connection. -> [its socket, the bytes already
       # read past the request]
       def hijack(token)
-        conn = @lock.synchronize { @held.delete(token) } or raise IOError, "stale request token"
+        conn = @held.take(token) or raise IOError, "stale request token"
         [conn.io, conn.buf.dup]
       end
 
       # A plain-text error, then close.
       def error_response(token, status)
-        conn = @lock.synchronize { @held.delete(token) } or return
+        conn = @held.take(token) or return
         send_error(conn, status)
       end
 
@@ -147,10 +139,8 @@ module Margay
 
       # Stop accepting; pool threads get nil once the ready requests are taken.
       def stop(_timeout = nil)
-        @lock.synchronize do
-          @stopping = true
-          @work.broadcast
-        end
+        @stopping = true
+        close_ready
         wake
         nil
       end
@@ -158,30 +148,28 @@ module Margay
       def stopping? = @stopping
 
       def stats
-        { requests: @requests, abandoned: @abandoned, shed: @shed, queue_time_seconds: nil, request_duration_seconds: nil,
+        { requests: @requests.get, abandoned: @abandoned, shed: @shed, queue_time_seconds: nil, request_duration_seconds: nil,
           connections: @conns.size + @held.size + @returned.size, event_backend: @poller.name, max_connections: @cfg[:max_connections],
           ready: health_ready? }
       end
 
-      def backlog = @lock.synchronize { @ready.size }
+      def backlog = @ready.size
 
       # [requests waiting for a thread, the longest wait among them in ms] (no board here).
       def queue_look
-        @lock.synchronize do
-          oldest = @ready.filter_map(&:arrival).min
-          [@ready.size, oldest ? ((now - oldest) * 1000).to_i : 0]
-        end
+        oldest = @ready.arrivals.min
+        [@ready.size, oldest ? ((now - oldest) * 1000).to_i : 0]
       end
 
       # How long no thread has been waiting for work (0 while one is): the pool's growth signal.
       def saturated_ms
-        since = @saturated_since
-        @waiting.zero? && since ? ((now - since) * 1000).to_i : 0
+        since = @ready.saturated_since
+        @ready.waiting.zero? && since ? ((now - since) * 1000).to_i : 0
       end
 
       # Whether complete requests wait for a thread while none waits: the pool's on-demand growth.
       def starved?
-        @waiting.zero? && !@ready.empty?
+        @ready.waiting.zero? && !@ready.empty?
       end
 
       def close
@@ -191,7 +179,7 @@ module Margay
         @closed = true
         @reactor&.join(5)
         @health_thread&.join(1)
-        @lock.synchronize { (@ready + @held.values).each { |c| close_conn(c) } }
+        (@ready.drain + @held.conns).each { |c| close_conn(c) }
         @conns.each_value { |c| close_conn(c) }
         @poller.close
       end
@@ -208,10 +196,22 @@ module Margay
       def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 
       def held(token)
-        @lock.synchronize { @held[token] } or raise IOError, "stale request token"
+        @held.get(token) or raise IOError, "stale request token"
       end
 
-      # A request its client gave up on while it waited: the client closed its sending side, and
+      # Pool threads get nil from #next_request once the engine stopped and its reactor is done
+      # (after the requests it made ready): whichever of the two comes second closes the list.
+      def close_ready
+        @lock.synchronize do
+          next if @ready_closed || !(@stopping && @reactor_done)
+
+          @ready_closed = true
+          @ready.close
+        end
+      end
+
+      # A request its client gave up on while it waited for a thread (+conn.queued+: one taken at
+      # once is not looked at, which spares a syscall per request): the client closed its sending side, and
       # the request has no body and nothing after it. Not run, as in Puma (its closed_socket?
       # check). Never on a connection that has pipelined: a client that pipelines and then
       # half-closes still gets every answer.
@@ -229,20 +229,10 @@ module Margay
         limit && conn.arrival && now - conn.arrival > limit
       end
 
-      def hand_out(conn)
-        env = env_for(conn) # outside the lock: the other threads and the reactor go on meanwhile
-        @lock.synchronize do
-          token = (@token += 1)
-          @held[token] = conn
-          @requests += 1
-          [token, env]
-        end
-      end
-
       # After a response: a token when another complete request is buffered, else the
       # connection goes back to the reactor (or is closed).
       def finish(token, conn)
-        @lock.synchronize { @held.delete(token) }
+        @held.take(token)
         conn.requests += 1
         if conn.close || !conn.head.keep_alive || @draining || @stopping ||
            conn.requests >= @cfg[:max_keepalive_requests]
@@ -259,14 +249,7 @@ module Margay
           return nil if conn.io.closed?
 
           # a pipelined request goes behind the requests already waiting (no hogging the thread)
-          queued = @lock.synchronize do
-            next false if @ready.empty?
-
-            @ready << conn
-            @work.signal
-            true
-          end
-          return queued ? nil : continue_token(conn)
+          return @ready.push_behind(conn) ? nil : continue_token(conn)
         when :drop then return close_conn(conn)
         when Integer then return send_error(conn, state)
         end
@@ -279,7 +262,7 @@ module Margay
       # The next request may have arrived while this one was answered: one non-blocking read
       # spares the trip through the reactor when it has. -> advance's answer, :drop at EOF.
       def read_next(conn)
-        data = conn.io.read_nonblock(READ_SIZE, exception: false)
+        data = conn.io.read_nonblock(READ_SIZE, read_buffer, exception: false)
         return :more if data == :wait_readable
         return :drop if data.nil?
 
@@ -292,7 +275,9 @@ module Margay
       end
 
       def continue_token(conn)
-        @lock.synchronize { (@token += 1).tap { |t| @held[t] = conn } }
+        token = @tokens.incrementAndGet
+        @held.put(token, conn)
+        token
       end
 
       def close_conn(conn)
@@ -318,6 +303,8 @@ module Margay
 
             next
           end
+          break if n == bytes.bytesize
+
           bytes = bytes.byteslice(n..)
         end
       rescue SystemCallError, IOError => e

@@ -77,11 +77,11 @@ module Margay
 
       def head_put(built, name, value)
         raise InvalidResponse, "header #{name} value must be a String" unless value.is_a?(String)
-        if value.b.match?(CONTROL)
-          raise InvalidResponse, "header #{name} value contains a control character (CR, LF or NUL)"
-        end
 
-        built.out << name.b << ": " << value.b << "\r\n"
+        value = value.b unless value.ascii_only? # (no copy of the usual all-ASCII value)
+        raise InvalidResponse, "header #{name} value contains a control character (CR, LF or NUL)" if value.match?(CONTROL)
+
+        built.out << (name.ascii_only? ? name : name.b) << ": " << value << "\r\n"
       end
 
       def app_length(value)

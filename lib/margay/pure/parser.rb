@@ -8,8 +8,7 @@ module Margay
     # close) or a Head.
     module Parser
       Head = Struct.new(:method, :target, :path, :query, :authority, :minor, :fields, :host,
-                        :content_length, :chunked, :keep_alive, :expect_continue, :length,
-                        keyword_init: true)
+                        :content_length, :chunked, :keep_alive, :expect_continue, :length)
 
       MAX_METHOD = 20
       TCHAR = "!#$%&'*+\\-.^_`|~0-9A-Za-z"
@@ -34,7 +33,8 @@ module Margay
       # @param max_headers [Integer] max_headers (431 beyond)
       # @param methods [Array<String>, nil] supported_http_methods (501 for others)
       def parse(buf, max_head:, max_target:, max_headers:, methods: nil)
-        lead = buf[/\A(?:\r\n)*/n].bytesize # empty lines before the request line (RFC 9112 2.2)
+        # empty lines before the request line (RFC 9112 2.2)
+        lead = buf.start_with?("\r\n") ? buf[/\A(?:\r\n)*/n].bytesize : 0
         stop = buf.index(CRLF2, lead)
         return early(buf, lead, max_head, max_target, max_headers, methods) if stop.nil? || stop + 4 > max_head
 
@@ -58,8 +58,8 @@ module Margay
         target = target.split("#", 2).first
         return 400 if target.empty?
 
-        request = Head.new(method: method, target: target, minor: minor == "0" ? 0 : 1, fields: [],
-                           content_length: nil, chunked: false, expect_continue: false, length: length)
+        # positional: a keyword_init Struct builds a Hash per request on JRuby
+        request = Head.new(method, target, nil, nil, nil, minor == "0" ? 0 : 1, [], nil, nil, false, nil, false, length)
         target_form(request) || fields(request, head.byteslice(line.end(0)..), max_headers, !length.nil?) || request
       end
 
@@ -184,9 +184,17 @@ module Margay
       def semantics(request)
         return 400 if request.minor == 1 && request.host.nil?
 
-        tokens = request.fields.select { |name, _| name.casecmp?("connection") }
-                        .flat_map { |_, value| value.split(",").map { |t| t.strip.downcase } }
-        request.keep_alive = !tokens.include?("close") && (request.minor == 1 || tokens.include?("keep-alive"))
+        close = keep = false
+        request.fields.each do |name, value|
+          next unless name.casecmp?("connection")
+
+          value.split(",").each do |token|
+            token = token.strip
+            close ||= token.casecmp?("close")
+            keep ||= token.casecmp?("keep-alive")
+          end
+        end
+        request.keep_alive = !close && (request.minor == 1 || keep)
         request
       end
     end

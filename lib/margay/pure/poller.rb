@@ -4,7 +4,7 @@ module Margay
   module Pure
     # The reactor's readiness wait over the IOs it watches (listeners, connections), and the
     # one way for another thread to wake it. Two backends with one interface (#add, #remove,
-    # #wait, #wakeup, #close); only the reactor thread calls #add, #remove and #wait.
+    # #release, #wait, #wakeup, #close); only the reactor thread calls #add, #remove, #release and #wait.
     module Poller
       # nio4r's selector when nio4r loads (on JRuby its Java backend: one java.nio Selector that
       # keeps the registrations), else IO.select.
@@ -32,6 +32,8 @@ module Margay
           @ios.delete(io)
         end
 
+        def release(io) = remove(io)
+
         # -> the watched IOs that are readable (empty on timeout); +timeout+ in seconds, nil: none.
         # Raises IOError when a watched IO was closed before or during the wait.
         def wait(timeout)
@@ -52,25 +54,50 @@ module Margay
         end
       end
 
-      # nio4r: the IOs stay registered between waits.
+      # nio4r: the IOs stay registered between waits, and while the reactor does not watch one
+      # (a pool thread holds its connection) it keeps its registration with no interest: watching
+      # it again changes the interest, where a new registration (a Monitor each time) cost about
+      # 2.5 times as much on JRuby. Registrations of IOs closed meanwhile are let go once a second.
       class Nio
         def name = "nio4r"
 
         def initialize
           require "nio"
           @selector = NIO::Selector.new
+          @monitors = {} # io => its Monitor
           @ready = []
+          @pruned = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         end
 
         def add(io)
-          @selector.register(io, :r) unless @selector.registered?(io)
+          monitor = @monitors[io]
+          if monitor && !monitor.closed?
+            monitor.interests = :r unless monitor.interests == :r
+          else
+            @monitors[io] = @selector.register(io, :r)
+          end
         end
 
         def remove(io)
+          monitor = @monitors[io]
+          if io.closed?
+            @monitors.delete(io)
+          elsif monitor && !monitor.closed?
+            monitor.interests = nil
+          end
+        end
+
+        # Let go of +io+'s registration (a listener when the reactor stops): java.nio closes a
+        # registered channel's socket only once its selector deregistered it, at a wait.
+        def release(io)
+          @monitors.delete(io)
           @selector.deregister(io)
+        rescue IOError
+          nil
         end
 
         def wait(timeout)
+          prune
           @ready.clear
           @selector.select(timeout) { |monitor| @ready << monitor.io }
           @ready
@@ -84,6 +111,16 @@ module Margay
 
         def close
           @selector.close
+        end
+
+        private
+
+        def prune
+          t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          return if t - @pruned < 1
+
+          @pruned = t
+          @monitors.delete_if { |io, _| io.closed? }
         end
       end
     end

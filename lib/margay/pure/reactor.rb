@@ -14,7 +14,7 @@ module Margay
       # A client connection; +head+ and +input+ describe its current request.
       Conn = Struct.new(:io, :buf, :listener, :addr, :head, :chunked, :input, :deadline, :requests, :arrival,
                         :started, :close, :stream, :left, :proxy, :pipelined,
-                        :body_from, :body_wait)
+                        :body_from, :body_wait, :queued)
 
       READ_SIZE = 16_384
 
@@ -23,11 +23,14 @@ module Margay
       def reset(conn)
         conn.head = conn.chunked = conn.input = conn.stream = conn.started = conn.left = nil
         conn.close = false
-        conn.arrival = conn.body_from = conn.body_wait = nil
+        conn.arrival = conn.body_from = conn.body_wait = conn.queued = nil
         conn.deadline = now + @cfg[:keepalive_timeout]
       end
 
       def wake = @poller.wakeup
+
+      # The calling thread's buffer to read into (copied out at once): no fresh 16 KB per read.
+      def read_buffer = Thread.current[:margay_pure_read] ||= String.new(capacity: READ_SIZE, encoding: Encoding::BINARY)
 
       def reactor
         listening = false
@@ -41,18 +44,25 @@ module Margay
           poll(wait).each { |io| readable(io) }
           expire(!listening)
         end
+        release_listeners
         last_reads
       rescue IOError, SystemCallError => e
         warn "margay: the pure-Ruby engine's reactor stopped: #{e.class}: #{e.message}" unless @stopping
       ensure
-        @lock.synchronize do
-          @reactor_done = true
-          @work.broadcast
-        end
+        @reactor_done = true
+        close_ready
       end
 
       def listen(on)
         @listeners.each { |listener| on ? @poller.add(listener.first) : @poller.remove(listener.first) }
+      end
+
+      # Stopping: the listeners leave the poller, and one more wait makes java.nio let go of them,
+      # so that the server's closing a listener closes its socket at once (a new client is refused
+      # during the grace period) rather than when the poller closes.
+      def release_listeners
+        @listeners.each { |listener| @poller.release(listener.first) }
+        poll(0)
       end
 
       # The wait raises IOError when an IO it watches was closed before or during the call: the
@@ -133,7 +143,7 @@ module Margay
       end
 
       def receive(conn)
-        data = conn.io.read_nonblock(READ_SIZE, exception: false)
+        data = conn.io.read_nonblock(READ_SIZE, read_buffer, exception: false)
         return if data == :wait_readable
         return drop(conn) if data.nil?
 
@@ -144,10 +154,7 @@ module Margay
         when :complete
           conn.pipelined ||= !conn.buf.empty?
           unwatch(conn)
-          @lock.synchronize do
-            @ready << conn
-            @work.signal
-          end
+          @ready.push(conn)
         when :drop then drop(conn)
         when Integer
           unwatch(conn)

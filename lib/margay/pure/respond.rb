@@ -27,7 +27,7 @@ module Margay
         end
 
         out = head_finish(conn, built, status, bodyless?(status) || built.has_te ? -1 : length)
-        body.each { |part| out << part.b } if send_body
+        body.each { |part| out << binary(part) } if send_body
         write(conn, out)
         finish(token, conn)
       end
@@ -105,6 +105,12 @@ module Margay
 
       # Writes are not queued: every write returned once the socket took it.
       def flush(token) = held(token) && nil
+
+      private
+
+      # +string+ as bytes to append to a binary buffer: copied only when it is not ASCII or
+      # binary already.
+      def binary(string) = string.encoding == Encoding::BINARY || string.ascii_only? ? string : string.b
     end
   end
 end
