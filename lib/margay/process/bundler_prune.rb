@@ -66,9 +66,23 @@ module Margay
       rubyopt_tokens.reject { |t| setup_token?(t) }
     end
 
-    # Margay's lib (the native extension is there) and the require paths of the gems it needs
-    # at run time, as the bundle resolved them.
+    # Margay's lib (the native extension is there), the require paths of the gems it needs at
+    # run time, as the bundle resolved them, and those of the bundle's versions of Ruby's
+    # default gems (json, securerandom, uri, ...): what the master requires of them is then
+    # found there (-I beats RubyGems), not activated by RubyGems at the newest version
+    # installed, which the worker's Bundler.setup refuses when the Gemfile.lock has another
+    # ("You have already activated json X, but your Gemfile requires json Y").
     def load_path
+      margay_load_path + bundled_default_gems
+    end
+
+    def bundled_default_gems
+      defaults = Gem::Specification.default_stubs.map(&:name)
+      Gem.loaded_specs.values.reject(&:default_gem?).select { |spec| defaults.include?(spec.name) }
+         .flat_map(&:full_require_paths)
+    end
+
+    def margay_load_path
       dirs = [File.expand_path("../..", __dir__)]
       seen = {}
       queue = ["margay"]

@@ -52,4 +52,13 @@ class BundlerPruneTest < Minitest::Test
     assert(dirs.any? { |dir| File.file?(File.join(dir, "rack/builder.rb")) }, dirs.inspect)
     assert File.file?(P::EXE)
   end
+
+  # A default gem the bundle has at another version than Ruby's (base64 in Margay's own bundle)
+  # is on the master's command line: what the master requires of it is the bundle's version.
+  def test_the_bundle_versions_of_default_gems_are_on_the_load_path
+    defaults = Gem::Specification.default_stubs.map(&:name)
+    bundled = Gem.loaded_specs.values.reject(&:default_gem?).select { |spec| defaults.include?(spec.name) }
+    skip "no default gem at another version in this bundle" if bundled.empty?
+    bundled.each { |spec| assert_includes P.load_path, spec.full_require_paths.first, spec.full_name }
+  end
 end
