@@ -183,6 +183,9 @@ module Margay
       end
       o.on("--plugin NAME", "Load the Puma plugin NAME (repeatable)") { |v| @parsed[:plugins] << v }
       o.on("--jemalloc", "Run on jemalloc where installed (re-executes with it preloaded)") { setting(:jemalloc, true) }
+      o.on("--prune-bundler", "A master that never loads the app runs without Bundler (re-executes without it)") do
+        setting(:prune_bundler, true)
+      end
       o.on("--early-hints", "Early hints (rack.early_hints is always available)") { nil }
     end
 
@@ -232,11 +235,8 @@ module Margay
       o.on("--debug", "Puma's low-level debug log (not in Margay: warns)") do
         warn_flag("--debug", "use --log-requests and the server log")
       end
-      o.on("--prune-bundler", "Puma's bundler pruning (not needed: warns)") do
-        warn_flag("--prune-bundler", "not needed by Margay's hot restart")
-      end
-      o.on("--extra-runtime-dependencies GEMS", "Puma's gems kept after pruning (not needed: warns)") do
-        warn_flag("--extra-runtime-dependencies", "not needed by Margay's hot restart")
+      o.on("--extra-runtime-dependencies GEMS", "Puma's gems kept after pruning (Margay keeps its own: warns)") do
+        warn_flag("--extra-runtime-dependencies", "a pruned master loads only Margay and its own gems")
       end
     end
 

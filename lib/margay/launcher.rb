@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "process/allocator"
+require_relative "process/bundler_prune"
 require_relative "process/reexec"
 require_relative "runner"
 require_relative "errors"
@@ -53,11 +54,12 @@ module Margay
     # @raise [AppLoadError] the rackup file raised
     def run(&block)
       allocator_warning = Allocator.reexec(@config.jemalloc, @restart_argv) # may exec: before anything else
+      prune_warning = BundlerPrune.reexec(@config, @restart_argv, cluster: @config.workers.positive? && !NO_FORK) # may exec too
       Native.malloc_arenas(@config.max_threads + ARENAS_BEYOND_POOL) # before any thread allocates: "Memory" in CONFIGURATION.md
       ENV["RACK_ENV"] = @config.environment
       Dir.chdir(@config.directory) if @config.directory # first: relative redirect paths are the directory's,
       Log.redirect(@config, append: @config.redirect_append || ENV.delete(Reexec::REDIRECTED_ENV)) # on HUP and restart too
-      @log.warn(allocator_warning) if allocator_warning
+      [allocator_warning, prune_warning].compact.each { |warning| @log.warn(warning) }
       if @config.workers.positive? && NO_FORK
         @log.warn("workers #{@config.workers} ignored: #{RUBY_ENGINE} cannot fork; serving in a single " \
                   "process (max_threads sets its parallelism)")
@@ -170,6 +172,9 @@ module Margay
     def parse_rackup(path)
       require "rack/builder"
       require "rack/utils" # a rackup file finds Rack::Utils loaded, as it did when every master loaded the control app
+      # A pruned master's worker: the bundle, as bundle exec set it up. After Rack, already loaded from the
+      # bundle's copy (set up first, it made the reforked workers copy 4-6 MiB more of the mold's Ruby heap).
+      BundlerPrune.restore(@config)
       Rack::Builder.parse_file(path)
     rescue ScriptError, StandardError
       raise AppLoadError, "cannot load #{path}"

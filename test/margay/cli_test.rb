@@ -71,6 +71,11 @@ class CLITest < Minitest::Test
     assert cli("app.ru").rackup_given?
   end
 
+  def test_prune_bundler_flag
+    assert config("--prune-bundler").prune_bundler
+    refute config.prune_bundler
+  end
+
   def test_jemalloc_flag
     c = config("--jemalloc", "app.ru")
     assert_equal [true, "app.ru"], [c.jemalloc, c.rackup]
@@ -130,10 +135,10 @@ class CLITest < Minitest::Test
   end
 
   def test_puma_only_flags_warn_once_each
-    c = cli("--prune-bundler", "--extra-runtime-dependencies", "a,b", "--debug")
+    c = cli("--extra-runtime-dependencies", "a,b", "--debug")
     c.configuration
-    assert_equal 3, @err.string.lines.size, @err.string
-    assert_match(/\Amargay: --prune-bundler is a Puma flag Margay has no use for \(.+\); ignored\n/, @err.string)
+    assert_equal 2, @err.string.lines.size, @err.string
+    assert_match(/\Amargay: --extra-runtime-dependencies is a Puma flag Margay has no use for \(.+\); ignored\n/, @err.string)
   end
 
   def test_no_config_reads_no_file

@@ -16,7 +16,7 @@ module Margay
                     redirect_append tag directory lowlevel_error_handler log_formatter custom_logger
                     remote_address remote_address_header proxy_protocol idle_timeout
                     force_shutdown_after restart_command worker_culling_strategy
-                    fiber_scheduler max_io_threads].freeze
+                    fiber_scheduler max_io_threads prune_bundler].freeze
 
       # Puma name => [Margay setting, conversion]
       MAPPED = {
@@ -35,8 +35,7 @@ module Margay
         queue_requests: "request buffering always happens in the native engine",
         wait_for_less_busy_worker: "only workers with a free thread accept connections",
         nakayoshi_fork: "the mold and a preloading master run full GCs before they fork",
-        prune_bundler: "not needed by Margay's hot restart",
-        extra_runtime_dependencies: "not needed by Margay's hot restart",
+        extra_runtime_dependencies: "a pruned master loads only Margay and its own gems",
         debug: "use --log-requests and the server log",
         raise_exception_on_sigterm: "TERM is always a graceful stop",
         shutdown_debug: "stuck requests are logged by request_timeout",
@@ -60,6 +59,12 @@ module Margay
         define_method(puma_name) do |*_args, **_opts, &_block|
           warn_here("'#{puma_name}' is a Puma setting Margay does not have (#{why}); ignored")
         end
+      end
+
+      # Puma's: a master that never loads the app (mold_boot, or preload_app false) runs
+      # without Bundler; the worker loading the app sets the bundle up (BundlerPrune).
+      def prune_bundler(answer = true)
+        set(:prune_bundler, answer ? true : false)
       end
 
       # Fiber mode: every request in a Fiber under Margay's scheduler

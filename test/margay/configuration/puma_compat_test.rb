@@ -163,9 +163,10 @@ class PumaCompatTest < Minitest::Test
     assert_equal [true, false, "tmp/puma.state", ["tmp_restart"]], [config.quiet, config.log_requests, config.state_path, config.plugins]
     assert_equal "x a", config.log_formatter.call("a")
     assert_equal 4, config.max_io_threads, "issue 13: max_io_threads is a real setting"
+    assert config.prune_bundler, "prune_bundler is a real setting"
     warned = err.lines.map { |line| line[/\Amargay: config\/puma\.rb:(\d+): '?(\w+)/, 2] }
     assert_equal %w[clean_thread_locals debug extra_runtime_dependencies fiber_per_request io_selector_backend
-                    max_fast_inline mutate_stdout_and_stderr_to_sync_on_write nakayoshi_fork prune_bundler
+                    max_fast_inline mutate_stdout_and_stderr_to_sync_on_write nakayoshi_fork
                     queue_requests rack_url_scheme raise_exception_on_sigterm shutdown_debug state_permission
                     wait_for_less_busy_worker worker_check_interval daemonize], warned, err
     err.lines.each { |line| assert_match(/\Amargay: config\/puma\.rb:\d+: .+\(.+\); ignored\n\z/, line) }

@@ -1,0 +1,2 @@
+mold_boot true
+compact_before_fork true

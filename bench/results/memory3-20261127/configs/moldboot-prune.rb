@@ -1,0 +1,2 @@
+mold_boot true
+prune_bundler true

@@ -1,0 +1,1 @@
+mold_boot true
