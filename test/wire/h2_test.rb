@@ -4,6 +4,7 @@ require "test_helper"
 require "digest"
 require "json"
 require "open3"
+require "openssl"
 require "tempfile"
 require "margay/native"
 require "support/tls_certs"
@@ -12,6 +13,7 @@ require "support/tls_certs"
 # and h2c with prior knowledge on a tcp:// bind (http2=true), with curl, nghttp and raw frames
 # (test/support/h2_frames.py on Debian's python3-h2) as clients.
 class H2Test < Minitest::Test
+  include Margay::TLSClient
   skip_on_jruby "no HTTP/2 in the pure-Ruby engine (http2=true binds are refused at start)"
   include Margay::TestHelper
 
@@ -187,6 +189,72 @@ class H2Test < Minitest::Test
                                     "--no-verify-peer")
       assert status.success?, out
       assert_equal 24, out.lines.count { |l| l.match?(/\s200\s+\d+\s+\/slow$/) }, out
+    end
+  end
+
+  # HPACK's integer with an N-bit prefix (RFC 7541 5.1) after +first+'s flag bits.
+  def hpack_int(value, bits, first = 0)
+    max = (1 << bits) - 1
+    return [first | value].pack("C") if value < max
+
+    out = [first | max].pack("C")
+    value -= max
+    while value >= 128
+      out << [(value % 128) + 128].pack("C")
+      value /= 128
+    end
+    out << [value].pack("C")
+  end
+
+  def h2_frame(type, flags, stream, payload) = [payload.bytesize >> 8, payload.bytesize & 0xff, type, flags, stream].pack("nCCCN") + payload
+
+  # Over TLS, +streams+ GETs whose header blocks (+pad+ bytes each, one frame) add up to more than
+  # a turn's read budget, written at once: records the session read ahead and did not decrypt yet are
+  # invisible to epoll, so the connection must be armed to come back for them. Every stream is
+  # answered, each once. +ssl+'s statuses by stream.
+  def h2_burst_over_tls(port, streams, pad)
+    ssl = tls_socket(port, alpn_protocols: ["h2"])
+    assert_equal "h2", ssl.alpn_protocol
+    block = "\x82\x87\x84".b + "\x01".b + hpack_int(9, 7) + "localhost" +
+            "\x00".b + hpack_int(5, 7) + "x-pad" + hpack_int(pad, 7) + ("p" * pad)
+    out = +"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".b + h2_frame(4, 0, 0, "".b)
+    streams.times { |i| out << h2_frame(1, 0x5, (2 * i) + 1, block) } # HEADERS, END_STREAM | END_HEADERS
+    ssl.write(out) # the answers meanwhile are small: the socket holds them until read
+    ended = {}
+    buf = +"".b
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 15
+    while ended.size < streams
+      left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      flunk "#{ended.size} of #{streams} streams answered" if left <= 0
+      begin
+        buf << ssl.read_nonblock(65_536)
+      rescue IO::WaitReadable
+        ssl.to_io.wait_readable([left, 0.1].max)
+        next
+      end
+      while buf.bytesize >= 9
+        len = (buf.getbyte(0) << 16) | buf.unpack1("n", offset: 1)
+        break if buf.bytesize < 9 + len
+
+        type, flags, id = buf.unpack("x3CCN")
+        id &= 0x7fffffff
+        ssl.write(h2_frame(4, 1, 0, "".b)) if type == 4 && flags.zero? # SETTINGS ACK
+        if [0, 1].include?(type) && flags.anybits?(1)
+          refute ended.key?(id), "stream #{id} ended twice"
+          ended[id] = true
+        end
+        buf = buf.byteslice(9 + len..)
+      end
+    end
+    ended
+  ensure
+    ssl&.close
+  end
+
+  def test_a_burst_of_streams_over_tls_past_a_turns_read_budget_is_answered_whole
+    hello = ->(_env) { [200, { "content-type" => "text/plain" }, ["ok"]] }
+    with_h2_server(hello, max_header_size: 65_536) do |tls, _plain|
+      3.times { assert_equal 100, h2_burst_over_tls(tls, 100, 12_000).size }
     end
   end
 

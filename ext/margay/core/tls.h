@@ -33,6 +33,8 @@ typedef struct {
   int state;   /* enum mg_tls_state */
   int want_out; /* the last handshake step or read waits for the socket to be writable (OpenSSL
                  * has bytes of its own to send: a session ticket, a key update), else readable */
+  int dry;      /* the last read wanted more from the socket: what the session holds undecrypted
+                 * (read ahead) is part of a record whose rest the socket will announce */
 } mg_tls;
 
 /* A certificate and its key for the clients that ask for +name+ by SNI: an exact host name
@@ -96,10 +98,15 @@ int mg_tls_handshake(mg_tls *t, int fd);
  * the buffer (the queue only grows at its tail, core/output.c). */
 ssize_t mg_tls_read(mg_tls *t, void *buf, size_t len);
 ssize_t mg_tls_write(mg_tls *t, const void *buf, size_t len);
-/* Whether decrypted bytes wait inside the session: the socket's readiness does not show them.
- * (SSL_pending, not SSL_has_pending: the part of a record not yet received is the socket's to
- * announce.) */
+/* Whether bytes wait inside the session that the socket's readiness does not show: decrypted
+ * ones, or whole records read ahead and not decrypted yet (after a read that stopped short of
+ * the socket's end). The part of a record not yet received is the socket's to announce. */
 int mg_tls_pending(const mg_tls *t);
+/* Read ahead from now on: each read from the socket takes what it has, up to MG_TLS_READ_AHEAD
+ * bytes, where OpenSSL otherwise reads a record's header and then its body (two syscalls per
+ * record). For a connection whose reads go on until the socket is dry (HTTP/2). */
+void mg_tls_read_ahead(mg_tls *t);
+#define MG_TLS_READ_AHEAD 65536
 /* Whether the client chose h2 by ALPN (only on a context made with alpn_h2). */
 int mg_tls_alpn_h2(const mg_tls *t);
 /* One non-blocking close_notify, when the session is open (best effort: never waits). */

@@ -318,6 +318,7 @@ int mg_tls_begin(mg_tls *t, mg_tls_ctx *ctx, int fd) {
   t->ssl = ssl;
   t->state = MG_TLS_HELLO;
   t->want_out = 0;
+  t->dry = 0;
   return 0;
 }
 
