@@ -29,7 +29,11 @@ class SlowPluginsTest < Minitest::Test
     assert_equal({ 0 => 1 }, metrics["puma_busy_threads"], "the one asking")
     assert_equal({ 0 => 5 }, metrics["puma_pool_capacity"])
     refute metrics.key?("puma_workers"), "single mode has no worker metrics"
-    assert_equal pumactl_json("-S", @state, "stats")["running"], metrics["puma_running"][0]
+    # the pool's running threads, as pumactl's stats say: the pool may grow between two looks, so
+    # the two are read until they agree
+    eventually("puma_running as pumactl's running") do
+      yabeda["puma_running"][0] == pumactl_json("-S", @state, "stats")["running"]
+    end
   end
 
   def test_yabeda_metrics_are_margays_stats_in_cluster_mode
