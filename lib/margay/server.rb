@@ -84,6 +84,7 @@ module Margay
                                    out_of_band: (method(:out_of_band) if @config.hooks[:out_of_band]))
       in_flight = (FiberLoop::InFlight.new(@config.max_in_flight) if fibers)
       work = fibers ? fiber_work(handler, in_flight) : ->(pool) { serve_thread(handler, pool) }
+      @started_at = Clock.now # before the pool: #stats reads both once the pool is there
       @pool = ThreadPool.new(min: @config.effective_min_threads, max: @config.max_threads,
                              idle_timeout: @config.thread_idle_timeout, max_io: @config.max_io_threads, log: @log,
                              &work)
@@ -94,7 +95,6 @@ module Margay
                                    watchdog: (Systemd.watchdog_interval if @owns_listeners),
                                    idle_timeout: (@config.idle_timeout if @owns_listeners), log: @log,
                                    in_flight: in_flight, due: -> { @drain_until && Clock.now >= @drain_until })
-      @started_at = Clock.now
       @engine.start
       @pool.start
       notify("READY=1")

@@ -286,12 +286,14 @@ class ServerTest < Minitest::Test
     gate = Queue.new
     arrived = Queue.new
     app = ->(env) { env["PATH_INFO"] == "/wait" ? (arrived << true; gate.pop; HELLO.call(env)) : HELLO.call(env) }
-    with_server(app, min_threads: 1, max_threads: 4) do |_, port, server|
+    with_server(app, min_threads: 1, max_threads: 4) do |_, port|
       waiting = Array.new(3) { TCPSocket.new("127.0.0.1", port).tap { |s| s.write("GET /wait HTTP/1.1\r\nHost: x\r\n\r\n") } }
       3.times { pop_within(arrived) } # three threads blocked in the app
       raw = raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout: 5)
+      # answered while three threads are blocked in the app: the pool started a fourth (which may
+      # already have left again: a thread started on demand leaves after its request once the
+      # supervisor saw the process computing, as a JIT compiling on JRuby can make it look)
       assert_match(/hello\z/, raw)
-      assert_operator server.stats[:threads], :>=, 4
       3.times { gate << true }
       waiting.each { |s| assert_equal 200, read_response(s)[0] }
       waiting.each(&:close)
