@@ -92,6 +92,29 @@ class TLSSlowTest < Minitest::Test
     end
   end
 
+  # h2load's 64 connections connect at once, and the first ones through their handshake keep the
+  # threads busy with their streams. A handshake whose event a thread took while holding the GVL
+  # went back to the tail of the ready list, over and over: the slowest request of such a run
+  # took 8-10 s (its connection's Finished not read yet), where now it takes about 0.5 s.
+  def test_http2_streams_do_not_starve_the_handshakes_of_new_connections
+    skip "built without libnghttp2" unless Margay::Native::H2
+    skip "no h2load" unless system("h2load", "--version", out: File::NULL, err: File::NULL)
+    @runs = []
+    dir = SideBySide.app_dir
+    (@dirs ||= []) << dir
+    File.write(File.join(dir, "puma.rb"), config("max_keep_alive 100_000_000").sub("key: ", "http2: true, key: "))
+    run = start(:margay, ["-C", "puma.rb"], dir: dir)
+    port = port_of(run)
+    out, status = Open3.capture2e("timeout", "60", "h2load", "-t2", "-c64", "-m100", "-n200000", "https://127.0.0.1:#{port}/")
+    assert status.success?, out
+    assert_match(/ 200000 succeeded/, out)
+    value, unit = out.match(/^time for request:\s+\S+\s+([\d.]+)(us|ms|s)\b/)&.captures
+    assert value, out
+    slowest = value.to_f * { "us" => 1e-6, "ms" => 1e-3, "s" => 1.0 }.fetch(unit)
+    assert_operator slowest, :<, 2, "the slowest request took #{slowest} s:\n#{out}"
+    assert_equal 0, run.stop&.exitstatus
+  end
+
   # A hot restart (USR2: exec with the listeners inherited) keeps the TLS port and serves HTTPS
   # again with a new context made from the same bind, flags with commas in its query included.
   def test_usr2_keeps_the_tls_listener

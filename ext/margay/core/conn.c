@@ -185,6 +185,8 @@ void mg_conn_close(mg_engine *e, mg_conn *c) {
 void mg_conn_close_all(mg_engine *e) {
   if (!e->conns) return;
   mg_h2_drop_all(e);
+  e->handshakes = e->handshakes_tail = NULL; /* owned connections, closed below */
+  atomic_store(&e->nhandshakes, 0);
   for (int fd = 0; fd < e->max_fds; fd++) {
     mg_conn *c = e->conns[fd];
     if (!c) continue;

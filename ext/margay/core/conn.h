@@ -95,6 +95,7 @@ typedef struct mg_conn {
   uint64_t h2_seq;        /* streams' sequence on this struct, never reset: stale tokens fail */
   _Atomic int h2_kick;    /* a response call left output, or the session must end (mg_h2_kick) */
   int h2_goaway;          /* the session sent its GOAWAY for a stop (read by the sweep) */
+  struct mg_conn *next_handshake; /* in the engine's handshakes left by a thread with the GVL */
 
   struct sockaddr_storage peer;
   socklen_t peer_len;

@@ -126,6 +126,11 @@ typedef struct mg_engine {
   mg_ev_event stash[MG_STASH];
   int stash_head, stash_len;   /* under stash_lock */
   int stash_reserved;          /* room promised to waits under way, under stash_lock */
+  /* TLS handshakes whose event a thread holding the GVL took (mg_loop_try), oldest first: owned,
+   * they wait here for the next thread without it, which takes them before anything else
+   * (mg_wait_nogvl), rather than going back to the tail of the ready list (core/loop.c). */
+  struct mg_conn *handshakes, *handshakes_tail; /* under stash_lock, linked by mg_conn.next_handshake */
+  _Atomic int nhandshakes;     /* their number, read without the lock */
   _Atomic int watcher;         /* the standby that ticks (core/loop.c), changed under standby_lock */
   /* Health (core/health.h): readiness is started, not draining and not stopping (in a
    * cluster, the board's view); the health listeners are served by their own thread. */

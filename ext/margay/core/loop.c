@@ -48,21 +48,55 @@ void mg_loop_requeue(mg_engine *e, mg_conn *c) {
 }
 
 /* Set while this thread holds the GVL in the loop (mg_loop_try, a fiber thread's look without
- * waiting): a TLS handshake is not done then (core/tls.h). */
-static _Thread_local int gvl_held, deferred;
+ * waiting): a TLS handshake is not done then (core/tls.h). hand_over: mg_loop_try's, whose
+ * thread goes to mg_wait_nogvl next. */
+static _Thread_local int gvl_held, deferred, hand_over;
 
 void mg_loop_hold_gvl(int held) { gvl_held = held; deferred = 0; }
 
 int mg_loop_deferred(void) { return deferred; }
 
+/* A handshake's event taken with the GVL in mg_loop_try: the connection, still owned, waits in
+ * the engine's handshakes for the next thread without the GVL (mg_wait_nogvl takes them before
+ * anything else; mg_loop_try's own thread goes there next). Armed again instead, it would go to
+ * the tail of the ready list, where the next thread to reach it may hold the GVL again: under
+ * HTTP/2 the threads serve the queued streams first and reach the event set mostly through
+ * mg_loop_try, one event per trip, so a client's Finished (and the requests it sent with it,
+ * which its clock already counts) could go round the ready list for seconds. */
+static void hand_over_handshake(mg_engine *e, mg_conn *c) {
+  c->next_handshake = NULL;
+  pthread_mutex_lock(&e->stash_lock);
+  if (e->handshakes_tail) e->handshakes_tail->next_handshake = c;
+  else e->handshakes = c;
+  e->handshakes_tail = c;
+  atomic_fetch_add(&e->nhandshakes, 1);
+  pthread_mutex_unlock(&e->stash_lock);
+}
+
+static mg_conn *take_handshake(mg_engine *e) {
+  if (atomic_load(&e->nhandshakes) == 0) return NULL;
+  pthread_mutex_lock(&e->stash_lock);
+  mg_conn *c = e->handshakes;
+  if (c) {
+    e->handshakes = c->next_handshake;
+    if (!e->handshakes) e->handshakes_tail = NULL;
+    c->next_handshake = NULL;
+    atomic_fetch_sub(&e->nhandshakes, 1);
+  }
+  pthread_mutex_unlock(&e->stash_lock);
+  return c;
+}
+
 /* The connection's event came: do what its phase calls for. */
 static int handle_conn(mg_engine *e, mg_conn *c) {
   if (mg_conn_handshaking(c)) {
-    /* Public-key work takes a millisecond or more: never with the GVL. Armed again as it
-     * waited, the connection is ready at once for the next thread that waits without it. */
+    /* Public-key work takes a millisecond or more: never with the GVL. mg_loop_try hands the
+     * connection over to the next thread without it; fiber mode's look arms it again as it
+     * waited, ready at once for its next wait without the GVL. */
     if (!gvl_held) return mg_input_handshake(e, c);
-    mg_conn_arm(e, c, c->tls.want_out ? MG_EV_OUT : MG_EV_IN);
-    deferred = 1; /* the caller stops taking events: the same one would come back at once */
+    if (hand_over) hand_over_handshake(e, c);
+    else mg_conn_arm(e, c, c->tls.want_out ? MG_EV_OUT : MG_EV_IN);
+    deferred = 1; /* the caller stops taking events and waits without the GVL */
     return MG_IN_DONE;
   }
   if (c->phase == MG_PH_H2) { mg_h2_event(e, c); return MG_IN_DONE; } /* its requests: e->h2_head */
@@ -113,31 +147,14 @@ static int answer_probe(mg_engine *e, mg_conn *c, int *again) {
   return 1;
 }
 
-int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out) {
-  if (ev->data & MG_DATA_WAKE) {
-    mg_wake_drain(&e->wake);
-    return 0;
-  }
-  mg_conn *c;
-  if (ev->data & MG_DATA_LISTENER) {
-    c = mg_accept_batch(e, (int)(ev->data & 0xff)); /* its first connection: at once (core/accept.c) */
-    if (!c) return 0;
-  } else {
-    int fd = (int)(uint32_t)ev->data;
-    uint64_t gen = ev->data >> 32;
-    if (fd < 0 || fd >= e->max_fds || !e->conns[fd]) return 0;
-    c = e->conns[fd];
-    uint64_t cur = atomic_load(&c->state);
-    int st = mg_state_st(cur);
-    if ((mg_state_gen(cur) & MG_GEN_MASK) != (gen & MG_GEN_MASK) || (st != MG_ARMED && st != MG_ARMING)) return 0;
-    uint64_t expect = cur;
-    if (!atomic_compare_exchange_strong(&c->state, &expect, (mg_state_gen(cur) << 8) | MG_OWNED)) return 0;
-  }
+/* Handle +c+ (just claimed for +events+, or taken from the handshakes handed over, events 0):
+ * as mg_loop_dispatch. */
+static int serve(mg_engine *e, mg_conn *c, uint32_t events, mg_conn **out) {
   mg_conn_reached(e, c);
   int fresh = (c->phase == MG_PH_IDLE && c->rlen == 0) || c->phase == MG_PH_HEAD;
   if (handle_conn(e, c) != MG_IN_READY) return 0;
   assert(mg_conn_owned(c) && c->phase == MG_PH_APP);
-  if (!(ev->data & MG_DATA_LISTENER) && abandoned(c, ev->events, fresh)) {
+  if (abandoned(c, events, fresh)) {
     atomic_fetch_add(&e->abandoned, 1);
     atomic_fetch_sub(&e->requests, 1); /* counted when its head completed; it never ran */
     mg_conn_close(e, c);
@@ -152,6 +169,27 @@ int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out) {
   begin_turn(c);
   *out = c;
   return 1;
+}
+
+int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out) {
+  if (ev->data & MG_DATA_WAKE) {
+    mg_wake_drain(&e->wake);
+    return 0;
+  }
+  if (ev->data & MG_DATA_LISTENER) {
+    mg_conn *c = mg_accept_batch(e, (int)(ev->data & 0xff)); /* its first connection: at once (core/accept.c) */
+    return c ? serve(e, c, 0, out) : 0; /* (a listener's events are not the connection's) */
+  }
+  int fd = (int)(uint32_t)ev->data;
+  uint64_t gen = ev->data >> 32;
+  if (fd < 0 || fd >= e->max_fds || !e->conns[fd]) return 0;
+  mg_conn *c = e->conns[fd];
+  uint64_t cur = atomic_load(&c->state);
+  int st = mg_state_st(cur);
+  if ((mg_state_gen(cur) & MG_GEN_MASK) != (gen & MG_GEN_MASK) || (st != MG_ARMED && st != MG_ARMING)) return 0;
+  uint64_t expect = cur;
+  if (!atomic_compare_exchange_strong(&c->state, &expect, (mg_state_gen(cur) << 8) | MG_OWNED)) return 0;
+  return serve(e, c, ev->events, out);
 }
 
 /* At most this many events beyond the first per wait go to the stash: two waits may be under
@@ -214,6 +252,7 @@ int mg_loop_try(mg_engine *e, mg_conn **out, mg_h2_req **h2) {
   int64_t now = mg_now_ms();
   if (now >= atomic_load(&e->next_sweep_ms)) mg_sweep(e, now);
   mg_loop_hold_gvl(1);
+  hand_over = 1;
   for (int i = 0; i < MG_TRY_EVENTS && !got && !deferred; i++) {
     mg_ev_event ev;
     if (mg_loop_take(e, &ev, 0) != 1) break;
@@ -221,8 +260,11 @@ int mg_loop_try(mg_engine *e, mg_conn **out, mg_h2_req **h2) {
      * or an interrupted poller). */
     if (ev.data & MG_DATA_WAKE) break;
     got = mg_loop_dispatch(e, &ev, out);
-    if (!got && (*h2 = mg_h2_take(e))) got = 1; /* a stream an HTTP/2 connection just completed */
+    /* a stream an HTTP/2 connection just completed; not after a handshake handed over: this
+     * thread does it first, without the GVL */
+    if (!got && !deferred && (*h2 = mg_h2_take(e))) got = 1;
   }
+  hand_over = 0;
   mg_loop_hold_gvl(0);
   if (got) atomic_store(&e->visit_us, mg_now_us());
   leave(e);
@@ -282,6 +324,15 @@ static void signal_standby(mg_engine *e, int now) {
   pthread_mutex_unlock(&e->standby_lock);
 }
 
+/* The waiting thread leaves with a request: the standbys give it MG_STANDBY_US; a sleeping
+ * watcher starts ticking (read unlocked: a stale look costs one tick). */
+static void out_with_request(mg_engine *e, mg_wait_args *a) {
+  atomic_store(&e->visit_us, mg_now_us());
+  if (atomic_load(&e->watcher) == WATCHER_ASLEEP) signal_standby(e, 0);
+  atomic_fetch_add(&e->gvl_waiters, 1);
+  a->result = MG_WAIT_READY;
+}
+
 void *mg_wait_nogvl(void *p) {
   mg_wait_args *a = p;
   mg_engine *e = a->e;
@@ -292,6 +343,12 @@ void *mg_wait_nogvl(void *p) {
   a->conn = NULL;
   a->h2req = NULL;
   for (;;) {
+    /* a handshake a thread with the GVL took: first, its client waits (a step is short) */
+    mg_conn *hs = take_handshake(e);
+    if (hs) {
+      if (serve(e, hs, 0, &a->conn)) { out_with_request(e, a); break; } /* a request sent with the Finished */
+      continue;
+    }
     if (atomic_load(&a->interrupted)) { a->result = MG_WAIT_INTR; break; }
     if ((a->h2req = mg_h2_take(e))) { /* HTTP/2 streams complete first: they were read already */
       atomic_fetch_add(&e->gvl_waiters, 1);
@@ -333,15 +390,7 @@ void *mg_wait_nogvl(void *p) {
      * coming back takes it meanwhile; standbys wait, this thread is not busy in the app. */
     atomic_store(&e->visit_us, mg_now_us());
     atomic_store(&e->pollers, 0);
-    if (mg_loop_dispatch(e, &ev, &a->conn)) {
-      /* Out with a request: the standbys give it MG_STANDBY_US; a sleeping watcher starts
-       * ticking (read unlocked: a stale look costs one tick). */
-      atomic_store(&e->visit_us, mg_now_us());
-      if (atomic_load(&e->watcher) == WATCHER_ASLEEP) signal_standby(e, 0);
-      atomic_fetch_add(&e->gvl_waiters, 1);
-      a->result = MG_WAIT_READY;
-      break;
-    }
+    if (mg_loop_dispatch(e, &ev, &a->conn)) { out_with_request(e, a); break; }
   }
   /* Leaving without a request while nobody polls: a standby takes over at once. */
   if (a->result != MG_WAIT_READY && atomic_load(&e->pollers) == 0) signal_standby(e, 1);

@@ -78,7 +78,9 @@ ssize_t mg_tls_read(mg_tls *t, void *buf, size_t len) {
   t->dry = 0;
   if (SSL_read_ex(t->ssl, buf, len, &n) == 1) return (ssize_t)n;
   int err = classify(t, 0);
-  t->dry = err == EAGAIN;
+  /* dry only when it waits for the socket's input: a read that must write first (a TLS 1.3
+   * KeyUpdate answered while the socket is full) may leave whole records read ahead */
+  t->dry = err == EAGAIN && !t->want_out;
   if (err == 0) return 0;
   errno = err;
   return -1;
