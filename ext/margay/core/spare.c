@@ -24,6 +24,7 @@ static __thread spares *mine; /* this thread's, once it gave a block back */
 
 static void spares_free(void *arg) {
   spares *s = arg;
+  mine = NULL; /* runs in the exiting thread: a block given back after this starts a new set */
   for (int k = 0; k < MG_SPARE_KINDS; k++)
     for (int i = 0; i < s->count[k]; i++) free(s->blocks[k][i]);
   free(s);
