@@ -74,5 +74,20 @@ module Margay
         listener.close unless listener.nil? || listener.closed?
       end
     end
+
+    # The server may close a listener before the stopping reactor releases it: releasing a
+    # closed IO is a no-op, and the next wait goes on without it.
+    def test_releasing_a_listener_the_server_already_closed
+      pollers.each do |poller|
+        listener = TCPServer.new("127.0.0.1", 0)
+        poller.add(listener)
+        poller.wait(0)
+        listener.close
+        poller.release(listener)
+        assert_empty poller.wait(0).to_a, poller.name
+      ensure
+        poller.close
+      end
+    end
   end
 end

@@ -88,11 +88,13 @@ module Margay
         end
 
         # Let go of +io+'s registration (a listener when the reactor stops): java.nio closes a
-        # registered channel's socket only once its selector deregistered it, at a wait.
+        # registered channel's socket only once its selector deregistered it, at a wait. The
+        # server may close the listener meanwhile; nio4r then raises a Java NullPointerException
+        # (a StandardError on JRuby) instead of IOError, and the wait that follows lets it go.
         def release(io)
           @monitors.delete(io)
-          @selector.deregister(io)
-        rescue IOError
+          @selector.deregister(io) unless io.closed?
+        rescue StandardError
           nil
         end
 
