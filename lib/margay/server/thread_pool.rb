@@ -16,6 +16,19 @@ module Margay
     # looks (#consider_growth). Threads above min exit after idling, and those
     # started on demand leave once the looks find the process computing.
     class ThreadPool
+      # The count of threads running the app. The GVL makes += exact on MRI; JRuby runs the
+      # threads in parallel, and an atomic counts there.
+      class PlainCount
+        def initialize = @value = 0
+
+        def get = @value
+
+        def incrementAndGet = @value += 1 # rubocop:disable Naming/MethodName -- AtomicLong's
+
+        def decrementAndGet = @value -= 1 # rubocop:disable Naming/MethodName -- AtomicLong's
+      end
+      BusyCount = RUBY_ENGINE == "jruby" ? java.util.concurrent.atomic.AtomicLong : PlainCount
+
       # For how many consecutive looks every thread must have been busy while
       # the process used less than BLOCKED_CPU_SHARE of a core before the pool
       # grows. Busy but not computing means blocked (I/O, a lock, a sleep):
@@ -59,7 +72,7 @@ module Margay
         @idle_ms = (idle_timeout * 1000).to_i
         @work = work
         @threads = []
-        @busy = 0
+        @busy = BusyCount.new
         @looks = 0
         @computing_looks = 0
         @computing = false # the supervisor's looks found the process computing (#consider_growth)
@@ -81,19 +94,13 @@ module Margay
       end
 
       # How many threads are running the app (a statistic).
-      def busy
-        @busy
-      end
+      def busy = @busy.get
 
-      # Counted while a thread runs the app (a statistic: updated under the GVL).
-      def busy!
-        @busy += 1
-      end
+      # Counted while a thread runs the app.
+      def busy! = @busy.incrementAndGet
 
       # The calling thread's app call is over.
-      def idle!
-        @busy -= 1
-      end
+      def idle! = @busy.decrementAndGet
 
       # One look of the growth policy (the supervisor's, every few ms): after
       # GROW_AFTER_LOOKS consecutive looks at which the pool was saturated (no
@@ -206,9 +213,10 @@ module Margay
         @lock.synchronize { @io_marked -= 1 }
       end
 
-      # How long the calling thread may idle before leaving (nil: forever).
+      # How long the calling thread may idle before leaving (nil: forever). Asked before each
+      # wait for work, so without the lock: #leave? decides under it.
       def idle_budget
-        @lock.synchronize { @threads.size > @min ? @idle_ms : nil }
+        @threads.size > @min ? @idle_ms : nil
       end
 
       # A thread asks to leave after idling; the pool keeps at least min.

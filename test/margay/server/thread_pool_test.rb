@@ -259,6 +259,14 @@ class ThreadPoolTest < Minitest::Test
   end
 
   # A forced stop can come before a new thread has run a line of its own.
+  # JRuby runs the pool's threads in parallel: a count kept with += would lose updates.
+  def test_busy_stays_exact_when_threads_count_at_once
+    pool = pool(min: 1, max: 1) { |_pool| nil }
+    counters = Array.new(8) { Thread.new { 20_000.times { pool.busy! && pool.idle! } } }
+    counters.each(&:join)
+    assert_equal 0, pool.busy
+  end
+
   def test_force_stop_right_after_start_is_quiet
     20.times do
       pool = pool(min: 2, max: 2).start
