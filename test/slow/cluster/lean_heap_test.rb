@@ -29,6 +29,20 @@ class LeanHeapTest < Minitest::Test
     assert_equal({ MIN => "0.3", GOAL => "0.20" }, served.last)
   end
 
+  # prune_bundler's re-execution comes first and carries the ratios: the master that runs
+  # without Bundler started with them too.
+  def test_with_prune_bundler_the_pruned_master_has_them
+    saw = File.join(Dir.tmpdir, "margay-lean-#{Process.pid}-bundler.txt")
+    start(lean: true, settings: "mold_boot true\nprune_bundler true\n" \
+                                "before_fork { File.write(#{saw.inspect}, defined?(::Bundler).inspect) }\n",
+          env: { "RUBYOPT" => "-rbundler/setup", "BUNDLE_GEMFILE" => File.join(ROOT, "Gemfile") })
+    assert_equal "nil", File.read(saw), "the master runs without Bundler"
+    assert_equal({ MIN => "0.10", GOAL => "0.20" }, ratios(@master), "and started with the ratios")
+    assert_equal({ MIN => "0.10", GOAL => "0.20" }, served.last)
+  ensure
+    File.delete(saw) if saw && File.exist?(saw)
+  end
+
   def test_without_the_setting_the_environment_is_left_alone
     start(lean: false)
     assert_equal({}, ratios(@master))
@@ -37,9 +51,9 @@ class LeanHeapTest < Minitest::Test
 
   private
 
-  def start(lean:, env: {})
+  def start(lean:, env: {}, settings: "")
     @dir = Dir.mktmpdir("margay-lean-")
-    File.write(File.join(@dir, "margay.rb"), "lean_heap #{lean}\n")
+    File.write(File.join(@dir, "margay.rb"), "lean_heap #{lean}\n#{settings}")
     # The worker answers its pid and the ratios its process image started with.
     File.write(File.join(@dir, "environ.ru"), <<~RUBY)
       run lambda { |_env|
