@@ -186,6 +186,9 @@ module Margay
       o.on("--prune-bundler", "A master that never loads the app runs without Bundler (re-executes without it)") do
         setting(:prune_bundler, true)
       end
+      o.on("--lean-heap", "Ruby's GC keeps less free room in its heap (re-executes with RUBY_GC_HEAP_FREE_SLOTS_*)") do
+        setting(:lean_heap, true)
+      end
       o.on("--early-hints", "Early hints (rack.early_hints is always available)") { nil }
     end
 

@@ -80,6 +80,7 @@ module Margay
       refork_after: nil,              # requests after which a warm worker becomes the mold (nil: only on URG)
       mold_boot: false,               # the master never loads the app: the first worker does, then forks the others as the mold
       prune_bundler: false,           # a master that never loads the app runs without Bundler (BundlerPrune)
+      lean_heap: false,               # Ruby's GC keeps less free room in its heap: RUBY_GC_HEAP_FREE_SLOTS_* (LeanHeap)
       # Memory per worker: the template's heap before forking (Cluster::Heap)
       compact_before_fork: false,     # GC.compact in the mold (and a preloading master) before it forks
       out_of_band_gc: nil,            # a cluster worker with no request running, N requests after its last: full GC + malloc_trim
@@ -238,7 +239,7 @@ module Margay
       out_of_band_gc: "a positive number of requests"
     }.freeze
     BOOLEANS = %i[quiet log_requests silent balance_keepalive redirect_append
-                  compact_before_fork queue_time_header mold_boot prune_bundler].freeze
+                  compact_before_fork queue_time_header mold_boot prune_bundler lean_heap].freeze
     # Strings or nil.
     STRINGS = %i[pidfile state_path redirect_stdout redirect_stderr tag directory restart_command
                  control_token remote_address_header].freeze

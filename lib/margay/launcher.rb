@@ -2,6 +2,7 @@
 
 require_relative "process/allocator"
 require_relative "process/bundler_prune"
+require_relative "process/lean_heap"
 require_relative "process/reexec"
 require_relative "runner"
 require_relative "errors"
@@ -53,13 +54,15 @@ module Margay
     # @raise [ConfigError] missing rackup file, cannot bind, cannot write the pidfile
     # @raise [AppLoadError] the rackup file raised
     def run(&block)
+      lean = LeanHeap.prepare(@config.lean_heap) # into ENV: the re-executions below carry it
       allocator_warning = Allocator.reexec(@config.jemalloc, @restart_argv) # may exec: before anything else
       prune_warning = BundlerPrune.reexec(@config, @restart_argv, cluster: @config.workers.positive? && !NO_FORK) # may exec too
+      lean = LeanHeap.reexec(@restart_argv) if lean == :reexec # may exec too: Ruby reads the ratios as it starts
       Native.malloc_arenas(@config.max_threads + ARENAS_BEYOND_POOL) # before any thread allocates: "Memory" in CONFIGURATION.md
       ENV["RACK_ENV"] = @config.environment
       Dir.chdir(@config.directory) if @config.directory # first: relative redirect paths are the directory's,
       Log.redirect(@config, append: @config.redirect_append || ENV.delete(Reexec::REDIRECTED_ENV)) # on HUP and restart too
-      [allocator_warning, prune_warning].compact.each { |warning| @log.warn(warning) }
+      [lean, allocator_warning, prune_warning].compact.each { |warning| @log.warn(warning) }
       if @config.workers.positive? && NO_FORK
         @log.warn("workers #{@config.workers} ignored: #{RUBY_ENGINE} cannot fork; serving in a single " \
                   "process (max_threads sets its parallelism)")

@@ -76,6 +76,11 @@ class CLITest < Minitest::Test
     refute config.prune_bundler
   end
 
+  def test_lean_heap_flag
+    assert config("--lean-heap").lean_heap
+    refute config.lean_heap
+  end
+
   def test_jemalloc_flag
     c = config("--jemalloc", "app.ru")
     assert_equal [true, "app.ru"], [c.jemalloc, c.rackup]

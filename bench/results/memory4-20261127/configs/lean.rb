@@ -1,0 +1,1 @@
+lean_heap true

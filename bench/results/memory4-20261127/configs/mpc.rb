@@ -1,0 +1,3 @@
+mold_boot true
+prune_bundler true
+compact_before_fork true
