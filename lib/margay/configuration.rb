@@ -236,8 +236,7 @@ module Margay
     OPTIONAL_POSITIVE_INTEGERS = {
       worker_memory_limit: "a positive number of bytes", refork_after: "a positive number of requests",
       max_connections: "a positive integer", idle_timeout: "a positive number of seconds",
-      out_of_band_gc: "a positive number of requests"
-    }.freeze
+      out_of_band_gc: "a positive number of requests" }.freeze
     BOOLEANS = %i[quiet log_requests silent balance_keepalive redirect_append
                   compact_before_fork queue_time_header mold_boot prune_bundler lean_heap].freeze
     # Strings or nil.
