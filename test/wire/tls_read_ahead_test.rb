@@ -1,0 +1,160 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "margay/native"
+require "support/tls_certs"
+require "support/held_tls"
+
+# Every TLS session reads ahead (core/tls_ctx.c): one read takes all the records the socket
+# has. Those not decrypted yet are input epoll does not announce, so a connection holding them
+# must be served without waiting for the socket. These tests send records together, cut and
+# late (Margay::HeldTLS decides what reaches the server when); each hangs where a connection
+# with such input waits for epoll.
+class TLSReadAheadTest < Minitest::Test
+  skip_on_jruby "no TLS in the pure-Ruby engine (ssl:// binds are refused at start)"
+  include Margay::TestHelper
+  include Margay::TLSClient
+
+  CERTS = Margay::TLSCerts
+  PATH_APP = ->(env) { [200, { "content-type" => "text/plain" }, [env["PATH_INFO"]]] }
+
+  def setup
+    skip "built without OpenSSL" unless Margay::Native::TLS
+    skip "no openssl command" unless CERTS.cli?
+  end
+
+  def with_tls(app, **settings, &block)
+    bind = "ssl://127.0.0.1:0?cert=#{CERTS.path('rsa.pem')}&key=#{CERTS.path('rsa.key')}"
+    with_server(app, binds: [bind], **settings) { |_host, port, server| block.call(port, server) }
+  end
+
+  def get(path) = "GET #{path} HTTP/1.1\r\nHost: x\r\n\r\n"
+
+  # The bodies of the next +n+ responses on +client+; a failure if they do not come in 5 s.
+  def bodies(client, n)
+    Timeout.timeout(5) { Array.new(n) { read_tls_response(client.ssl)[2] } }
+  rescue Timeout::Error
+    flunk "no answer within 5 s: input the session read ahead was left waiting for the socket"
+  end
+
+  # Everything the client reads until the server's close_notify (or the socket's end).
+  def read_to_end(ssl)
+    data = +""
+    Timeout.timeout(5) { loop { data << ssl.readpartial(65_536) } }
+  rescue EOFError, Errno::ECONNRESET
+    data
+  rescue Timeout::Error
+    flunk "no end within 5 s (read so far: #{data.inspect})"
+  end
+
+  def test_pipelined_requests_in_one_record_sent_with_the_finished
+    with_tls(PATH_APP) do |port|
+      client = Margay::HeldTLS.new(port)
+      client.deliver(client.held + client.seal(get("/a") + get("/b")))
+      assert_equal %w[/a /b], bodies(client, 2)
+    ensure
+      client&.close
+    end
+  end
+
+  # Each request its own record, all read by one read: after the first one's response the
+  # others are in the session only.
+  def test_pipelined_requests_in_records_that_arrive_together
+    with_tls(PATH_APP) do |port|
+      client = Margay::HeldTLS.new(port)
+      client.deliver(client.held + client.seal(get("/a"), get("/b"), get("/c")))
+      assert_equal %w[/a /b /c], bodies(client, 3)
+      client.deliver(client.seal(get("/d"), get("/e")))
+      assert_equal %w[/d /e], bodies(client, 2)
+    ensure
+      client&.close
+    end
+  end
+
+  # A request's head cut inside its first record's header and then its body, arriving over
+  # 200 ms; the bytes that complete it bring the next request's whole record along. (OpenSSL
+  # reads the rest of a record it has begun exactly: the records after it stay in the socket,
+  # announced. The read that starts with a header reads ahead.)
+  def test_a_request_split_across_records_arriving_slowly
+    with_tls(PATH_APP) do |port|
+      client = Margay::HeldTLS.new(port)
+      client.deliver(client.held)
+      assert_equal ["/first"], (client.deliver(client.seal(get("/first"))) && bodies(client, 1))
+      head = client.seal("GET /slow HT")
+      rest = client.seal("TP/1.1\r\nHost: x\r\n\r\n", get("/after"))
+      client.deliver(head[0, 3])
+      sleep 0.1
+      client.deliver(head[3, 7])
+      sleep 0.1
+      client.deliver(head[10..] + rest)
+      assert_equal %w[/slow /after], bodies(client, 2)
+    ensure
+      client&.close
+    end
+  end
+
+  # A head begun in one record whose next record stops short: still bounded by header_timeout.
+  def test_a_record_cut_short_is_answered_408_after_header_timeout
+    with_tls(PATH_APP, header_timeout: 1) do |port|
+      client = Margay::HeldTLS.new(port)
+      first = client.seal("GET /stalled HTTP/1.1\r\n")
+      cut = client.seal("Host: x\r\n\r\n")
+      client.deliver(client.held + first + cut[0, cut.bytesize - 5])
+      reply = read_to_end(client.ssl)
+      assert_match(%r{\AHTTP/1.1 408 }, reply)
+    ensure
+      client&.close
+    end
+  end
+
+  # The client sends on while a large response is written: the records that came with the
+  # first request wait in the session until the response is out, and so do those sent meanwhile.
+  def test_the_next_requests_sent_while_the_response_is_written
+    big = "x" * (16 << 20) # more than the socket buffers on the way hold
+    app = lambda do |env|
+      body = env["PATH_INFO"] == "/big" ? big : env["PATH_INFO"]
+      [200, { "content-type" => "text/plain", "content-length" => body.bytesize.to_s }, [body]]
+    end
+    with_tls(app) do |port|
+      client = Margay::HeldTLS.new(port)
+      client.deliver(client.held + client.seal(get("/big"), get("/one")))
+      sleep 0.2 # the server's socket fills; the client reads nothing yet
+      client.deliver(client.seal(get("/two"), get("/three")))
+      got = Timeout.timeout(20) { read_tls_response(client.ssl)[2] }
+      assert_equal big.bytesize, got.bytesize
+      assert_equal %w[/one /two /three], bodies(client, 3)
+    ensure
+      client&.close
+    end
+  end
+
+  def test_records_read_ahead_in_fiber_mode
+    skip "fiber mode needs epoll" unless BACKEND == :auto || BACKEND == :epoll
+    with_tls(PATH_APP, fiber_scheduler: true) do |port|
+      client = Margay::HeldTLS.new(port)
+      client.deliver(client.held + client.seal(get("/a"), get("/b"), get("/c")))
+      assert_equal %w[/a /b /c], bodies(client, 3)
+    ensure
+      client&.close
+    end
+  end
+
+  # The hijacked IO sees the record read ahead after the request (in the session, not the
+  # socket): wait_readable says so and the read returns it.
+  def test_hijack_after_a_pipelined_request
+    app = lambda do |env|
+      io = env["rack.hijack"].call
+      said = io.wait_readable(5) ? io.readpartial(100) : "nothing readable"
+      io.write("HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n#{said}")
+      io.close
+      [200, {}, []]
+    end
+    with_tls(app, lint: false) do |port|
+      client = Margay::HeldTLS.new(port)
+      client.deliver(client.held + client.seal(get("/"), "ping"))
+      assert_equal "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nping", read_to_end(client.ssl)
+    ensure
+      client&.close
+    end
+  end
+end
