@@ -11,8 +11,9 @@ module Margay
   # #deliver. The handshake's first flight (the ClientHello) goes out at once; the client's Finished
   # is held like everything after it (#held), so a test can send requests with it.
   class HeldTLS
-    # Connected to 127.0.0.1:+port+, trusting the test CA; the Finished is held.
-    def initialize(port)
+    # Connected to 127.0.0.1:+port+, trusting the test CA, offering the ALPN protocols +alpn+
+    # (none by default); the Finished is held.
+    def initialize(port, alpn: nil)
       @tcp = TCPSocket.new("127.0.0.1", port)
       near, @far = UNIXSocket.pair
       @spoke = false
@@ -21,6 +22,7 @@ module Margay
       ctx.set_params(ca_file: TLSCerts.path("ca.pem"), verify_mode: OpenSSL::SSL::VERIFY_PEER)
       ctx.max_version = OpenSSL::SSL::TLS1_3_VERSION
       ctx.min_version = OpenSSL::SSL::TLS1_3_VERSION # the client's last flight needs no answer
+      ctx.alpn_protocols = alpn if alpn
       @ssl = OpenSSL::SSL::SSLSocket.new(near, ctx)
       @ssl.sync_close = true
       @ssl.hostname = "localhost"

@@ -23,8 +23,8 @@ class TLSReadAheadTest < Minitest::Test
     skip "no openssl command" unless CERTS.cli?
   end
 
-  def with_tls(app, **settings, &block)
-    bind = "ssl://127.0.0.1:0?cert=#{CERTS.path('rsa.pem')}&key=#{CERTS.path('rsa.key')}"
+  def with_tls(app, query: "", **settings, &block)
+    bind = "ssl://127.0.0.1:0?cert=#{CERTS.path('rsa.pem')}&key=#{CERTS.path('rsa.key')}#{query}"
     with_server(app, binds: [bind], **settings) { |_host, port, server| block.call(port, server) }
   end
 
@@ -134,6 +134,32 @@ class TLSReadAheadTest < Minitest::Test
       client = Margay::HeldTLS.new(port)
       client.deliver(client.held + client.seal(get("/a"), get("/b"), get("/c")))
       assert_equal %w[/a /b /c], bodies(client, 3)
+    ensure
+      client&.close
+    end
+  end
+
+  # An HTTP/2 frame: length, type, flags, stream, payload.
+  def frame(type, flags, stream, payload = "".b)
+    [payload.bytesize >> 16, payload.bytesize & 0xffff, type, flags, stream].pack("CnCCN") + payload
+  end
+
+  # ALPN h2 with the connection preface, SETTINGS and a GET sent with the Finished: read in the
+  # handshake's last read, they are HTTP/2's input once the session chooses h2.
+  def test_h2_by_alpn_with_its_first_frames_sent_with_the_finished
+    with_tls(PATH_APP, query: "&http2=true") do |port|
+      client = Margay::HeldTLS.new(port, alpn: ["h2"])
+      assert_equal "h2", client.ssl.alpn_protocol
+      block = "\x82\x87\x84\x41\x09localhost".b # GET https / (HPACK static), :authority localhost
+      client.deliver(client.held + client.seal("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", frame(4, 0, 0), frame(1, 5, 1, block)))
+      data = Timeout.timeout(5) do
+        loop do
+          high, low, type, flags, stream = client.ssl.read(9).unpack("CnCCN")
+          payload = client.ssl.read((high << 16) | low)
+          break payload if type.zero? && stream == 1 && flags.allbits?(1) # DATA, END_STREAM
+        end
+      end
+      assert_equal "/", data
     ensure
       client&.close
     end
