@@ -41,7 +41,9 @@ module MargayBench
         p.on("--results-dir DIR") { |v| @o[:results_dir] = File.expand_path(v) }
         p.on("--baseline DIR") { |v| @o[:baseline] = File.expand_path(v) }
       end.parse!(argv)
-      @o[:servers] = @o[:servers].flat_map { |s| s.start_with?("margay") ? [s, s.sub("margay", "margay-base")] : [s] } if @o[:baseline]
+      return unless @o[:baseline]
+
+      @o[:servers] = @o[:servers].flat_map { |s| s.start_with?("margay") ? [s, s.sub("margay", "margay-base")] : [s] }
     end
 
     def run

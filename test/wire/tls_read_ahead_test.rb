@@ -151,7 +151,8 @@ class TLSReadAheadTest < Minitest::Test
       client = Margay::HeldTLS.new(port, alpn: ["h2"])
       assert_equal "h2", client.ssl.alpn_protocol
       block = "\x82\x87\x84\x41\x09localhost".b # GET https / (HPACK static), :authority localhost
-      client.deliver(client.held + client.seal("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", frame(4, 0, 0), frame(1, 5, 1, block)))
+      preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+      client.deliver(client.held + client.seal(preface, frame(4, 0, 0), frame(1, 5, 1, block)))
       data = Timeout.timeout(5) do
         loop do
           high, low, type, flags, stream = client.ssl.read(9).unpack("CnCCN")
