@@ -139,6 +139,36 @@ class TLSReadAheadTest < Minitest::Test
     end
   end
 
+  # At max_connections the sweep closes kept-alive connections idle for a second to make room.
+  # One whose next request waits read ahead in its session is not idle: here it waits behind a
+  # slow request on the only thread while a third client knocks.
+  def test_a_connection_with_records_read_ahead_is_not_reclaimed_at_the_limit
+    started = Queue.new
+    go = Queue.new
+    app = lambda do |env|
+      started << :b1 if env["PATH_INFO"] == "/b1"
+      go.pop if env["PATH_INFO"] == "/b1"
+      sleep 1.5 if env["PATH_INFO"] == "/a"
+      [200, { "content-type" => "text/plain" }, [env["PATH_INFO"]]]
+    end
+    with_tls(app, min_threads: 1, max_threads: 1, max_connections: 2) do |port|
+      held = Margay::HeldTLS.new(port)
+      held.deliver(held.held)
+      slow = tls_socket(port)
+      held.deliver(held.seal(get("/b1"), get("/b2")))
+      pop_within(started)
+      knock = TCPSocket.new("127.0.0.1", port) # over the limit: accepting pauses
+      sleep 0.2
+      slow.write(get("/a")) # ready before /b2's connection is handed back
+      sleep 0.2
+      go << :go
+      assert_equal %w[/b1 /b2], Timeout.timeout(10) { Array.new(2) { read_tls_response(held.ssl)[2] } }
+      assert_equal "/a", read_tls_response(slow)[2]
+    ensure
+      [held, slow, knock].each { |c| c&.close }
+    end
+  end
+
   # An HTTP/2 frame: length, type, flags, stream, payload.
   def frame(type, flags, stream, payload = "".b)
     [payload.bytesize >> 16, payload.bytesize & 0xffff, type, flags, stream].pack("CnCCN") + payload

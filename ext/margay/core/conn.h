@@ -66,6 +66,8 @@ typedef struct mg_conn {
   int64_t taken_mono_ns;  /* the same, monotonic; 0 once its duration is counted */
   int pipelines;          /* this client has sent a request before the previous one was framed (or
                            * filled a read): its requests are never taken for abandoned (loop.c) */
+  int tls_held;           /* armed last with input its TLS session holds (mg_conn_arm): not idle,
+                           * whatever its phase says (the sweep, the backlog count) */
 
   /* body */
   int64_t body_left;      /* Content-Length bytes still to read; -1 chunked */
