@@ -139,33 +139,75 @@ class TLSReadAheadTest < Minitest::Test
     end
   end
 
-  # At max_connections the sweep closes kept-alive connections idle for a second to make room.
-  # One whose next request waits read ahead in its session is not idle: here it waits behind a
-  # slow request on the only thread while a third client knocks.
-  def test_a_connection_with_records_read_ahead_is_not_reclaimed_at_the_limit
+  # The only thread runs /b1 on a connection whose /b2 came in a record of its own with it (read
+  # ahead), then /a (1.5 s) from another connection, whose request was ready first: /b2 waits
+  # in the session meanwhile. Yields [the /b1 client, the /a client] once /a runs.
+  def held_behind_a_slow_request(port)
     started = Queue.new
     go = Queue.new
-    app = lambda do |env|
-      started << :b1 if env["PATH_INFO"] == "/b1"
-      go.pop if env["PATH_INFO"] == "/b1"
-      sleep 1.5 if env["PATH_INFO"] == "/a"
+    @app_calls = {
+      "/b1" => lambda {
+        started << :b1
+        go.pop
+      },
+      "/a" => lambda {
+        started << :a
+        sleep 1.5
+      }
+    }
+    held = Margay::HeldTLS.new(port)
+    held.deliver(held.held)
+    slow = tls_socket(port)
+    held.deliver(held.seal(get("/b1"), get("/b2")))
+    assert_equal :b1, pop_within(started)
+    yield :b1_running, held, slow
+    slow.write(get("/a")) # ready before /b2's connection is handed back
+    sleep 0.2
+    go << :go
+    assert_equal :a, pop_within(started)
+    yield :a_running, held, slow
+  ensure
+    [held, slow].each { |c| c&.close }
+  end
+
+  def scripted_app
+    lambda do |env|
+      @app_calls[env["PATH_INFO"]]&.call
       [200, { "content-type" => "text/plain" }, [env["PATH_INFO"]]]
     end
-    with_tls(app, min_threads: 1, max_threads: 1, max_connections: 2) do |port|
-      held = Margay::HeldTLS.new(port)
-      held.deliver(held.held)
-      slow = tls_socket(port)
-      held.deliver(held.seal(get("/b1"), get("/b2")))
-      pop_within(started)
-      knock = TCPSocket.new("127.0.0.1", port) # over the limit: accepting pauses
-      sleep 0.2
-      slow.write(get("/a")) # ready before /b2's connection is handed back
-      sleep 0.2
-      go << :go
-      assert_equal %w[/b1 /b2], Timeout.timeout(10) { Array.new(2) { read_tls_response(held.ssl)[2] } }
-      assert_equal "/a", read_tls_response(slow)[2]
+  end
+
+  # At max_connections the sweep closes kept-alive connections idle for a second to make room.
+  # One whose next request waits read ahead in its session is not idle.
+  def test_a_connection_with_records_read_ahead_is_not_reclaimed_at_the_limit
+    with_tls(scripted_app, min_threads: 1, max_threads: 1, max_connections: 2) do |port|
+      held_behind_a_slow_request(port) do |step, held, slow|
+        if step == :b1_running
+          @knock = TCPSocket.new("127.0.0.1", port) # over the limit: accepting pauses
+          sleep 0.2
+        else
+          assert_equal %w[/b1 /b2], Timeout.timeout(10) { Array.new(2) { read_tls_response(held.ssl)[2] } }
+          assert_equal "/a", read_tls_response(slow)[2]
+        end
+      end
     ensure
-      [held, slow, knock].each { |c| c&.close }
+      @knock&.close
+    end
+  end
+
+  # A graceful stop closes idle kept-alive connections at once; one whose next request waits
+  # read ahead in its session is served (its answer says close).
+  def test_a_stop_serves_the_request_read_ahead
+    with_tls(scripted_app, min_threads: 1, max_threads: 1) do |port, server|
+      held_behind_a_slow_request(port) do |step, held, _slow|
+        next if step == :b1_running
+
+        stopping = Thread.new { server.stop }
+        got = Timeout.timeout(10) { Array.new(2) { read_tls_response(held.ssl) } }
+        assert_equal %w[/b1 /b2], got.map { |r| r[2] }
+        assert_match(/^connection: close/i, got.last[1])
+        stopping.join(10)
+      end
     end
   end
 

@@ -170,7 +170,6 @@ const char *mg_conn_peer_text(mg_conn *c) {
 }
 
 int mg_conn_has_pending_input(const mg_conn *c) {
-  if (mg_tls_pending(&c->tls)) return 1;
   char b;
   return recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
 }

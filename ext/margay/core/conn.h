@@ -128,7 +128,8 @@ static inline int mg_conn_handshaking(const mg_conn *c) {
 const char *mg_conn_peer_text(mg_conn *c);
 
 /* Whether the client of idle connection +c+ has sent bytes the engine has not read yet (its
- * next request, waiting in the kernel: a MSG_PEEK; or decrypted inside its TLS session). */
+ * next request, waiting in the kernel: a MSG_PEEK). Input its TLS session holds is not asked
+ * here (the caller may not own +c+): a connection armed with such input is marked tls_held. */
 int mg_conn_has_pending_input(const mg_conn *c);
 
 /* Whether the calling thread may touch +c+: it must own it (checked in debug builds). */
