@@ -28,6 +28,16 @@ class TLSReadAheadTest < Minitest::Test
     with_server(app, binds: [bind], **settings) { |_host, port, server| block.call(port, server) }
   end
 
+  # A server for +app+ and a Margay::HeldTLS client of it (handshake done, Finished held).
+  def with_held_client(app = PATH_APP, alpn: nil, **settings)
+    with_tls(app, **settings) do |port|
+      client = Margay::HeldTLS.new(port, alpn: alpn)
+      yield client
+    ensure
+      client&.close
+    end
+  end
+
   def get(path) = "GET #{path} HTTP/1.1\r\nHost: x\r\n\r\n"
 
   # The bodies of the next +n+ responses on +client+; a failure if they do not come in 5 s.
@@ -48,26 +58,20 @@ class TLSReadAheadTest < Minitest::Test
   end
 
   def test_pipelined_requests_in_one_record_sent_with_the_finished
-    with_tls(PATH_APP) do |port|
-      client = Margay::HeldTLS.new(port)
+    with_held_client do |client|
       client.deliver(client.held + client.seal(get("/a") + get("/b")))
       assert_equal %w[/a /b], bodies(client, 2)
-    ensure
-      client&.close
     end
   end
 
   # Each request its own record, all read by one read: after the first one's response the
   # others are in the session only.
   def test_pipelined_requests_in_records_that_arrive_together
-    with_tls(PATH_APP) do |port|
-      client = Margay::HeldTLS.new(port)
+    with_held_client do |client|
       client.deliver(client.held + client.seal(get("/a"), get("/b"), get("/c")))
       assert_equal %w[/a /b /c], bodies(client, 3)
       client.deliver(client.seal(get("/d"), get("/e")))
       assert_equal %w[/d /e], bodies(client, 2)
-    ensure
-      client&.close
     end
   end
 
@@ -76,10 +80,10 @@ class TLSReadAheadTest < Minitest::Test
   # reads the rest of a record it has begun exactly: the records after it stay in the socket,
   # announced. The read that starts with a header reads ahead.)
   def test_a_request_split_across_records_arriving_slowly
-    with_tls(PATH_APP) do |port|
-      client = Margay::HeldTLS.new(port)
+    with_held_client do |client|
       client.deliver(client.held)
-      assert_equal ["/first"], (client.deliver(client.seal(get("/first"))) && bodies(client, 1))
+      client.deliver(client.seal(get("/first")))
+      assert_equal ["/first"], bodies(client, 1)
       head = client.seal("GET /slow HT")
       rest = client.seal("TP/1.1\r\nHost: x\r\n\r\n", get("/after"))
       client.deliver(head[0, 3])
@@ -88,22 +92,17 @@ class TLSReadAheadTest < Minitest::Test
       sleep 0.1
       client.deliver(head[10..] + rest)
       assert_equal %w[/slow /after], bodies(client, 2)
-    ensure
-      client&.close
     end
   end
 
   # A head begun in one record whose next record stops short: still bounded by header_timeout.
   def test_a_record_cut_short_is_answered_408_after_header_timeout
-    with_tls(PATH_APP, header_timeout: 1) do |port|
-      client = Margay::HeldTLS.new(port)
+    with_held_client(header_timeout: 1) do |client|
       first = client.seal("GET /stalled HTTP/1.1\r\n")
       cut = client.seal("Host: x\r\n\r\n")
       client.deliver(client.held + first + cut[0, cut.bytesize - 5])
       reply = read_to_end(client.ssl)
       assert_match(%r{\AHTTP/1.1 408 }, reply)
-    ensure
-      client&.close
     end
   end
 
@@ -115,27 +114,21 @@ class TLSReadAheadTest < Minitest::Test
       body = env["PATH_INFO"] == "/big" ? big : env["PATH_INFO"]
       [200, { "content-type" => "text/plain", "content-length" => body.bytesize.to_s }, [body]]
     end
-    with_tls(app) do |port|
-      client = Margay::HeldTLS.new(port)
+    with_held_client(app) do |client|
       client.deliver(client.held + client.seal(get("/big"), get("/one")))
       sleep 0.2 # the server's socket fills; the client reads nothing yet
       client.deliver(client.seal(get("/two"), get("/three")))
       got = Timeout.timeout(20) { read_tls_response(client.ssl)[2] }
       assert_equal big.bytesize, got.bytesize
       assert_equal %w[/one /two /three], bodies(client, 3)
-    ensure
-      client&.close
     end
   end
 
   def test_records_read_ahead_in_fiber_mode
     skip "fiber mode needs epoll" unless BACKEND == :auto || BACKEND == :epoll
-    with_tls(PATH_APP, fiber_scheduler: true) do |port|
-      client = Margay::HeldTLS.new(port)
+    with_held_client(fiber_scheduler: true) do |client|
       client.deliver(client.held + client.seal(get("/a"), get("/b"), get("/c")))
       assert_equal %w[/a /b /c], bodies(client, 3)
-    ensure
-      client&.close
     end
   end
 
@@ -219,8 +212,7 @@ class TLSReadAheadTest < Minitest::Test
   # ALPN h2 with the connection preface, SETTINGS and a GET sent with the Finished: read in the
   # handshake's last read, they are HTTP/2's input once the session chooses h2.
   def test_h2_by_alpn_with_its_first_frames_sent_with_the_finished
-    with_tls(PATH_APP, query: "&http2=true") do |port|
-      client = Margay::HeldTLS.new(port, alpn: ["h2"])
+    with_held_client(query: "&http2=true", alpn: ["h2"]) do |client|
       assert_equal "h2", client.ssl.alpn_protocol
       block = "\x82\x87\x84\x41\x09localhost".b # GET https / (HPACK static), :authority localhost
       preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -233,8 +225,6 @@ class TLSReadAheadTest < Minitest::Test
         end
       end
       assert_equal "/", data
-    ensure
-      client&.close
     end
   end
 
@@ -248,12 +238,9 @@ class TLSReadAheadTest < Minitest::Test
       io.close
       [200, {}, []]
     end
-    with_tls(app, lint: false) do |port|
-      client = Margay::HeldTLS.new(port)
+    with_held_client(app, lint: false) do |client|
       client.deliver(client.held + client.seal(get("/"), "ping"))
       assert_equal "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nping", read_to_end(client.ssl)
-    ensure
-      client&.close
     end
   end
 end
