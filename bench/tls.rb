@@ -10,7 +10,10 @@
 #
 #   bundle exec ruby bench/tls.rb [--rounds 3] [--seconds 10] [--connections 64]
 #                                 [--keys rsa,ecdsa] [--servers margay,puma,nginx,margay-plain]
-#                                 [--results-dir DIR]
+#                                 [--baseline DIR] [--results-dir DIR]
+#
+# --baseline DIR: another Margay checkout (its extension compiled) also runs, started with its
+# own exe/ and lib/, as margay-base (TLS) and margay-base-plain, in the same rotation.
 #
 # Writes DIR/tls-<time>.json and .md (DIR: bench/results/tls-<UTC date>).
 require "json"
@@ -36,7 +39,11 @@ module MargayBench
         %i[rounds seconds connections].each { |k| p.on("--#{k} N", Integer) { |v| @o[k] = v } }
         %i[keys servers].each { |k| p.on("--#{k} LIST", Array) { |v| @o[k] = v } }
         p.on("--results-dir DIR") { |v| @o[:results_dir] = File.expand_path(v) }
+        p.on("--baseline DIR") { |v| @o[:baseline] = File.expand_path(v) }
       end.parse!(argv)
+      return unless @o[:baseline]
+
+      @o[:servers] = @o[:servers].flat_map { |s| s.start_with?("margay") ? [s, s.sub("margay", "margay-base")] : [s] }
     end
 
     def run
@@ -69,7 +76,7 @@ module MargayBench
       begin
         # listening is enough: a plain GET to a TLS port is not answered 200
         Procs.await_server("bench/tls.rb: #{server} on #{port}", log) { Env.listening?(port) }
-        url = "#{server == 'margay-plain' ? 'http' : 'https'}://127.0.0.1:#{port}/"
+        url = "#{server.end_with?('-plain') ? 'http' : 'https'}://127.0.0.1:#{port}/"
         Wrk.run(Wrk.argv(threads: 2, connections: @o[:connections], seconds: 2, timeout: 2, url: url),
                 out_path: File.join(tmp, "warm.out"), bound: 30) # handshakes and the pool's growth out of the way
         json, = Wrk.run(Wrk.argv(threads: 2, connections: @o[:connections], seconds: @o[:seconds], timeout: 2, url: url),
@@ -89,6 +96,8 @@ module MargayBench
       case server
       when "margay" then [Servers.margay(port, app, bind: ssl), ROOT, Env.clean]
       when "margay-plain" then [Servers.margay(port, app), ROOT, Env.clean]
+      when "margay-base" then [Servers.margay(port, app, exe: base_exe, bind: ssl), ROOT, Env.clean]
+      when "margay-base-plain" then [Servers.margay(port, app, exe: base_exe), ROOT, Env.clean]
       when "puma"
         [Servers.puma(port, app, bind: ssl), ROOT,
          Env.clean.merge("BUNDLE_GEMFILE" => File.join(BENCH, "Gemfile"))]
@@ -98,6 +107,8 @@ module MargayBench
       else abort "bench/tls.rb: unknown server #{server}"
       end
     end
+
+    def base_exe = File.join(@o[:baseline] || abort("bench/tls.rb: margay-base needs --baseline DIR"), "exe", "margay")
 
     def markdown(rows)
       lines = ["## HTTPS hello world, keep-alive, `wrk -t2 -c#{@o[:connections]} -d#{@o[:seconds]}s`, " \
@@ -116,6 +127,10 @@ module MargayBench
           lines << format("- %s, vs %s: %.2fx req/s, p99 %.2fx, RSS %.2fx", key, other, med.("margay", "rps") / med.(other, "rps"),
                           med.("margay", "p99_ms") / med.(other, "p99_ms"), med.("margay", "rss_mib") / med.(other, "rss_mib"))
         end
+        next unless med.("margay-plain", "rps") && med.("margay-base-plain", "rps")
+
+        lines << format("- %s, plain HTTP, margay-plain vs margay-base-plain: %.2fx req/s", key,
+                        med.("margay-plain", "rps") / med.("margay-base-plain", "rps"))
       end
       lines.join("\n") << "\n"
     end

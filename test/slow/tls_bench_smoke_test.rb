@@ -5,7 +5,7 @@ require_relative "support/child_env"
 
 # Smoke test of bench/tls.rb: one short round of each server (Margay over TLS, Puma 8 from the
 # bench bundle with the same ssl:// bind, nginx with ssl, Margay's plain HTTP) runs end to end
-# over HTTPS and writes its rows. It never asserts a speed figure.
+# over HTTPS and writes its rows, and so does a baseline checkout. It never asserts a speed figure.
 class TLSBenchSmokeTest < Minitest::Test
   include ChildEnv
 
@@ -18,5 +18,17 @@ class TLSBenchSmokeTest < Minitest::Test
       assert_equal 0, row["errors"], "#{row['server']} had socket errors:\n#{out}"
     end
     assert_match(/ecdsa, vs puma: /, out)
+  end
+
+  # --baseline: another checkout (here this one) runs as margay-base and margay-base-plain.
+  def test_a_baseline_checkout_in_the_rotation
+    %w[wrk openssl].each { |cmd| skip "#{cmd} is not installed" unless executable_in_path?(cmd) }
+    root = File.dirname(BENCH_GEMFILE, 2)
+    out, result = run_bench("tls", "--rounds", "1", "--seconds", "1", "--keys", "ecdsa", "--connections", "8",
+                            "--servers", "margay,margay-plain", "--baseline", root)
+    assert_equal %w[margay margay-base margay-plain margay-base-plain], result["rows"].map { |r| r["server"] }
+    assert result["rows"].all? { |row| row["rps"].positive? }, out
+    assert_match(/ecdsa, vs margay-base: /, out)
+    assert_match(/plain HTTP, margay-plain vs margay-base-plain: /, out)
   end
 end

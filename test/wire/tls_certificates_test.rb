@@ -4,6 +4,7 @@ require "test_helper"
 require "fileutils"
 require "openssl"
 require "margay/native"
+require "margay/process/tls"
 require "support/tls_certs"
 
 # Which certificate a TLS listener presents, over real sockets: several on one listener chosen

@@ -83,7 +83,8 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
 void mg_conn_arm(mg_engine *e, mg_conn *c, uint32_t events) {
   assert(mg_conn_owned(c));
   int fd = c->fd;
-  if (events == MG_EV_IN && c->phase != MG_PH_LINGER && (c->tls.want_out || mg_tls_pending(&c->tls))) events = MG_EV_OUT;
+  c->tls_held = events == MG_EV_IN && c->phase != MG_PH_LINGER && mg_tls_pending(&c->tls);
+  if (events == MG_EV_IN && c->phase != MG_PH_LINGER && (c->tls.want_out || c->tls_held)) events = MG_EV_OUT;
   uint64_t gen = conn_gen(c) + 1;
   atomic_store(&c->state, (gen << 8) | MG_ARMING);
   int failed = mg_ev_arm(e->ev, fd, events, mg_conn_data(fd, gen)) != 0;
@@ -169,7 +170,6 @@ const char *mg_conn_peer_text(mg_conn *c) {
 }
 
 int mg_conn_has_pending_input(const mg_conn *c) {
-  if (mg_tls_pending(&c->tls)) return 1;
   char b;
   return recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
 }

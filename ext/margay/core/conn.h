@@ -66,6 +66,8 @@ typedef struct mg_conn {
   int64_t taken_mono_ns;  /* the same, monotonic; 0 once its duration is counted */
   int pipelines;          /* this client has sent a request before the previous one was framed (or
                            * filled a read): its requests are never taken for abandoned (loop.c) */
+  int tls_held;           /* armed last with input its TLS session holds (mg_conn_arm): not idle,
+                           * whatever its phase says (the sweep, the backlog count) */
 
   /* body */
   int64_t body_left;      /* Content-Length bytes still to read; -1 chunked */
@@ -126,7 +128,8 @@ static inline int mg_conn_handshaking(const mg_conn *c) {
 const char *mg_conn_peer_text(mg_conn *c);
 
 /* Whether the client of idle connection +c+ has sent bytes the engine has not read yet (its
- * next request, waiting in the kernel: a MSG_PEEK; or decrypted inside its TLS session). */
+ * next request, waiting in the kernel: a MSG_PEEK). Input its TLS session holds is not asked
+ * here (the caller may not own +c+): a connection armed with such input is marked tls_held. */
 int mg_conn_has_pending_input(const mg_conn *c);
 
 /* Whether the calling thread may touch +c+: it must own it (checked in debug builds). */

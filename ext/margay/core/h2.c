@@ -360,7 +360,6 @@ void mg_h2_begin(mg_engine *e, mg_conn *c) {
   };
   size_t niv = sizeof iv / sizeof iv[0] - (e->listeners[c->listener].h2_connect ? 0 : 1);
   nghttp2_submit_settings(h->s, NGHTTP2_FLAG_NONE, iv, niv);
-  mg_tls_read_ahead(&c->tls); /* reads go on until the socket is dry: records in few syscalls */
   pthread_mutex_lock(&c->h2_lock);
   c->h2 = h;
   c->h2_goaway = 0;

@@ -35,12 +35,13 @@ void mg_sweep(mg_engine *e, int64_t now) {
     if (!c) continue;
     uint64_t s = atomic_load(&c->state);
     if (mg_state_st(s) != MG_ARMED) continue;
-    /* (idle with bytes buffered: requeued with a pipelined request, core/loop.h; it is
+    /* (idle with bytes buffered, or with records its TLS session read ahead: requeued with a
+     * pipelined request, core/loop.h, or armed to be served at once, mg_conn_arm; it is
      * served, also on stop, and expires by its deadline only) */
-    int kept_alive = c->phase == MG_PH_IDLE && c->requests > 0 && c->rlen == 0;
+    int kept_alive = c->phase == MG_PH_IDLE && c->requests > 0 && c->rlen == 0 && !c->tls_held;
     /* connections that have sent nothing for 2 s since they were accepted (a
      * flood's, a browser's speculative preconnect) */
-    int silent = c->phase == MG_PH_IDLE && c->requests == 0 && c->rlen == 0 &&
+    int silent = c->phase == MG_PH_IDLE && c->requests == 0 && c->rlen == 0 && !c->tls_held &&
                  now - (c->deadline_ms - e->cfg.header_timeout_ms) >= 2000;
     /* On stop, idle keep-alive connections close at once; a connection that was
      * accepted but has not sent its first request yet is still answered if it

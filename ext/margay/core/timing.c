@@ -127,8 +127,10 @@ int mg_timing_backlog(mg_engine *e, int64_t *oldest_ns) {
     if (mg_state_st(s) != MG_ARMED) continue;
     int phase = c->phase, waiting = 0;
     int64_t since = 0;
-    if (phase == MG_PH_IDLE && c->rlen > 0) {
-      waiting = 1; /* requeued: its next request is buffered (mg_loop_requeue), read with the last one */
+    if (phase == MG_PH_IDLE && (c->rlen > 0 || c->tls_held)) {
+      /* requeued: its next request is buffered (mg_loop_requeue), or its TLS session holds it
+       * (mg_conn_arm), read with the last one */
+      waiting = 1;
       since = c->rx_ns;
     } else if (phase == MG_PH_IDLE || phase == MG_PH_HEAD || phase == MG_PH_BODY) {
       int unread = 0;

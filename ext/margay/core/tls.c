@@ -102,12 +102,6 @@ int mg_tls_pending(const mg_tls *t) {
   return SSL_pending(t->ssl) > 0 || (!t->dry && SSL_has_pending(t->ssl));
 }
 
-void mg_tls_read_ahead(mg_tls *t) {
-  if (!t->ssl) return;
-  SSL_set_default_read_buffer_len(t->ssl, MG_TLS_READ_AHEAD);
-  SSL_set_read_ahead(t->ssl, 1);
-}
-
 void mg_tls_shutdown(mg_tls *t) {
   if (!t->ssl || t->state != MG_TLS_OPEN || (SSL_get_shutdown(t->ssl) & SSL_SENT_SHUTDOWN)) return;
   ERR_clear_error();
@@ -148,7 +142,6 @@ int mg_tls_handshake(mg_tls *t, int fd) { (void)t; (void)fd; return MG_TLS_FAIL;
 ssize_t mg_tls_read(mg_tls *t, void *buf, size_t len) { (void)t; (void)buf; (void)len; errno = EPIPE; return -1; }
 ssize_t mg_tls_write(mg_tls *t, const void *buf, size_t len) { (void)t; (void)buf; (void)len; errno = EPIPE; return -1; }
 int mg_tls_pending(const mg_tls *t) { (void)t; return 0; }
-void mg_tls_read_ahead(mg_tls *t) { (void)t; }
 int mg_tls_alpn_h2(const mg_tls *t) { (void)t; return 0; }
 void mg_tls_shutdown(mg_tls *t) { (void)t; }
 void mg_tls_free(mg_tls *t) { t->ssl = NULL; t->state = MG_TLS_OFF; }

@@ -100,12 +100,12 @@ ssize_t mg_tls_read(mg_tls *t, void *buf, size_t len);
 ssize_t mg_tls_write(mg_tls *t, const void *buf, size_t len);
 /* Whether bytes wait inside the session that the socket's readiness does not show: decrypted
  * ones, or whole records read ahead and not decrypted yet (after a read that stopped short of
- * the socket's end). The part of a record not yet received is the socket's to announce. */
+ * the socket's end). The part of a record not yet received is the socket's to announce. Every
+ * session reads ahead (its context's setting): a read from the socket takes what it has, up to
+ * MG_TLS_READ_AHEAD bytes, so records that came together (pipelined requests, a request sent
+ * with the handshake's Finished, HTTP/2 frames) may wait here with the socket dry. Whoever
+ * hands a connection back to epoll for input asks this first (mg_conn_arm). */
 int mg_tls_pending(const mg_tls *t);
-/* Read ahead from now on: each read from the socket takes what it has, up to MG_TLS_READ_AHEAD
- * bytes, where OpenSSL otherwise reads a record's header and then its body (two syscalls per
- * record). For a connection whose reads go on until the socket is dry (HTTP/2). */
-void mg_tls_read_ahead(mg_tls *t);
 #define MG_TLS_READ_AHEAD 65536
 /* Whether the client chose h2 by ALPN (only on a context made with alpn_h2). */
 int mg_tls_alpn_h2(const mg_tls *t);

@@ -265,6 +265,11 @@ mg_tls_ctx *mg_tls_ctx_new(const mg_tls_options *o, char *err, size_t errlen) {
   /* A write takes what one record carries and may be retried from a moved buffer (the output
    * queue coalesces anew each time); an idle connection keeps no record buffers. */
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+  /* Every session reads ahead: one read takes what the socket has (up to MG_TLS_READ_AHEAD
+   * bytes), where OpenSSL otherwise reads each record's 5-byte header and then its body. The
+   * records it holds undecrypted are input epoll does not announce: mg_tls_pending. */
+  SSL_CTX_set_default_read_buffer_len(ctx, MG_TLS_READ_AHEAD);
+  SSL_CTX_set_read_ahead(ctx, 1);
   SSL_CTX_set_default_passwd_cb(ctx, password_cb);
   SSL_CTX_set_default_passwd_cb_userdata(ctx, (void *)o->key_password); /* used while loading only */
   static const unsigned char sid_ctx[] = "margay";

@@ -209,8 +209,8 @@ static VALUE session_write_nonblock(VALUE self, VALUE data) {
   return would_block(t, "Margay::Native::TLSSession#write_nonblock");
 }
 
-/* TLSSession#pending? -> whether decrypted bytes wait inside the session (the socket's
- * readiness does not show them). */
+/* TLSSession#pending? -> whether input waits inside the session: decrypted bytes, or records
+ * read ahead (the socket's readiness does not show them). */
 static VALUE session_pending(VALUE self) { return mg_tls_pending(&open_session(self)->tls) ? Qtrue : Qfalse; }
 
 static VALUE session_fileno(VALUE self) { return INT2FIX(open_session(self)->fd); }

@@ -11,8 +11,9 @@ module Margay
     # hijacking app, Server::Upgrade::Stream and Puma's MiniSSL::Socket users call: read,
     # readpartial, read_nonblock, write, write_nonblock, <<, flush, wait_readable,
     # wait_writable, close, close_write, to_io. A poller watching #to_io (nio4r) is not told of
-    # bytes the session already decrypted (#wait_readable is); WebSocket clients wait for each
-    # answer, so this matters only to protocols that do not.
+    # input the session already read from the socket (records read ahead with the request,
+    # decrypted bytes; #wait_readable is); WebSocket clients wait for each answer, so this
+    # matters only to protocols that do not.
     class TLSSocket
       # @param session [Native::TLSSession] @param fd [Integer] its socket
       # @param buffered [String] plain text read past the request (given back first)
