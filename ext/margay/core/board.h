@@ -13,10 +13,17 @@
  * worker's engine serves and neither drains nor stops; BUSY: its app threads in a request;
  * UNREAD: its clients taken in that no thread reached yet; BACKLOG and OLDEST_MS: its requests
  * waiting for a thread and the longest wait among them in ms, as of its last look, which its
- * main thread takes every 100 ms), then one cell for the whole cluster: its drain flag, which
+ * main thread takes every 100 ms; WAITING_SINCE: the engine's clock, in ms modulo 2^32, when its
+ * WAITING count last rose from 0), then one cell for the whole cluster: its drain flag, which
  * the master sets. */
 enum { MG_BOARD_WAITING, MG_BOARD_CONNS, MG_BOARD_READY, MG_BOARD_BUSY, MG_BOARD_UNREAD, MG_BOARD_BACKLOG,
-       MG_BOARD_OLDEST_MS, MG_BOARD_ROWS };
+       MG_BOARD_OLDEST_MS, MG_BOARD_WAITING_SINCE, MG_BOARD_ROWS };
+
+/* How long a worker must have had a thread waiting, without a break, before the others count
+ * it as free (mg_board_others_waiting), in ms: under load each thread passes through the event
+ * loop between two requests, for microseconds, and such a pass is no free thread. 2: at least
+ * one whole millisecond on the ms clock. */
+#define MG_BOARD_FREE_AFTER_MS 2
 
 /* The ints a board of +n+ slots holds. */
 static inline size_t mg_board_cells(int n) { return (size_t)MG_BOARD_ROWS * (size_t)n + 1; }
@@ -41,7 +48,18 @@ static inline void mg_board_count(mg_engine *e, int row, int delta) {
   if (e->board_slots) atomic_fetch_add(mg_board_cell(e->board_slots, e->board_n, row, e->board_index), delta);
 }
 
-/* How many waiting threads the other workers count (0 without a board). */
+/* A thread of this worker starts or stops waiting for work (nothing without a board): the
+ * WAITING count, and when it rose from 0 (only the thread that raised it writes the time, before
+ * it can leave again). */
+static inline void mg_board_waiting(mg_engine *e, int delta) {
+  if (!e->board_slots) return;
+  int n = e->board_n, i = e->board_index;
+  if (atomic_fetch_add(mg_board_cell(e->board_slots, n, MG_BOARD_WAITING, i), delta) <= 0 && delta > 0)
+    atomic_store(mg_board_cell(e->board_slots, n, MG_BOARD_WAITING_SINCE, i), (int)(uint32_t)mg_now_ms());
+}
+
+/* How many waiting threads the other workers count, of those that have had a thread waiting
+ * for MG_BOARD_FREE_AFTER_MS or longer (0 without a board). */
 int mg_board_others_waiting(const mg_engine *e);
 /* How many of +queued+ connections waiting in a listener's backlog this worker should take so
  * that it holds no more than an even share of the serving workers' connections (0 without a

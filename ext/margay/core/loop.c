@@ -231,11 +231,11 @@ int mg_loop_stashed(mg_engine *e) {
  * accept batches) while it is in the loop. */
 static void enter(mg_engine *e) {
   atomic_fetch_add(&e->idle_waiters, 1);
-  mg_board_count(e, MG_BOARD_WAITING, 1);
+  mg_board_waiting(e, 1);
 }
 
 static void leave(mg_engine *e) {
-  mg_board_count(e, MG_BOARD_WAITING, -1);
+  mg_board_waiting(e, -1);
   if (atomic_fetch_sub(&e->idle_waiters, 1) == 1) atomic_store(&e->all_busy_since_ms, mg_now_ms());
 }
 

@@ -167,7 +167,7 @@ void *mg_waits_wait(void *p) {
   if (a->take) {
     /* counted like a thread in next_request: it would take a request now */
     atomic_fetch_add(&e->idle_waiters, 1);
-    mg_board_count(e, MG_BOARD_WAITING, 1);
+    mg_board_waiting(e, 1);
     mg_accept_early(e);
   }
   if (shared_listen(w, a->take > 0) != 0) {
@@ -220,7 +220,7 @@ void *mg_waits_wait(void *p) {
   }
 out:
   if (a->take) {
-    mg_board_count(e, MG_BOARD_WAITING, -1);
+    mg_board_waiting(e, -1);
     if (atomic_fetch_sub(&e->idle_waiters, 1) == 1) atomic_store(&e->all_busy_since_ms, mg_now_ms());
   }
   return NULL;
@@ -232,10 +232,10 @@ void *mg_waits_work(void *p) {
   mg_waits_finish(a->w);
   if (!a->shared || !a->take) return NULL;
   atomic_fetch_add(&e->idle_waiters, 1);
-  mg_board_count(e, MG_BOARD_WAITING, 1);
+  mg_board_waiting(e, 1);
   mg_accept_early(e);
   take_requests(a);
-  mg_board_count(e, MG_BOARD_WAITING, -1);
+  mg_board_waiting(e, -1);
   if (atomic_fetch_sub(&e->idle_waiters, 1) == 1) atomic_store(&e->all_busy_since_ms, mg_now_ms());
   return NULL;
 }

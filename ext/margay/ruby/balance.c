@@ -63,6 +63,7 @@ static VALUE engine_publish_idle(VALUE self, VALUE board, VALUE index) {
   _Atomic int *slots = mg_board_slots(board, &n);
   if (!slots || i < 0 || i >= n) rb_raise(rb_eIndexError, "no slot %d on the board", i);
   atomic_store(mg_board_cell(slots, n, MG_BOARD_WAITING, i), atomic_load(&e->idle_waiters));
+  atomic_store(mg_board_cell(slots, n, MG_BOARD_WAITING_SINCE, i), (int)(uint32_t)mg_now_ms());
   atomic_store(mg_board_cell(slots, n, MG_BOARD_CONNS, i), atomic_load(&e->nconns));
   atomic_store(mg_board_cell(slots, n, MG_BOARD_UNREAD, i), atomic_load(&e->unread));
   atomic_store(mg_board_cell(slots, n, MG_BOARD_READY, i), 0); /* ready once #start is called */
@@ -81,7 +82,8 @@ static VALUE engine_handoff_quota(VALUE self) {
 }
 
 /* Engine#others_waiting: how many threads the other workers of the cluster
- * have waiting for work (0 when there is no board). */
+ * have waiting for work, counting only workers that have had one waiting for 2 ms or more
+ * (mg_board_others_waiting; 0 when there is no board). */
 static VALUE engine_others_waiting(VALUE self) {
   return INT2NUM(mg_board_others_waiting(mg_rb_engine_core(self)));
 }

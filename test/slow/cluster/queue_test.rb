@@ -17,7 +17,8 @@ class ClusterQueueTest < Minitest::Test
     # frozen_string_literal: true
     run lambda { |_env|
       sleep 0.02
-      [200, { "content-type" => "text/plain", "content-length" => "2" }, ["ok"]]
+      pid = Process.pid.to_s
+      [200, { "content-type" => "text/plain", "content-length" => pid.bytesize.to_s }, [pid]]
     }
   RUBY
 
@@ -86,6 +87,32 @@ class ClusterQueueTest < Minitest::Test
                                           "#{longest.round(2)} s: #{looks.inspect}"
   end
 
+  SATURATING = 32 # kept-alive connections on 2 workers x 5 threads: every thread busy, about 11 requests queued in each
+  SETTLED = 1.0   # seconds after which the first burst's connections are spread
+
+  # Workers saturated alike by kept-alive clients keep them: no worker has a thread free, so no
+  # waiting request moves. Each thread passes through the event loop between two requests, and
+  # a worker counted free for that pass (its waiting count on the board, positive for
+  # microseconds) drew a waiting request from the other, which then waited behind its queue
+  # again (and the worker left short evened the counts out by handing one back): 4 workers at
+  # 16 clients each moved about 70 connections in 6 s, most of the slowest 1% of the requests.
+  def test_saturated_workers_keep_their_kept_alive_clients
+    start(threads: 5)
+    settled_at = Process.clock_gettime(Process::CLOCK_MONOTONIC) + SETTLED
+    per_client = closed_loop(SATURATING, settled_at + SECONDS)
+
+    assert(per_client.all? { |a| a.size >= 20 }, "every client was served: #{per_client.map(&:size).inspect}")
+    assert(per_client.flatten(1).all? { |_, pid| pid.positive? }, "every request answered")
+    moved = per_client.sum do |a|
+      late = a.drop_while { |at, _| at < settled_at }.map(&:last)
+      late.each_cons(2).count { |x, y| x != y }
+    end
+    workers = per_client.map { |a| a.last.last }.tally
+    assert_equal 2, workers.size, "both workers serve: #{workers.inspect}"
+    assert_operator moved, :<=, 1, "connections moved between the saturated workers #{moved} times " \
+                                   "(clients per worker at the end: #{workers.values.inspect})"
+  end
+
   def test_queue_is_answered_in_a_cluster_only
     control = start(threads: 1, workers: 1)
     report = JSON.parse(Net::HTTP.get(URI("http://127.0.0.1:#{control}/queue")))
@@ -150,6 +177,33 @@ class ClusterQueueTest < Minitest::Test
     Net::HTTP.start("127.0.0.1", @port) do |http|
       statuses << http.get("/").code while Process.clock_gettime(Process::CLOCK_MONOTONIC) < stop_at
     end
+  end
+
+  REQUEST = "GET / HTTP/1.1\r\nHost: t\r\n\r\n"
+
+  # +n+ kept-alive connections from one thread, each sending its next request as soon as its
+  # last is answered, until +stop_at+ (one thread: the clients' own turns stay short). Per
+  # connection [[monotonic time of the answer, the answering worker's pid (0: not a 200)]].
+  def closed_loop(n, stop_at)
+    socks = Array.new(n) { TCPSocket.new("127.0.0.1", @port) }
+    bufs = socks.to_h { |s| [s, +""] }
+    answers = socks.to_h { |s| [s, []] }
+    socks.each { |s| s.write(REQUEST) }
+    while (now = Process.clock_gettime(Process::CLOCK_MONOTONIC)) < stop_at
+      ready, = IO.select(socks, nil, nil, stop_at - now)
+      ready&.each do |s|
+        bufs[s] << s.read_nonblock(65_536)
+        head, body = bufs[s].split("\r\n\r\n", 2)
+        next unless body && body.bytesize >= head[/content-length: (\d+)/i, 1].to_i
+
+        answers[s] << [Process.clock_gettime(Process::CLOCK_MONOTONIC), head.start_with?("HTTP/1.1 200") ? body.to_i : 0]
+        bufs[s] = +""
+        s.write(REQUEST)
+      end
+    end
+    answers.values
+  ensure
+    socks&.each(&:close)
   end
 
   # One request on a new connection (closed after the answer); its status code.
