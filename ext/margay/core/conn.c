@@ -83,8 +83,9 @@ int mg_conn_start(mg_engine *e, int fd, int li, const struct sockaddr *peer, soc
 void mg_conn_arm(mg_engine *e, mg_conn *c, uint32_t events) {
   assert(mg_conn_owned(c));
   int fd = c->fd;
-  c->tls_held = events == MG_EV_IN && c->phase != MG_PH_LINGER && mg_tls_pending(&c->tls);
-  if (events == MG_EV_IN && c->phase != MG_PH_LINGER && (c->tls.want_out || c->tls_held)) events = MG_EV_OUT;
+  int input = events == MG_EV_IN && c->phase != MG_PH_LINGER;
+  c->tls_held = input && mg_tls_pending(&c->tls);
+  if (input && (c->tls.want_out || c->tls_held)) events = MG_EV_OUT;
   uint64_t gen = conn_gen(c) + 1;
   atomic_store(&c->state, (gen << 8) | MG_ARMING);
   int failed = mg_ev_arm(e->ev, fd, events, mg_conn_data(fd, gen)) != 0;

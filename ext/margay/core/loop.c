@@ -227,14 +227,12 @@ int mg_loop_stashed(mg_engine *e) {
   return n;
 }
 
-/* The calling thread counts as waiting for work (the pool's growth policy, the cluster board,
- * accept batches) while it is in the loop. */
-static void enter(mg_engine *e) {
+void mg_loop_enter(mg_engine *e) {
   atomic_fetch_add(&e->idle_waiters, 1);
   mg_board_waiting(e, 1);
 }
 
-static void leave(mg_engine *e) {
+void mg_loop_leave(mg_engine *e) {
   mg_board_waiting(e, -1);
   if (atomic_fetch_sub(&e->idle_waiters, 1) == 1) atomic_store(&e->all_busy_since_ms, mg_now_ms());
 }
@@ -246,7 +244,7 @@ int mg_loop_try(mg_engine *e, mg_conn **out, mg_h2_req **h2) {
   *out = NULL;
   if ((*h2 = mg_h2_take(e))) return 1;
   if (atomic_load(&e->pollers) || atomic_load(&e->gvl_waiters) || atomic_load(&e->stopping)) return 0;
-  enter(e);
+  mg_loop_enter(e);
   mg_accept_early(e);
   int got = 0;
   int64_t now = mg_now_ms();
@@ -267,7 +265,7 @@ int mg_loop_try(mg_engine *e, mg_conn **out, mg_h2_req **h2) {
   hand_over = 0;
   mg_loop_hold_gvl(0);
   if (got) atomic_store(&e->visit_us, mg_now_us());
-  leave(e);
+  mg_loop_leave(e);
   return got;
 }
 
@@ -338,7 +336,7 @@ void *mg_wait_nogvl(void *p) {
   mg_engine *e = a->e;
   int64_t start = mg_now_ms();
   int stood_by = 0;
-  enter(e);
+  mg_loop_enter(e);
   mg_accept_early(e);
   a->conn = NULL;
   a->h2req = NULL;
@@ -394,6 +392,6 @@ void *mg_wait_nogvl(void *p) {
   }
   /* Leaving without a request while nobody polls: a standby takes over at once. */
   if (a->result != MG_WAIT_READY && atomic_load(&e->pollers) == 0) signal_standby(e, 1);
-  leave(e);
+  mg_loop_leave(e);
   return NULL;
 }

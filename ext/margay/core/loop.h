@@ -51,6 +51,11 @@ void mg_loop_requeue(mg_engine *e, mg_conn *c);
 int mg_loop_take(mg_engine *e, mg_ev_event *ev, int timeout_ms);
 /* How many events were fetched by a wait and not taken yet. */
 int mg_loop_stashed(mg_engine *e);
+/* The calling thread counts as waiting for work (the pool's growth policy, the cluster board,
+ * accept batches) from mg_loop_enter to mg_loop_leave: while it is in the loop, or in a
+ * fiber thread's wait that would take a request. */
+void mg_loop_enter(mg_engine *e);
+void mg_loop_leave(mg_engine *e);
 
 /* Handle one event taken from the engine's event set (mg_loop_take): a wake, a listener (accept),
  * or a connection (read, frame, finish a write, linger). Returns 1 with *out set to the owned

@@ -5,7 +5,6 @@
  */
 #include "core/waits.h"
 #include "core/accept.h"
-#include "core/board.h"
 #include "core/loop.h"
 #include "core/sweep.h"
 #include <errno.h>
@@ -166,8 +165,7 @@ void *mg_waits_wait(void *p) {
   if (!a->look) mg_waits_finish(w); /* the responses first: their clients wait for them */
   if (a->take) {
     /* counted like a thread in next_request: it would take a request now */
-    atomic_fetch_add(&e->idle_waiters, 1);
-    mg_board_waiting(e, 1);
+    mg_loop_enter(e);
     mg_accept_early(e);
   }
   if (shared_listen(w, a->take > 0) != 0) {
@@ -220,8 +218,7 @@ void *mg_waits_wait(void *p) {
   }
 out:
   if (a->take) {
-    mg_board_waiting(e, -1);
-    if (atomic_fetch_sub(&e->idle_waiters, 1) == 1) atomic_store(&e->all_busy_since_ms, mg_now_ms());
+    mg_loop_leave(e);
   }
   return NULL;
 }
@@ -231,12 +228,10 @@ void *mg_waits_work(void *p) {
   mg_engine *e = a->w->e;
   mg_waits_finish(a->w);
   if (!a->shared || !a->take) return NULL;
-  atomic_fetch_add(&e->idle_waiters, 1);
-  mg_board_waiting(e, 1);
+  mg_loop_enter(e);
   mg_accept_early(e);
   take_requests(a);
-  mg_board_waiting(e, -1);
-  if (atomic_fetch_sub(&e->idle_waiters, 1) == 1) atomic_store(&e->all_busy_since_ms, mg_now_ms());
+  mg_loop_leave(e);
   return NULL;
 }
 
