@@ -182,8 +182,8 @@ class FiberSchedulerTest < Minitest::Test
     end
   end
 
-  # A regular file cannot be polled: a wait on it is over at once, not an error (a write to a
-  # log file that a signal interrupts waits so). It was a 500: the wait's own cleanup asked
+  # A regular file cannot be polled: a wait on it is over at once, not an error (an app's log
+  # appends waited so now and then under load). It was a 500: the wait's own cleanup asked
   # epoll to forget the file, and epoll_ctl's EPERM was raised.
   def test_a_wait_on_a_regular_file_is_over_at_once
     app = lambda do |_env|
