@@ -262,7 +262,6 @@ module Margay
           serve_connection(*request)
           break if @idle.size >= IDLE_FIBERS
 
-          request.clear # an idle fiber keeps no request's env
           @idle.push(Fiber.current)
           request = @scheduler.root.transfer
         end
