@@ -22,9 +22,6 @@ module Margay
       RUNNABLE_CAP = 64
       # At most this many requests taken per wait (core/waits.h MG_WAITS_TAKE).
       TAKE_MAX = 16
-      # A request fiber whose request ended waits for the thread's next request instead of ending,
-      # while fewer than this many wait so (see #serve_requests).
-      IDLE_FIBERS = 64
       # env["puma.mark_as_io_bound"] in fiber mode: every request's waits already yield its
       # thread, so there is nothing to mark (true: marked).
       IO_BOUND = -> { true }
@@ -93,7 +90,6 @@ module Margay
         @scheduler = nil
         @refusing = false # the last request found no fiber (said once)
         @live = {} # the request fibers of this thread (keys): how many run, and what a forced stop unwinds
-        @idle = [] # request fibers waiting for a next request (#serve_requests)
       end
 
       # Serve until the engine stops (and this thread's fibers are done) or the pool lets the
@@ -206,18 +202,15 @@ module Margay
         retry if @interruptible && !entered # it was pending as the window opened: the fiber still runs
       end
 
-      # A request's fiber: an idle one of this thread's (#serve_requests), else a new one. Ruby
-      # makes a fiber's stack at its first switch, not in Fiber.new: when there is no memory for
-      # it, that first transfer raises FiberError and the fiber never ran (+started+ still false).
+      # A request's own fiber. Ruby makes a fiber's stack at its first switch, not in Fiber.new:
+      # when there is no memory for it, that first transfer raises FiberError and the fiber
+      # never ran (+started+ still false).
       def start(request)
         @pool.busy! # and its slot of @in_flight was claimed by the wait that took it (#finished gives both back)
-        started = true
-        unless (fiber = idle_fiber)
-          started = false
-          fiber = Fiber.new(blocking: false) do |first|
-            started = true
-            serve_requests(first)
-          end
+        started = false
+        fiber = Fiber.new(blocking: false) do |(token, env)|
+          started = true
+          serve_requests(token, env)
         end
         @live[fiber] = true
         enter(fiber, request)
@@ -225,15 +218,6 @@ module Margay
         raise if started
 
         refuse(request, e, fiber)
-      end
-
-      # An idle request fiber of this thread (one that an interrupt ended on its way to idling
-      # is skipped), or nil.
-      def idle_fiber
-        while (fiber = @idle.pop)
-          return fiber if fiber.alive?
-        end
-        nil
       end
 
       # No fiber for a request: a 503 (the app never saw it), and its in-flight slot and its
@@ -249,27 +233,9 @@ module Margay
         finished(fiber)
       end
 
-      # A request fiber's life: +request+ ([token, env]) and those after it. When a request
-      # ends the fiber goes idle, unless IDLE_FIBERS wait already: it transfers to the loop's
-      # root fiber, and #start transfers the thread's next request to it. Ruby's fibers are not
-      # write-barrier protected objects, so each new one that lives across a minor GC, held by
-      # the loop's old objects, is kept until the next full GC, and a fiber per request made
-      # Ruby run one every few hundred milliseconds at saturation; a fiber that serves request
-      # after request is made once. Fiber-locals (Thread.current[]) stay from one request to
-      # the next on the same fiber, as thread-locals do on a pool thread in thread mode.
-      def serve_requests(request)
-        loop do
-          serve_connection(*request)
-          break if @idle.size >= IDLE_FIBERS
-
-          @idle.push(Fiber.current)
-          request = @scheduler.root.transfer
-        end
-      end
-
       # One connection's requests in this fiber: the first, then those it pipelined while
       # this fiber's turn on it lasts (Engine#next_request with a continue token and no wait).
-      def serve_connection(token, env)
+      def serve_requests(token, env)
         @refusing = false
         loop do
           env[IO_BOUND_KEY] = IO_BOUND

@@ -171,9 +171,6 @@ module Margay
       # The fibers made by #fiber that have not ended.
       attr_reader :scheduled
 
-      # The thread's root fiber, where FiberLoop runs: an idle request fiber transfers to it.
-      attr_reader :root
-
       # The fibers that took the thread's ForceShutdown (it landed while they ran) and waited
       # again while it unwound them: the stop is the thread's (FiberLoop#enter raises it in the
       # root), and they are not to be unwound a second time.

@@ -140,31 +140,4 @@ class FiberLoopTest < Minitest::Test
       refute_match(/ended \(/, @server_log.string, "no pool thread was lost")
     end
   end
-
-  # A request fiber serves the thread's next request once its own ended (a fiber per request
-  # made Ruby run a full GC every few hundred milliseconds at saturation): 40 requests one
-  # after another, on new connections and on one kept alive, run in one fiber; two at once
-  # in two, each kept.
-  def test_request_fibers_serve_one_request_after_another
-    app = lambda do |env|
-      sleep 0.001 if env["PATH_INFO"] == "/wait"
-      sleep 0.2 if env["PATH_INFO"] == "/long"
-      text(Fiber.current.object_id)
-    end
-    fiber_server(app) do |_host, port|
-      ids = Array.new(20) { |i| read_response(send_get(port, i.even? ? "/wait" : "/"), timeout: 10)[2] }
-      sock = TCPSocket.new("127.0.0.1", port)
-      20.times do
-        sock.write("GET /wait HTTP/1.1\r\nHost: x\r\n\r\n")
-        ids << read_response(sock, timeout: 10)[2]
-      end
-      sock.close
-      assert_equal 1, ids.uniq.size, "40 requests one after another ran in #{ids.uniq.size} fibers"
-      pair = [send_get(port, "/long"), send_get(port, "/long")].map { |s| read_response(s, timeout: 10)[2] }
-      assert_equal 2, pair.uniq.size
-      assert_includes pair, ids.first
-      again = [send_get(port, "/long"), send_get(port, "/long")].map { |s| read_response(s, timeout: 10)[2] }
-      assert_equal pair.sort, again.sort
-    end
-  end
 end
