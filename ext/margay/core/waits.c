@@ -80,7 +80,8 @@ int mg_waits_arm(mg_waits *w, int fd, uint32_t events) {
 
 int mg_waits_disarm(mg_waits *w, int fd) {
   struct epoll_event e = {0};
-  if (epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, &e) == 0 || errno == ENOENT || errno == EBADF) return 0;
+  /* EPERM: an fd epoll cannot hold (a regular file), never in the set */
+  if (epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, &e) == 0 || errno == ENOENT || errno == EBADF || errno == EPERM) return 0;
   return -1;
 }
 

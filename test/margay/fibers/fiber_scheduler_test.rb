@@ -2,6 +2,8 @@
 
 require "test_helper"
 require "margay/clock"
+require "io/wait"
+require "tempfile"
 require_relative "fiber_test_helper"
 
 # Fiber mode's scheduler (Server::FiberScheduler), over real sockets: fibers waiting on one
@@ -177,6 +179,20 @@ class FiberSchedulerTest < Minitest::Test
     end
     fiber_server(app) do |_host, port|
       assert_equal "Errno::EBADF false", read_response(send_get(port, "/"), timeout: 5)[2]
+    end
+  end
+
+  # A regular file cannot be polled: a wait on it is over at once, not an error (an app's log
+  # appends waited so now and then under load). It was a 500: the wait's own cleanup asked
+  # epoll to forget the file, and epoll_ctl's EPERM was raised.
+  def test_a_wait_on_a_regular_file_is_over_at_once
+    app = lambda do |_env|
+      Tempfile.create("fiber-wait") do |f|
+        text(f.wait_writable(1).equal?(f) ? "ready" : "not ready")
+      end
+    end
+    fiber_server(app) do |_host, port|
+      assert_equal [200, "ready"], read_response(send_get(port, "/"), timeout: 5).values_at(0, 2)
     end
   end
 
