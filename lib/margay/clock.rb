@@ -45,5 +45,20 @@ module Margay
     rescue SystemCallError
       nil
     end
+
+    # Whether any of the threads with these kernel ids is runnable now (state R: on a CPU or
+    # waiting for one). The kernel adds a wait for a CPU to run_delay only when it ends, so a
+    # thread descheduled across a whole look shows neither CPU time nor a wait: this is what
+    # tells it from a blocked one. false where the system does not say or a file cannot be read.
+    def runnable?(tids)
+      tids.any? do |tid|
+        stat = File.read("#{TASKS}/#{tid}/stat")
+        stat[stat.rindex(")") + 2] == "R"
+      rescue Errno::ENOENT, Errno::ESRCH
+        false
+      end
+    rescue SystemCallError
+      false
+    end
   end
 end

@@ -90,7 +90,8 @@ module Margay
         guarded { @engine.busy_threads = busy } # the agent's weight (agent_bind)
         guarded do
           saturated = @engine.saturated_ms.positive? && !(@in_flight && @in_flight.room.zero?)
-          @pool.consider_growth(saturated: saturated, cpu_share: cpu_share(cpu, wall - @wall, saturated))
+          share = cpu_share(cpu, wall - @wall, saturated)
+          @pool.consider_growth(saturated: saturated && !runnable_while_low?(share), cpu_share: share)
         end
         guarded { @pool.replace_lost unless @engine.stopping? } # its threads leave on their own once it stops
         guarded { @on_tick&.call }
@@ -135,6 +136,20 @@ module Margay
         return share unless last
 
         share + [delay - last, 0].max / elapsed # a thread that ended takes its wait with it
+      end
+
+      # Whether a look that would count as blocked (+share+ low, the pool saturated with room)
+      # found a pool thread runnable: waiting for a CPU since before the look (the wait is not
+      # in run_delay until it ends) or just back on one. Not blocked, then: the look breaks a
+      # run of blocked looks as a thread waiting for work does. A CPU-bound worker descheduled
+      # for two looks in a row (two workers and a load generator on two cores) would otherwise
+      # grow to max threads, which stay while requests keep coming and share the GVL: each
+      # request's time in the app several of its own (docs/BENCHMARKS.md, "Where the Rails
+      # tail comes from").
+      def runnable_while_low?(share)
+        return false unless @delay && share < ThreadPool::BLOCKED_CPU_SHARE # @delay: the look read the run queue
+
+        @clock.runnable?(@pool.native_ids)
       end
 
       # Every DEADLINE_EVERY ticks: has no request arrived or run for idle_timeout seconds?

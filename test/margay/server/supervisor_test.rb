@@ -35,8 +35,11 @@ class SupervisorTest < Minitest::Test
       @room != false
     end
 
+    # A pool thread blocked (asleep) for the whole test: never runnable, no run delay.
+    SLEEPER = Thread.new { sleep }
+
     def native_ids
-      [Thread.current.native_thread_id]
+      [SLEEPER.native_thread_id]
     end
 
     def threads
@@ -126,14 +129,18 @@ class SupervisorTest < Minitest::Test
   # Real time; no CPU used; its threads waited for a CPU the whole time (+waiting+: the run
   # delay is the time the tick read, so it grows exactly with the tick's clock, however late
   # in the tick a loaded machine gets to read it) or never. +reads+ counts the readings.
+  # +runnable+: a pool thread is runnable at each look (waiting for a CPU since before it).
   class QueueClock
     attr_reader :reads
 
-    def initialize(waiting:)
+    def initialize(waiting:, runnable: false)
       @waiting = waiting
+      @runnable = runnable
       @reads = 0
       @now = nil
     end
+
+    def runnable?(_tids) = @runnable
 
     def now = (@now = Margay::Clock.now)
 
@@ -178,6 +185,24 @@ class SupervisorTest < Minitest::Test
     supervise(5, engine: Engine.new(3), clock: QueueClock.new(waiting: false))
     shares = @pool.looks.map(&:last)
     assert_equal [0.0, 0.0, 0.0, 0.0, 0.0], shares, "the first look has no earlier reading (CPU time alone), then blocked"
+  end
+
+  # The kernel adds a wait for a CPU to run_delay only when it ends: a thread descheduled
+  # across two looks shows neither CPU time nor a wait, and the process looked blocked. A look
+  # that finds a pool thread runnable is not a blocked one; its share is kept.
+  def test_a_pool_thread_runnable_at_a_low_look_is_not_blocked
+    supervise(5, engine: Engine.new(3), clock: QueueClock.new(waiting: false, runnable: true))
+    assert_equal [[false, 0.0]] * 5, @pool.looks, "saturated, low, and a thread runnable: not blocked"
+  end
+
+  def test_a_runnable_thread_is_told_from_a_blocked_one
+    blocked = Thread.new { sleep }
+    sleep 0.01 until blocked.status == "sleep"
+    refute Margay::Clock.runnable?([blocked.native_thread_id])
+    assert Margay::Clock.runnable?([Thread.current.native_thread_id]), "the reading thread runs"
+    refute Margay::Clock.runnable?([0]), "a thread gone counts as not runnable"
+  ensure
+    blocked&.kill&.join
   end
 
   # Seen in the slow suite under CPU load: with every descriptor taken (a
