@@ -15,7 +15,8 @@
 # discarded warm-up run (the JVM compiles the hot paths meanwhile: --warmup seconds), then
 # the measured run. Both JRuby servers reach their plateau of hello-world req/s only after 45 to
 # 60 s of this load on 2 cores (`--curve 18 --seconds 5`, bench/results/jruby6-curve/), hence
-# the 60 s default; each measurement then takes about 85 s. The servers' order rotates round by round, so none always runs first.
+# the 60 s default; each measurement then takes about 85 s. The servers' order rotates round
+# by round, so none always runs first.
 # Reports per row req/s, p50, p99 and, per app, the medians' ratios margay-jruby / puma-jruby
 # and margay-jruby / margay-mri.
 #
@@ -161,7 +162,8 @@ module MargayBench
     end
 
     def curve_markdown
-      lines = ["wrk -t2 -c#{@o[:connections]}: #{@o[:curve]} back-to-back runs of #{@o[:seconds]} s from the boot on, " \
+      lines = ["wrk -t2 -c#{@o[:connections]}: #{@o[:curve]} back-to-back runs of #{@o[:seconds]} s " \
+               "from the boot on, " \
                "#{@o[:threads]}:#{@o[:threads]} threads, one process each, #{@o[:rounds]} rounds", "",
                "| round | app | server | window | ends at s | req/s | p50 ms | p99 ms | failed |",
                "|---:|---|---|---:|---:|---:|---:|---:|---:|"]

@@ -11,9 +11,10 @@ module Margay
     module Env
       # The env keys of the usual request field names, as clients spell them: found here, a name
       # is not downcased, upcased and joined again.
-      ENV_KEYS = %w[Host User-Agent Accept Accept-Encoding Accept-Language Connection Cookie Referer Origin
-                    Cache-Control Upgrade-Insecure-Requests X-Forwarded-For X-Forwarded-Proto X-Request-Id
-                    X-Real-Ip Authorization If-None-Match If-Modified-Since Pragma Content-Type].each_with_object({}) do |name, keys|
+      USUAL_FIELDS = %w[Host User-Agent Accept Accept-Encoding Accept-Language Connection Cookie Referer Origin
+                        Cache-Control Upgrade-Insecure-Requests X-Forwarded-For X-Forwarded-Proto X-Request-Id
+                        X-Real-Ip Authorization If-None-Match If-Modified-Since Pragma Content-Type].freeze
+      ENV_KEYS = USUAL_FIELDS.each_with_object({}) do |name, keys|
         key = name == "Content-Type" ? "CONTENT_TYPE" : "HTTP_#{name.upcase.tr('-', '_')}"
         keys[name] = keys[name.downcase] = key.freeze
       end.freeze
