@@ -9,6 +9,16 @@ module Margay
     # SERVER_PORT from the authority or the listener. Mixed into Engine (its listeners,
     # template and clock).
     module Env
+      # The env keys of the usual request field names, as clients spell them: found here, a name
+      # is not downcased, upcased and joined again.
+      USUAL_FIELDS = %w[Host User-Agent Accept Accept-Encoding Accept-Language Connection Cookie Referer Origin
+                        Cache-Control Upgrade-Insecure-Requests X-Forwarded-For X-Forwarded-Proto X-Request-Id
+                        X-Real-Ip Authorization If-None-Match If-Modified-Since Pragma Content-Type].freeze
+      ENV_KEYS = USUAL_FIELDS.each_with_object({}) do |name, keys|
+        key = name == "Content-Type" ? "CONTENT_TYPE" : "HTTP_#{name.upcase.tr('-', '_')}"
+        keys[name] = keys[name.downcase] = key.freeze
+      end.freeze
+
       private
 
       def env_for(conn)
@@ -33,7 +43,8 @@ module Margay
           env["SERVER_NAME"] = listener[2]
           env["SERVER_PORT"] = listener[3]
         end
-        env["margay.queue_time"] = conn.arrival ? [now - conn.arrival, 0.0].max : 0.0
+        waited = conn.arrival ? now - conn.arrival : 0.0
+        env["margay.queue_time"] = waited.positive? ? waited : 0.0
         env["puma.request_body_wait"] = conn.body_wait || 0.0
         queue_time_header(env, conn) if @cfg[:queue_time_header]
         env["rack.input"] = StringIO.new(conn.input) if conn.input && !conn.input.empty?
@@ -64,18 +75,25 @@ module Margay
       end
 
       def put_field(env, name, value)
-        key = case name.downcase
-              when "content-length", "transfer-encoding" then return
-              when "content-type" then "CONTENT_TYPE"
-              else
-                return if name.include?("_")
+        key = ENV_KEYS[name] || env_key(name)
+        return unless key
 
-                "HTTP_#{name.upcase.tr('-', '_')}"
-              end
         if env.key?(key) && key != "CONTENT_TYPE"
           env[key] = "#{env[key]}#{key == 'HTTP_COOKIE' ? '; ' : ', '}#{value}"
         else
           env[key] = value.dup
+        end
+      end
+
+      # The env key of the field +name+; nil for a field the env leaves out.
+      def env_key(name)
+        case name.downcase
+        when "content-length", "transfer-encoding" then nil
+        when "content-type" then "CONTENT_TYPE"
+        else
+          return nil if name.include?("_")
+
+          "HTTP_#{name.upcase.tr('-', '_')}"
         end
       end
 

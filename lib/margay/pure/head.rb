@@ -21,6 +21,15 @@ module Margay
                   503 => "Service Unavailable", 504 => "Gateway Timeout",
                   505 => "HTTP Version Not Supported" }.freeze
       TCHAR = /\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\z/
+      # The status lines of the statuses above, ready to copy.
+      STATUS_LINES = REASONS.to_h { |status, reason| [status, "HTTP/1.1 #{status} #{reason}\r\n".b.freeze] }.freeze
+      # The usual response field names (Rack 3's lower case), each a valid token and not "rack.":
+      # found here, a name skips the token check and the downcase.
+      KNOWN_NAMES = %w[content-type content-length cache-control set-cookie location etag last-modified vary
+                       content-encoding content-language content-disposition expires x-frame-options
+                       x-content-type-options x-xss-protection referrer-policy strict-transport-security
+                       content-security-policy x-request-id x-runtime access-control-allow-origin link
+                       date connection transfer-encoding upgrade server].to_h { |n| [n.freeze, n.freeze] }.freeze
       CONTROL = /[\x00-\x08\x0a-\x1f\x7f]/n
 
       # A head being built: +out+ the bytes so far, and what the app's fields said.
@@ -43,24 +52,16 @@ module Margay
       def head_begin(status, headers)
         raise InvalidResponse, "headers must be a Hash, got #{headers.class}" unless headers.is_a?(Hash)
 
-        h = Built.new(+"HTTP/1.1 #{status} #{REASONS.fetch(status, '')}\r\n".b, -1, false, false, false, false,
+        line = STATUS_LINES[status]
+        h = Built.new(line ? line.dup : +"HTTP/1.1 #{status} \r\n".b, -1, false, false, false, false,
                       nil, nil, status < 200 || status == 204, false)
         headers.each { |name, value| head_field(h, name, value) }
         h
       end
 
       def head_field(built, name, value)
-        raise InvalidResponse, "header names must be Strings, got #{name.inspect}" unless name.is_a?(String)
-        raise InvalidResponse, "empty header name" if name.empty?
-
-        if name.start_with?("rack.") && name.size > 5
-          built.hijack = value if name == "rack.hijack"
-          built.protocol = value if name == "rack.protocol"
-          return # server-only headers never reach the client
-        end
-        raise InvalidResponse, "invalid header name #{name.inspect}" unless name.match?(TCHAR)
-
-        case name.downcase
+        case KNOWN_NAMES[name] || checked_name(built, name, value)
+        when nil then return # a server-only field
         when "content-length" then return built.content_length = app_length(value)
         when "connection"
           built.app_close = true if (value.is_a?(Array) ? value.join(",") : value).to_s.include?("close")
@@ -72,7 +73,24 @@ module Margay
 
           built.has_te = true
         end
-        (value.is_a?(Array) ? value : [value]).each { |v| head_put(built, name, v) }
+        return head_put(built, name, value) unless value.is_a?(Array)
+
+        value.each { |v| head_put(built, name, v) }
+      end
+
+      # +name+ in lower case once checked; nil for a server-only field ("rack.*", noted in +built+).
+      def checked_name(built, name, value)
+        raise InvalidResponse, "header names must be Strings, got #{name.inspect}" unless name.is_a?(String)
+        raise InvalidResponse, "empty header name" if name.empty?
+
+        if name.start_with?("rack.") && name.size > 5
+          built.hijack = value if name == "rack.hijack"
+          built.protocol = value if name == "rack.protocol"
+          return nil # server-only headers never reach the client
+        end
+        raise InvalidResponse, "invalid header name #{name.inspect}" unless name.match?(TCHAR)
+
+        name.downcase
       end
 
       def head_put(built, name, value)

@@ -14,11 +14,18 @@ module Margay
       TCHAR = "!#$%&'*+\\-.^_`|~0-9A-Za-z"
       TARGET = "!$&'()*+,\\-./0-9:;=?@A-Z\\[\\]_a-z~%"
       REQUEST_LINE = /\A([#{TCHAR}]+) ([#{TARGET}]+(?:#[#{TARGET}]*)?) HTTP\/(\d)\.(\d)\r\n/n
-      FIELD = /\A([#{TCHAR}]+):[ \t]*([\t\x20-\x7e\x80-\xff]*?)[ \t]*\z/n
+      # A field line: name, then the value with its leading OWS left out (its trailing OWS is cut
+      # after the match: a lazy value before "[ \t]*\z" costs JRuby's regex engine a try per byte).
+      # The value's class leaves out every control byte but HTAB.
+      FIELD = /\A([#{TCHAR}]+):[ \t]*([\t\x20-\x7e\x80-\xff]*)\z/n
+      TRAILING_OWS = /[ \t]+\z/n
       REGNAME = "A-Za-z0-9\\-._~!$&'()*+;="
       # uri-host [ ":" port ] (RFC 9110 7.2): an IP-literal, or a reg-name without ',' (a list of
       # hosts is a smuggling probe); absolute-form targets need a non-empty host.
       HOST = /\A(?:\[(?:[vV]\h+\.[#{REGNAME}:]+|[\h.]*:[\h:.]*)\]|(?:[#{REGNAME}]|%\h\h)*)(?::\d*)?\z/n
+      # The usual Host (a name or IPv4 address, an optional port): a subset of HOST that JRuby's
+      # regex engine matches in a third of HOST's time.
+      PLAIN_HOST = /\A[A-Za-z0-9.\-]*(?::\d*)?\z/n
       NAMED_HOST = /\A(?:\[|(?:[#{REGNAME}]|%\h\h))/n
       QUOTED = /"(?:[\t\x20\x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t\x20-\x7e\x80-\xff])*"/n
       # One transfer-coding of a list: token *( OWS ";" OWS token BWS "=" BWS ( token / quoted-string ) ).
@@ -55,7 +62,7 @@ module Margay
         return 505 unless major == "1"
         return 501 if (methods && !methods.include?(method)) || method == "CONNECT"
 
-        target = target.split("#", 2).first
+        target = target.byteslice(0, target.index("#")) if target.include?("#")
         return 400 if target.empty?
 
         # positional: a keyword_init Struct builds a Hash per request on JRuby
@@ -120,14 +127,13 @@ module Margay
 
           m = FIELD.match(line)
           return 400 unless m
-          return 400 if m[2].match?(/[\x00-\x08\x0a-\x1f\x7f]/n)
 
-          name = m[1].downcase
           value = m[2]
+          value = value.sub(TRAILING_OWS, "") if value.end_with?(" ", "\t")
           request.fields << [m[1], value]
-          case name
+          case m[1].downcase
           when "host"
-            return 400 if request.host || !HOST.match?(value)
+            return 400 if request.host || !(PLAIN_HOST.match?(value) || HOST.match?(value))
 
             request.host = value
           when "expect"
