@@ -3,6 +3,7 @@
  * are interned frozen strings, so building an env allocates only its values.
  */
 #include "ruby/env.h"
+#include "ruby/field_key.h"
 #include "core/h2.h"
 #include <ruby/encoding.h>
 #include <arpa/inet.h>
@@ -65,49 +66,6 @@ static VALUE remote_addr(const mg_settings *cfg, mg_conn *c) {
   }
   if (c->proxy_addr[0]) return addr_str(c->proxy_addr);
   return addr_str(mg_conn_peer_text(c));
-}
-
-/* The keys of the fields most requests carry, interned once (mg_env_init): looking one up here
- * costs a few comparisons where rb_interned_str hashed the name and searched Ruby's table of
- * interned strings (about 750 instructions per field). */
-static struct {
-  const char *name; /* the field name in lower case */
-  size_t len;
-  VALUE key;
-} common_keys[] = {
-    {"host", 4, 0}, {"user-agent", 10, 0}, {"accept", 6, 0}, {"accept-encoding", 15, 0},
-    {"accept-language", 15, 0}, {"connection", 10, 0}, {"cookie", 6, 0}, {"referer", 7, 0},
-    {"origin", 6, 0}, {"cache-control", 13, 0}, {"authorization", 13, 0}, {"x-forwarded-for", 15, 0},
-    {"x-forwarded-proto", 17, 0}, {"x-request-id", 12, 0}, {"if-none-match", 13, 0},
-    {"if-modified-since", 17, 0},
-};
-#define MG_COMMON_KEYS (sizeof common_keys / sizeof common_keys[0])
-
-static VALUE common_key(const char *name, size_t n) {
-  for (size_t k = 0; k < MG_COMMON_KEYS; k++) {
-    if (common_keys[k].len != n) continue;
-    size_t i = 0;
-    while (i < n && (name[i] >= 'A' && name[i] <= 'Z' ? name[i] + 32 : name[i]) == common_keys[k].name[i]) i++;
-    if (i == n) return common_keys[k].key;
-  }
-  return Qundef;
-}
-
-/* HTTP_<NAME> for a field name; NULL key (Qnil) when the name must be dropped. */
-static VALUE header_key(const char *name, size_t n) {
-  VALUE common = common_key(name, n);
-  if (common != Qundef) return common;
-  char buf[300];
-  if (n + 5 > sizeof buf) return Qnil;
-  memcpy(buf, "HTTP_", 5);
-  for (size_t i = 0; i < n; i++) {
-    char ch = name[i];
-    if (ch == '_') return Qnil; /* never alias X_Foo onto X-Foo (CVE-2024-45614, CVE-2015-7519) */
-    if (ch == '-') ch = '_';
-    else if (ch >= 'a' && ch <= 'z') ch = (char)(ch - 32);
-    buf[5 + i] = ch;
-  }
-  return rb_interned_str(buf, (long)(n + 5));
 }
 
 /* rack.input for a request with a body (in memory, or in tempfile *bfd, which Ruby owns from
@@ -254,7 +212,7 @@ VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_set
     } else if (mg_span_ieq(b, r->headers[i].name, "transfer-encoding")) {
       continue; /* the body is de-chunked; CONTENT_LENGTH says its size */
     } else {
-      key = header_key(name, nlen);
+      key = mg_field_key(name, nlen);
       if (NIL_P(key)) continue;
     }
     put_field(&p, fields, key, span_str(b, r->headers[i].value));
@@ -329,7 +287,7 @@ VALUE mg_env_build_h2(VALUE env_template, const mg_env_server *server, const mg_
     if (h2_is(q, f, "content-length")) continue; /* set below from the body's size */
     if (h2_is(q, f, "content-type")) key = k_CONTENT_TYPE;
     else {
-      key = header_key(name, f->name_len);
+      key = mg_field_key(name, f->name_len);
       if (NIL_P(key)) continue;
     }
     if (key == k_HTTP_HOST) { host = q->buf + f->value; host_len = f->value_len; }
@@ -404,12 +362,5 @@ void mg_env_init(void) {
   v_localhost = interned("localhost");
   v_star = interned("*");
   id_for_fd = rb_intern("for_fd");
-  for (size_t k = 0; k < MG_COMMON_KEYS; k++) {
-    char key[40] = "HTTP_";
-    for (size_t i = 0; i < common_keys[k].len; i++) {
-      char ch = common_keys[k].name[i];
-      key[5 + i] = ch == '-' ? '_' : (char)(ch - 32);
-    }
-    common_keys[k].key = interned(key); /* the same object as k_HTTP_HOST, k_HTTP_COOKIE */
-  }
+  mg_field_key_init();
 }
