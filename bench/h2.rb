@@ -20,7 +20,11 @@
 #
 #   bundle exec ruby bench/h2.rb [--rounds 3] [--seconds 10] [--connections 64] [--streams 10,100]
 #                                [--keys rsa,ecdsa] [--servers margay-h2,margay-h2c,margay-h1,...]
-#                                [--results-dir DIR]
+#                                [--baseline DIR] [--results-dir DIR]
+#
+# --baseline DIR: another Margay checkout (its extension compiled) also runs, started with its
+# own exe/ and lib/, as margay-base-h2, margay-base-h2c and margay-base-h1 beside each Margay
+# server asked for, in the same rotation; the medians' lines compare each Margay row with it.
 #
 # Writes DIR/h2-<time>.json and .md (DIR: bench/results/h2-<UTC date>).
 require "open3"
@@ -65,11 +69,15 @@ module MargayBench
         p.on("--streams LIST", Array) { |v| @o[:streams] = v.map { |s| Integer(s) } }
         %i[keys servers].each { |k| p.on("--#{k} LIST", Array) { |v| @o[k] = v } }
         p.on("--results-dir DIR") { |v| @o[:results_dir] = File.expand_path(v) }
+        p.on("--baseline DIR") { |v| @o[:baseline] = File.expand_path(v) }
       end.parse!(argv)
       unknown = @o[:servers] - SERVERS.keys
       abort "bench/h2.rb: unknown servers #{unknown.join(', ')} (known: #{SERVERS.keys.join(', ')})" if unknown.any?
       unknown = @o[:keys] - Certificates::KEYS.keys
       abort "bench/h2.rb: unknown keys #{unknown.join(', ')}" if unknown.any?
+      return unless @o[:baseline]
+
+      @o[:servers] = @o[:servers].flat_map { |s| s.start_with?("margay-") ? [s, s.sub("margay-", "margay-base-")] : [s] }
     end
 
     def run
@@ -84,10 +92,10 @@ module MargayBench
         certs = @o[:keys].to_h { |key| [key, Certificates.make(tmp, key, who: "bench/h2.rb")] }
         @o[:rounds].times do |round|
           # TLS servers once per key; h2c servers once per round (no certificate)
-          [*@o[:keys].map { |k| [k, servers.reject { |s| SERVERS[s] == "h2c" }] }, ["none", servers.select { |s| SERVERS[s] == "h2c" }]]
+          [*@o[:keys].map { |k| [k, servers.reject { |s| proto(s) == "h2c" }] }, ["none", servers.select { |s| proto(s) == "h2c" }]]
             .each do |key, group|
               group.rotate(round).each do |server|
-                (server == "margay-h1" ? [1] : @o[:streams]).each do |m|
+                (h1?(server) ? [1] : @o[:streams]).each do |m|
                   rows << measure(server, key, certs[key], m, round + 1)
                 end
               end
@@ -100,6 +108,11 @@ module MargayBench
     end
 
     private
+
+    # The protocol h2load must end up speaking with +server+ (a margay-base- one as its margay- twin).
+    def proto(server) = SERVERS.fetch(server.sub("margay-base-", "margay-"))
+
+    def h1?(server) = server.end_with?("-h1") && server.start_with?("margay-")
 
     # server => why it cannot run here, for the servers asked for.
     def unavailable
@@ -147,8 +160,8 @@ module MargayBench
         started(pid, port, log)
         row.merge!(run_h2load(server, port, streams, label))
         row["rss_mib"] = Procs.rss_kib(pid).first / 1024.0
-        if row["protocol"] != SERVERS[server]
-          row["error"] = "h2load spoke #{row['protocol'].inspect}, not #{SERVERS[server]}"
+        if row["protocol"] != proto(server)
+          row["error"] = "h2load spoke #{row['protocol'].inspect}, not #{proto(server)}"
         elsif row["requests"].zero? || (row["failed"] + row["errored"] + row["timeout"] + row["non_2xx"]).positive?
           row["error"] = "#{row['requests']} requests done, #{row['failed']} failed, #{row['errored']} errored, " \
                          "#{row['timeout']} timed out, #{row['non_2xx']} not 2xx"
@@ -175,19 +188,19 @@ module MargayBench
     end
 
     def run_h2load(server, port, streams, label)
-      scheme = SERVERS[server] == "h2c" ? "http" : "https"
+      scheme = proto(server) == "h2c" ? "http" : "https"
       warm_up = [2, @o[:seconds]].min
       H2load.run(H2load.argv(url: "#{scheme}://127.0.0.1:#{port}/", connections: @o[:connections], streams: streams,
-                             seconds: @o[:seconds], warm_up: warm_up, h1: server == "margay-h1"),
+                             seconds: @o[:seconds], warm_up: warm_up, h1: h1?(server)),
                  out_path: File.join(@tmp, "#{label}.h2load"), bound: @o[:seconds] + warm_up + 30)
     end
 
     def report(row, log)
       if row["error"]
-        warn format("[h2] %-5s round %d %-11s -m%-3d FAILED: %s (log %s)", row["key"], row["round"], row["server"],
+        warn format("[h2] %-5s round %d %-15s -m%-3d FAILED: %s (log %s)", row["key"], row["round"], row["server"],
                     row["streams"], row["error"], log)
       else
-        warn format("[h2] %-5s round %d %-11s -m%-3d %8.0f req/s  mean %7.2f ms  max %7.2f ms  RSS %5.1f MiB  %s %s",
+        warn format("[h2] %-5s round %d %-15s -m%-3d %8.0f req/s  mean %7.2f ms  max %7.2f ms  RSS %5.1f MiB  %s %s",
                     row["key"], row["round"], row["server"], row["streams"], row["rps"], row["mean_ms"], row["max_ms"],
                     row["rss_mib"], row["protocol"], row["tls"])
       end
@@ -196,7 +209,8 @@ module MargayBench
     # [argv, working directory, environment] to start +server+ on +port+.
     def command(server, port, cert, label)
       app = File.expand_path(APP, ROOT)
-      family, mode = server.split("-")
+      family = server.split("-").first
+      mode = server.split("-").last
       tls = mode != "h2c"
       case family
       when "margay"
@@ -204,7 +218,8 @@ module MargayBench
         File.write(conf, "max_keepalive_requests #{MAX_REQUESTS}\n")
         query = { "h2" => "&http2=true", "h1" => "" }
         bind = tls ? "ssl://127.0.0.1:#{port}?cert=#{cert[0]}&key=#{cert[1]}#{query.fetch(mode)}" : "tcp://127.0.0.1:#{port}?http2=true"
-        [Servers.margay(port, app, bind: bind, extra: ["-C", conf]), ROOT, Env.clean]
+        exe = server.start_with?("margay-base-") ? File.join(@o[:baseline], "exe", "margay") : "exe/margay"
+        [Servers.margay(port, app, exe: exe, bind: bind, extra: ["-C", conf]), ROOT, Env.clean]
       when "nginx"
         argv, = Servers.nginx(port, workers: 1, tmp: @tmp, nginx: Env.which("nginx"), tls: (cert if tls), http2: true,
                                     keepalive_requests: MAX_REQUESTS)
@@ -237,6 +252,7 @@ module MargayBench
       lines = ["## HTTP/2 hello world, `h2load -t2 -c#{@o[:connections]} -m{#{@o[:streams].join(',')}} " \
                "-D#{@o[:seconds]}`, #{@o[:rounds]} rounds, servers alternated, single process each", ""]
       lines += WHAT.map { |name, what| "- #{name}: #{what}" }
+      lines << "- margay-base: the same, from #{@o[:baseline]} (its own exe/ and lib/)" if @o[:baseline]
       lines += ["- margay-h1: `h2load --h1 -m1` over TLS (no pipelining); its row is compared with every -m",
                 "- latency: h2load's time for a request, mean and max (it prints no percentiles)",
                 "- RSS: the server's process tree after the run"]
@@ -272,12 +288,13 @@ module MargayBench
           # h2c against the TLS HTTP/1.1 of each key: the bar does not say which
           h1_keys = mode == "h2" ? [key] : @o[:keys]
           peers += h1_keys.map { |k| ["margay-h1", k, 1, BARS["margay-h1"]] }
+          peers << ["margay-base-#{mode}", key, m, nil] if @o[:baseline]
           peers.filter_map do |peer, pkey, pm, bar|
             next unless med.(peer, pkey, pm, "rps")
 
             ratio = mine.("rps") / med.(peer, pkey, pm, "rps")
-            format("- margay-%s %s -m%d vs %s%s: %.2fx req/s (bar >= %.1fx: %s), mean %.2fx, RSS %.2fx", mode, key, m, peer,
-                   pkey == key ? "" : " (#{pkey})", ratio, bar, ratio >= bar ? "met" : "not met",
+            format("- margay-%s %s -m%d vs %s%s: %.2fx req/s%s, mean %.2fx, RSS %.2fx", mode, key, m, peer,
+                   pkey == key ? "" : " (#{pkey})", ratio, bar ? format(" (bar >= %.1fx: %s)", bar, ratio >= bar ? "met" : "not met") : "",
                    mine.("mean_ms") / med.(peer, pkey, pm, "mean_ms"), mine.("rss_mib") / med.(peer, pkey, pm, "rss_mib"))
           end
         end
