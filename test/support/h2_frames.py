@@ -9,8 +9,6 @@ hyperframe for frames h2 would refuse to send. Prints one JSON line of what it s
   h2_frames.py PORT frames PATH...    a GET of each PATH, all on one connection at once: what came
                                       for each stream, in order (each head's fields, "data" for body
                                       bytes, "end" for END_STREAM, "reset"), by path
-  h2_frames.py PORT ended PATH...     a GET of each PATH, all on one connection at once: the seconds
-                                      from their sending until each stream ended, by path
   h2_frames.py PORT split_preface N PATH
                                       the client preface's first N bytes alone, then (0.3 s later)
                                       the rest with a GET of PATH: what came for the stream, as frames
@@ -224,23 +222,6 @@ def main():
             elif isinstance(e, h2.events.StreamReset):
                 got[sid].append("reset")
         out = {paths[sid]: events for sid, events in got.items()}
-    elif what == "ended":
-        paths = {}
-        for path in sys.argv[3:]:
-            sid = conn.get_next_available_stream_id()
-            paths[sid] = path
-            conn.send_headers(sid, request(path), end_stream=True)
-        start, read = time.monotonic(), [0]
-        sock.sendall(conn.data_to_send())
-
-        def all_ended(seen):  # called after each read: the ends it brought are timed now
-            for e in seen[read[0]:]:
-                if isinstance(e, h2.events.StreamEnded) and e.stream_id in paths:
-                    out[paths[e.stream_id]] = round(time.monotonic() - start, 3)
-            read[0] = len(seen)
-            return len(out) == len(paths)
-        pump(sock, conn, all_ended)
-        out = {p: out.get(p) for p in paths.values()}
     elif what == "rapid_reset":
         n = int(sys.argv[3])
         for i in range(n):

@@ -531,21 +531,6 @@ class H2Test < Minitest::Test
     end
   end
 
-  # With the only thread: /a and /b answered while /slow waits in the queue are held for one
-  # write, which the thread makes when it takes /slow, before the app runs it.
-  def test_answers_held_for_the_connections_queued_stream_go_out_before_it_runs
-    slow = lambda do |env|
-      sleep 1.5 if env["PATH_INFO"] == "/slow"
-      [200, { "content-type" => "text/plain" }, ["ok"]]
-    end
-    with_h2_server(slow, min_threads: 1, max_threads: 1) do |_tls, plain|
-      ended = frames(plain, "ended", "/a", "/b", "/slow")
-      assert_operator ended["/slow"], :>=, 1.5
-      assert_operator ended["/a"], :<, 1.0, "held no longer than until /slow was taken"
-      assert_operator ended["/b"], :<, 1.0
-    end
-  end
-
   def test_queue_time_header_and_histograms_count_h2_streams
     with_h2_server(timed_app, min_threads: 1, max_threads: 1, queue_time_header: true) do |_tls, plain, server|
       got = frames(plain, "frames", "/slow", "/queued")

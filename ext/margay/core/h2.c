@@ -82,7 +82,6 @@ void h2_stream_clear(mg_h2 *h, mg_h2_stream *st) {
   if (st->state == ST_RECV) { mg_h2_req_free(st->req); h->receiving--; }
   h->queued -= st->olen - st->ooff;
   if (st->state == ST_APP) h->in_app--;
-  if (st->untaken) h->untaken--;
   if (st->ofd >= 0) close(st->ofd);
   free(st->out);
   free(st->in);
@@ -174,26 +173,19 @@ static ssize_t sock_read(mg_conn *c, void *buf, size_t len) {
   }
 }
 
-ssize_t h2_frame(mg_h2 *h) {
-  size_t batch = 0;
-  ssize_t n = 0;
-  const uint8_t *data;
-  while (batch < MG_H2_OUT_BATCH && (n = nghttp2_session_mem_send(h->s, &data)) > 0) {
-    mg_out_queue(&h->c->out, (const char *)data, (size_t)n);
-    batch += (size_t)n;
-  }
-  return n < 0 ? -1 : (ssize_t)batch;
-}
-
 int h2_pump(mg_h2 *h) {
   mg_conn *c = h->c;
-  h->held = 0; /* what was held goes out now */
-  h->ended = 0;
   for (;;) {
     int r = mg_out_flush(&c->out, c->fd, &c->tls);
     if (r <= 0) return r;
-    ssize_t batch = h2_frame(h);
-    if (batch < 0) return -1;
+    size_t batch = 0;
+    ssize_t n = 0;
+    const uint8_t *data;
+    while (batch < MG_H2_OUT_BATCH && (n = nghttp2_session_mem_send(h->s, &data)) > 0) {
+      mg_out_queue(&c->out, (const char *)data, (size_t)n);
+      batch += (size_t)n;
+    }
+    if (n < 0) return -1;
     if (batch == 0) return 1;
   }
 }

@@ -32,7 +32,6 @@ struct mg_h2_stream {
   int eof;               /* no more bytes will come */
   int deferred;          /* nghttp2 was told to wait for bytes (resume when some come) */
   int64_t taken_mono_ns; /* when a thread took its request (the duration histogram), or 0 */
-  int untaken;           /* its request waits in the engine's queue for a thread */
   /* an extended CONNECT (RFC 8441): the app got the request at the end of its headers; the
    * client's DATA wait here for the app's reads, bounded by the stream's window, which is given
    * back as the app reads (the connection's window at once: a tunnel never holds the others) */
@@ -48,10 +47,6 @@ typedef struct mg_h2 {
   mg_conn *c;
   mg_h2_stream slots[MG_H2_SLOTS];
   int in_app;            /* streams handed to Ruby and not answered yet */
-  int untaken;           /* ... of them, those whose request no thread has taken yet */
-  int ended;             /* a response call completed a stream's answer (mg_h2_unlock's to see) */
-  int held;              /* answers framed into c->out and not written: the taker of the last
-                          * untaken stream writes them (or any pump before) */
   int receiving;         /* streams whose request is not complete */
   int dead;              /* the socket failed or the peer left: close */
   int calm;              /* a limit was passed: GOAWAY ENHANCE_YOUR_CALM, then close */
@@ -74,8 +69,6 @@ void h2_stream_clear(mg_h2 *h, mg_h2_stream *st);
 /* Write what is queued and what the session has to send, as far as the socket takes it:
  * 1 all sent, 0 the socket is full, -1 it failed. */
 int h2_pump(mg_h2 *h);
-/* Move what the session has to send into c->out, up to MG_H2_OUT_BATCH: bytes, or -1. */
-ssize_t h2_frame(mg_h2 *h);
 /* Whether response bytes wait in the streams (in memory, or a file's rest) for the client. */
 int h2_backlogged(const mg_h2 *h);
 static inline int h2_out_pending(const mg_conn *c) { return c->out.head != NULL; }

@@ -116,8 +116,6 @@ static int req_admit(mg_engine *e, mg_h2_req *q) {
     atomic_fetch_sub(&e->requests, 1);
     return 0;
   }
-  st->untaken = 0;
-  h->untaken--;
   int64_t now = mg_wall_ns();
   q->taken_ns = now;
   mg_histogram_observe(&e->queue_hist, now - q->arrival_ns);
@@ -127,8 +125,7 @@ static int req_admit(mg_engine *e, mg_h2_req *q) {
     return 0;
   }
   st->taken_mono_ns = mg_mono_ns();
-  if (h->held && h->untaken == 0) mg_h2_unlock(e, c); /* the answers held for this take: written now */
-  else pthread_mutex_unlock(&c->h2_lock);
+  pthread_mutex_unlock(&c->h2_lock);
   return 1;
 }
 
@@ -270,8 +267,6 @@ int h2_request_done(mg_h2 *h, int32_t id) {
   st->state = ST_APP;
   h->receiving--;
   h->in_app++;
-  st->untaken = 1;
-  h->untaken++;
   c->requests++;
   queue_push(h->e, q);
   return 0;
