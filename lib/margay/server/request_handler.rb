@@ -193,7 +193,10 @@ module Margay
       end
 
       def send_response(token, env, status, headers, body)
-        return @engine.respond(token, status, headers, body) if body.instance_of?(Array) && !hijack_header?(headers)
+        if body.instance_of?(Array)
+          result = @engine.respond(token, status, headers, body)
+          return result unless result == false # false: a rack.hijack field, nothing sent (partial hijack below)
+        end
 
         if body.respond_to?(:to_path) && !body.respond_to?(:call) && !hijack_header?(headers)
           result = @engine.respond_file(token, status, headers, body.to_path)
@@ -284,7 +287,9 @@ module Margay
       def send_error(token, status, error, env)
         if status == 500 && @error_handler && (response = handled_error(error, env))
           begin
-            @engine.respond(token, *response)
+            if @engine.respond(token, *response) == false # a rack.hijack field: no hijack here
+              @engine.respond(token, response[0], response[1].reject { |name, _| name == Rack::RACK_HIJACK }, response[2])
+            end
             return response[0]
           rescue InvalidResponse => e
             @log.error("invalid response from lowlevel_error_handler: #{e.message}")

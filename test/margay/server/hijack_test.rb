@@ -122,4 +122,18 @@ class HijackTest < Minitest::Test
       end
     end
   end
+
+  # The rack.hijack response field wins over an Array body, which is ignored (Engine#respond
+  # sends nothing and answers false): even parts that are no Strings do not make it a 500.
+  def test_partial_hijack_ignores_an_array_body
+    talk = lambda do |io|
+      io.write("taken")
+      io.close
+    end
+    app = ->(_env) { [200, { "rack.hijack" => talk }, [:not_a_string]] }
+    with_server(app, lint: false) do |_, port|
+      raw = raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_match(%r{\AHTTP/1.1 200 OK\r\n.*\r\n\r\ntaken\z}m, raw)
+    end
+  end
 end
