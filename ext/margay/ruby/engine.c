@@ -45,6 +45,8 @@ static void engine_mark(void *p) {
   mg_rb_engine *rb = p;
   rb_gc_mark(rb->env_template);
   rb_gc_mark(rb->board);
+  rb_gc_mark(rb->hijack_class);
+  rb_gc_mark(rb->hints_class);
   if (!rb->core.closed) mg_pins_each(&rb->core.pins, mark_ref); /* also pins them: they cannot move */
   for (int i = 0; i < rb->core.nlisteners; i++) {
     rb_gc_mark(rb->servers[i].server_name);
@@ -71,6 +73,8 @@ static VALUE engine_alloc(VALUE klass) {
   rb->core.health_wake = MG_WAKE_NONE;
   rb->env_template = Qnil;
   rb->board = Qnil;
+  rb->self = obj;
+  rb->hijack_class = rb->hints_class = Qnil;
   rb->core.closed = 1; /* until initialize succeeds */
   return obj;
 }

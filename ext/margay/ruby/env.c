@@ -14,10 +14,11 @@
 static VALUE k_REQUEST_METHOD, k_PATH_INFO, k_QUERY_STRING, k_REQUEST_URI, k_SERVER_PROTOCOL,
     k_SERVER_NAME, k_SERVER_PORT, k_REMOTE_ADDR, k_CONTENT_LENGTH, k_CONTENT_TYPE, k_HTTP_HOST,
     k_HTTP_COOKIE, k_rack_input, k_queue_time, k_body_wait, k_HTTP_X_REQUEST_START,
-    k_url_scheme, k_HTTPS, k_peercert, k_is_hijack, k_protocol;
+    k_url_scheme, k_HTTPS, k_peercert, k_is_hijack, k_protocol, k_HTTP_UPGRADE, k_hijack, k_early_hints,
+    k_response_finished;
 static VALUE v_https, v_HTTP_2, v_HTTP_1_1, v_HTTP_1_0, v_port80, v_port443, v_localhost, v_star;
 static VALUE cStringIO;
-static ID id_for_fd;
+static ID id_for_fd, id_engine, id_token, id_env;
 
 static VALUE interned(const char *s) {
   VALUE v = rb_interned_str_cstr(s);
@@ -120,15 +121,33 @@ static void put_field(pairs *p, long fields, VALUE key, VALUE value) {
   }
 }
 
+/* A plain request's callables (mg_env_objects), allocated here with their instance variables
+ * set: no Class#new and Ruby initialize per object (about 1,400 instructions each on Ruby 3.1),
+ * no Ruby-level insert per entry. */
+static void put_objects(pairs *p, VALUE env, mg_env_objects *o) {
+  VALUE hijack = rb_obj_alloc(o->hijack_class);
+  rb_ivar_set(hijack, id_engine, o->engine);
+  rb_ivar_set(hijack, id_token, o->token);
+  rb_ivar_set(hijack, id_env, env);
+  VALUE hints = rb_obj_alloc(o->hints_class);
+  rb_ivar_set(hints, id_engine, o->engine);
+  rb_ivar_set(hints, id_token, o->token);
+  put(p, k_hijack, hijack);
+  put(p, k_early_hints, hints);
+  put(p, k_response_finished, rb_ary_new());
+  o->hijack = hijack;
+}
+
 /* The env: a copy of the template with the pairs and rack.input (Qundef: the template's); frees
  * the pairs' buffer (+tmp+, ALLOCV's). The pairs go in at once (rb_hash_bulk_insert): the table
  * grows once to its final size, where one rb_hash_aset per pair rebuilt it as it grew (about a
  * fifth of a hello-world request's instructions went to those inserts). The keys are frozen
  * strings, so each is stored as given, as rb_hash_aset would; a key already in the template
  * (rack.input, rack.url_scheme) gets the pair's value. */
-static VALUE finish_env(VALUE env_template, pairs *p, VALUE input, VALUE tmp) {
+static VALUE finish_env(VALUE env_template, pairs *p, VALUE input, VALUE tmp, mg_env_objects *o) {
   if (input != Qundef) put(p, k_rack_input, input);
   VALUE env = rb_hash_dup(env_template);
+  if (o) put_objects(p, env, o);
   rb_hash_bulk_insert(p->n, p->kv, env);
   ALLOCV_END(tmp);
   return env;
@@ -152,7 +171,7 @@ static void set_server(pairs *pp, const char *p, size_t n, int https) {
 }
 
 /* The fixed pairs, the SERVER_* and CONTENT_LENGTH pairs and rack.input besides the fields. */
-#define MG_ENV_FIXED_PAIRS 23
+#define MG_ENV_FIXED_PAIRS 26
 
 /* margay.queue_time (seconds from the first byte to a thread taking the request),
  * puma.request_body_wait (Puma's meaning: milliseconds from the head complete to the body
@@ -174,7 +193,7 @@ static void put_times(pairs *p, const mg_settings *cfg, int64_t arrival_ns, int6
 /* A TLS connection's keys, as Puma sets them: rack.url_scheme and HTTPS "https", and the
  * client's certificate (DER here; Ruby makes it the OpenSSL::X509::Certificate Puma gives,
  * Server's request handler). */
-static void put_tls(pairs *p, mg_conn *c) {
+static int put_tls(pairs *p, mg_conn *c) {
   put(p, k_url_scheme, v_https);
   put(p, k_HTTPS, v_https);
   unsigned char *der;
@@ -183,9 +202,11 @@ static void put_tls(pairs *p, mg_conn *c) {
     put(p, k_peercert, rb_str_new((const char *)der, n));
     mg_tls_free_der(der);
   }
+  return n > 0;
 }
 
-VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_settings *cfg, mg_conn *c) {
+VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_settings *cfg, mg_conn *c,
+                   mg_env_objects *o) {
   const char *b = c->rbuf;
   mg_request *r = c->req;
   VALUE tmp = 0;
@@ -201,6 +222,7 @@ VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_set
   put(&p, k_REMOTE_ADDR, remote_addr(cfg, c));
 
   long fields = p.n;
+  int plain = !NIL_P(o->hijack_class) && c->bfd < 0;
   for (size_t i = 0; i < r->nheaders; i++) {
     const char *name = b + r->headers[i].name.off;
     size_t nlen = r->headers[i].name.len;
@@ -214,6 +236,7 @@ VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_set
     } else {
       key = mg_field_key(name, nlen);
       if (NIL_P(key)) continue;
+      if (key == k_HTTP_UPGRADE) plain = 0;
     }
     put_field(&p, fields, key, span_str(b, r->headers[i].value));
   }
@@ -236,8 +259,8 @@ VALUE mg_env_build(VALUE env_template, const mg_env_server *server, const mg_set
     put(&p, k_SERVER_PORT, server->server_port);
   }
   put_times(&p, cfg, c->arrival_ns, c->head_ns, c->ready_ns, c->taken_ns);
-  if (c->tls.ssl) put_tls(&p, c);
-  return finish_env(env_template, &p, body_input(&c->bfd, c->bmem, c->blen), tmp);
+  if (c->tls.ssl && put_tls(&p, c)) plain = 0;
+  return finish_env(env_template, &p, body_input(&c->bfd, c->bmem, c->blen), tmp, plain ? o : NULL);
 }
 
 static VALUE h2_value(const mg_h2_req *q, int i) {
@@ -328,7 +351,7 @@ VALUE mg_env_build_h2(VALUE env_template, const mg_env_server *server, const mg_
   }
   if (q->protocol >= 0) put(&p, k_protocol, rb_ary_new_from_args(1, h2_value(q, q->protocol)));
   put(&p, k_is_hijack, Qfalse); /* no hijack on HTTP/2: the connection carries other streams */
-  return finish_env(env_template, &p, body_input(&q->bfd, q->body, q->blen), tmp);
+  return finish_env(env_template, &p, body_input(&q->bfd, q->body, q->blen), tmp, NULL);
 }
 
 void mg_env_init(void) {
@@ -361,6 +384,13 @@ void mg_env_init(void) {
   k_peercert = interned("puma.peercert");
   v_localhost = interned("localhost");
   v_star = interned("*");
+  k_HTTP_UPGRADE = interned("HTTP_UPGRADE");
+  k_hijack = interned("rack.hijack");
+  k_early_hints = interned("rack.early_hints");
+  k_response_finished = interned("rack.response_finished");
   id_for_fd = rb_intern("for_fd");
+  id_engine = rb_intern("@engine");
+  id_token = rb_intern("@token");
+  id_env = rb_intern("@env");
   mg_field_key_init();
 }

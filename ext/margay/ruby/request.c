@@ -54,9 +54,11 @@ typedef struct { mg_rb_engine *rb; mg_conn *c; } build_args;
 
 static VALUE mg_rb_build(VALUE p) {
   build_args *b = (build_args *)p;
-  VALUE env = mg_env_build(b->rb->env_template, &b->rb->servers[b->c->listener], &b->rb->core.cfg, b->c);
+  mg_rb_engine *rb = b->rb;
+  mg_env_objects o = {rb->hijack_class, rb->hints_class, rb->self, mg_request_token(b->c), Qnil};
+  VALUE env = mg_env_build(rb->env_template, &rb->servers[b->c->listener], &rb->core.cfg, b->c, &o);
   mg_input_consume_head(b->c);
-  return rb_assoc_new(mg_request_token(b->c), env);
+  return NIL_P(o.hijack) ? rb_assoc_new(o.token, env) : rb_ary_new_from_args(3, o.token, env, o.hijack);
 }
 
 VALUE mg_request_build(mg_rb_engine *rb, mg_conn *c, int *state) {
@@ -89,7 +91,8 @@ static _Thread_local int64_t gvl_since_us;
 
 /*
  * Engine#next_request(continue_token = nil, idle_ms = nil)
- *   -> [token, env], :timeout (idle_ms passed without work), or nil (stopped)
+ *   -> [token, env] ([token, env, hijack]: #request_objects), :timeout (idle_ms passed without
+ *      work), or nil (stopped)
  * Waits without the GVL. continue_token: the token #respond returned, when a
  * pipelined request is already buffered on that connection: it is served at once while the
  * thread's turn on the connection lasts (MG_TURN_MS since it took it from the event loop),
@@ -125,6 +128,21 @@ static VALUE engine_next_request(int argc, VALUE *argv, VALUE self) {
     rb_thread_check_ints(); /* interrupted: signals, Thread#raise, or a closed engine */
     if (e->closed) return Qnil;
   }
+}
+
+/*
+ * Engine#request_objects(hijack_class, early_hints_class)
+ * From now on the env of every plain HTTP/1.x request (ruby/env.h) comes with its rack.hijack,
+ * rack.early_hints and rack.response_finished, made by the engine, and #next_request (and
+ * FiberWaits#wait) hands it over as [token, env, hijack]; any other as [token, env].
+ */
+static VALUE engine_request_objects(VALUE self, VALUE hijack_class, VALUE hints_class) {
+  Check_Type(hijack_class, T_CLASS);
+  Check_Type(hints_class, T_CLASS);
+  mg_rb_engine *rb = mg_rb_engine_get(self);
+  rb->hijack_class = hijack_class;
+  rb->hints_class = hints_class;
+  return Qnil;
 }
 
 /* Engine#abort(token): drop a connection whose response cannot be completed.
@@ -170,6 +188,7 @@ static VALUE engine_error_response(VALUE self, VALUE token, VALUE status) {
 void mg_request_init(VALUE cEngine) {
   id_timeout = rb_intern("timeout");
   rb_define_method(cEngine, "next_request", engine_next_request, -1);
+  rb_define_method(cEngine, "request_objects", engine_request_objects, 2);
   rb_define_method(cEngine, "abort", engine_abort, 1);
   rb_define_method(cEngine, "hijack", engine_hijack, 1);
   rb_define_method(cEngine, "error_response", engine_error_response, 2);

@@ -53,7 +53,10 @@ static int body_unchanged(VALUE body, long nparts, int64_t blen) {
   return blen < 0 || total == blen;
 }
 
-/* Engine#respond(token, status, headers, body_array) -> token to continue with, or nil */
+/* Engine#respond(token, status, headers, body_array) -> token to continue with, or nil; false
+ * (nothing sent) when +headers+ has a rack.hijack field: the caller hijacks (the body is
+ * ignored then, as the SPEC says, so its parts are checked after the fields). The request
+ * handler asks no Hash lookup of its own for that field per response. */
 static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers, VALUE body) {
   mg_engine *e = mg_rb_engine_core(self);
   if (mg_rb_h2_token_p(token)) return mg_rb_h2_respond(e, token, status, headers, body);
@@ -62,14 +65,18 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
   Check_Type(body, T_ARRAY);
   int64_t blen = 0, copied = 0;
   long nparts = RARRAY_LEN(body);
+  VALUE bad = Qundef;
   for (long i = 0; i < nparts; i++) {
     VALUE part = RARRAY_AREF(body, i);
-    if (!RB_TYPE_P(part, T_STRING)) rb_raise(mg_eInvalidResponse, "body parts must be Strings, got %" PRIsVALUE, rb_obj_class(part));
+    if (!RB_TYPE_P(part, T_STRING)) { bad = part; break; }
     blen += RSTRING_LEN(part);
     if (RSTRING_LEN(part) < MG_SHARE_STRING) copied += RSTRING_LEN(part);
   }
   mg_head h;
   mg_rb_head_begin(&h, st, headers, (size_t)copied);
+  if (h.hijack != Qnil || bad != Qundef) mg_head_release(&h);
+  if (h.hijack != Qnil) return Qfalse;
+  if (bad != Qundef) rb_raise(mg_eInvalidResponse, "body parts must be Strings, got %" PRIsVALUE, rb_obj_class(bad));
   int send_body = !c->head_request && !mg_bodyless(st);
   if (h.content_length >= 0 && send_body && !h.has_te && h.content_length != blen) {
     mg_head_release(&h);

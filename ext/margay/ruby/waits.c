@@ -154,7 +154,8 @@ static void waits_ubf(void *p) { mg_waits_poke(p); }
  * poked, requests are taken, or +timeout_ms+ pass (nil: no limit). +take+: how many requests
  * it may take (0: none; nil: none, and no :stop either: the caller knows), each under a slot of
  * the InFlight claimed here (released by InFlight#leave when the request ends). +events+ (an Array, cleared) receives fd, events pairs, and -1, 0 when
- * the mailbox was poked; +requests+ (cleared) the [token, env] of each request taken. :stop:
+ * the mailbox was poked; +requests+ (cleared) the [token, env] (or [token, env, hijack]:
+ * Engine#request_objects) of each request taken. :stop:
  * the engine is stopping and holds no connection (whatever +take+ is, unless nil).
  */
 static VALUE waits_wait(VALUE self, VALUE timeout_ms, VALUE take, VALUE out, VALUE requests) {

@@ -208,9 +208,9 @@ module Margay
       def start(request)
         @pool.busy! # and its slot of @in_flight was claimed by the wait that took it (#finished gives both back)
         started = false
-        fiber = Fiber.new(blocking: false) do |(token, env)|
+        fiber = Fiber.new(blocking: false) do |(token, env, hijack)|
           started = true
-          serve_requests(token, env)
+          serve_requests(token, env, hijack)
         end
         @live[fiber] = true
         enter(fiber, request)
@@ -235,17 +235,17 @@ module Margay
 
       # One connection's requests in this fiber: the first, then those it pipelined while
       # this fiber's turn on it lasts (Engine#next_request with a continue token and no wait).
-      def serve_requests(token, env)
+      def serve_requests(token, env, hijack)
         @refusing = false
         loop do
           env[IO_BOUND_KEY] = IO_BOUND
-          continue_with = @handler.call(token, env) # request_timeout: FiberDeadline, the handler's deadline
+          continue_with = @handler.call(token, env, hijack) # request_timeout: FiberDeadline, the handler's deadline
           break unless continue_with
 
           request = @engine.next_request(continue_with, 0)
           break unless request.is_a?(Array)
 
-          token, env = request
+          token, env, hijack = request
         end
       rescue APP_ERRORS => e # RequestHandler#call answered or aborted the request; what is left must
         # not unwind the thread's loop and every other fiber on it

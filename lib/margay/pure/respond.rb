@@ -9,18 +9,20 @@ module Margay
     # (Engine#write: blocking, bounded by write_timeout), then Engine#finish keeps the connection
     # alive, continues with a pipelined request or closes it. Mixed into Engine.
     module Respond
-      # -> a token to continue with (a pipelined request is buffered), or nil
+      # -> a token to continue with (a pipelined request is buffered), or nil; false (nothing
+      # sent) when +headers+ has a rack.hijack field: the caller hijacks
       def respond(token, status, headers, body)
         conn = held(token)
         status = check_status(status)
         raise InvalidResponse, "body must be an Array" unless body.is_a?(Array)
 
-        length = body.sum do |part|
-          raise InvalidResponse, "body parts must be Strings, got #{part.class}" unless part.is_a?(String)
-
-          part.bytesize
-        end
+        bad = body.index { |part| !part.is_a?(String) }
         built = head_begin(status, headers)
+        return false if built.hijack # the caller hijacks; the body is ignored
+
+        raise InvalidResponse, "body parts must be Strings, got #{body[bad].class}" if bad
+
+        length = body.sum(&:bytesize)
         send_body = conn.head.method != "HEAD" && !bodyless?(status)
         if built.content_length >= 0 && send_body && !built.has_te && built.content_length != length
           raise InvalidResponse, "content-length #{built.content_length} does not match the body's #{length} bytes"

@@ -35,12 +35,14 @@ module Margay
       # The socket once #call took it, else nil.
       attr_reader :io
 
-      # +env+ gets rack.hijack_io once the app takes the socket.
+      # +env+ gets rack.hijack_io once the app takes the socket. (Three instance
+      # variables: Ruby keeps them in the object, no table beside it; @io is set
+      # once the socket is taken. The native engine makes a plain request's
+      # Hijack itself, with the same three: Native::Engine#request_objects.)
       def initialize(engine, token, env)
         @engine = engine
         @token = token
         @env = env
-        @io = nil
       end
 
       # env["rack.hijack"] (full hijack): the app takes the socket and answers

@@ -18,7 +18,9 @@ module Margay
     # #status_for). The body is always closed and the rack.response_finished
     # callbacks always called.
     class RequestHandler
-      # rack.early_hints: send a 103 before the final response.
+      # rack.early_hints: send a 103 before the final response. (The native
+      # engine makes a plain request's itself, with the same instance
+      # variables: Native::Engine#request_objects.)
       class EarlyHints
         # For the request of +token+ on +engine+.
         def initialize(engine, token)
@@ -104,6 +106,7 @@ module Margay
         @access_log = config.log_requests
         @counters = counters
         @upgrade_timeouts = { read_timeout: config.keepalive_timeout, write_timeout: config.write_timeout }.freeze
+        engine.request_objects(Hijack, EarlyHints) if engine.respond_to?(:request_objects)
       end
 
       # The loop of every pool thread: wait in the engine, run the app,
@@ -116,15 +119,23 @@ module Margay
 
       # Handle one request. Returns the token to continue with when a pipelined
       # request is already buffered on the same connection, else nil.
-      def call(token, env)
+      # +hijack+: the rack.hijack the engine put in +env+ with rack.early_hints
+      # and rack.response_finished, for a request with no Upgrade field, no
+      # client certificate and no body in a tempfile (Native::Engine#request_objects);
+      # nil: this method looks and makes them.
+      def call(token, env, hijack = nil)
         started = Clock.now if @access_log
-        input = env[Rack::RACK_INPUT]
-        hijack = Hijack.new(@engine, token, env)
-        env[Rack::RACK_HIJACK] = hijack if env[Rack::RACK_IS_HIJACK] # false on HTTP/2 (other streams share the socket)
-        env[PUMA_PEERCERT] = OpenSSL::X509::Certificate.new(env[PUMA_PEERCERT]) if env.key?(PUMA_PEERCERT) # DER from the engine
-        env[RACK_EARLY_HINTS] = EarlyHints.new(@engine, token)
-        Upgrade.prepare(env) if env.key?("HTTP_UPGRADE")
-        callbacks = env[Rack::RACK_RESPONSE_FINISHED] = []
+        if hijack
+          callbacks = env[Rack::RACK_RESPONSE_FINISHED]
+        else
+          input = env[Rack::RACK_INPUT]
+          hijack = Hijack.new(@engine, token, env)
+          env[Rack::RACK_HIJACK] = hijack if env[Rack::RACK_IS_HIJACK] # false on HTTP/2 (other streams share the socket)
+          env[PUMA_PEERCERT] = OpenSSL::X509::Certificate.new(env[PUMA_PEERCERT]) if env.key?(PUMA_PEERCERT) # DER from the engine
+          env[RACK_EARLY_HINTS] = EarlyHints.new(@engine, token)
+          Upgrade.prepare(env) if env.key?("HTTP_UPGRADE")
+          callbacks = env[Rack::RACK_RESPONSE_FINISHED] = []
+        end
         status = headers = body = error = nil
         continue_with = nil
         begin
@@ -136,7 +147,7 @@ module Margay
           status = fail_request(token, env, e)
         ensure
           close_body(body, env)
-          input.close if input.is_a?(File) && !input.closed?
+          input.close if input.is_a?(File) && !input.closed? # nil: the request had no tempfile
           finish_callbacks(callbacks, env, status, headers, error) unless callbacks.empty?
           log_access(env, status, started) if @access_log
         end
@@ -165,11 +176,11 @@ module Margay
 
             next
           end
-          token, env = request
+          token, env, hijack = request
           pool.grow_on_demand if pool.grow_on_demand? && @engine.starved?
           pool.busy!
           begin
-            continue_with = call(token, env)
+            continue_with = call(token, env, hijack)
           ensure
             pool.idle!
           end
@@ -182,7 +193,10 @@ module Margay
       end
 
       def send_response(token, env, status, headers, body)
-        return @engine.respond(token, status, headers, body) if body.instance_of?(Array) && !hijack_header?(headers)
+        if body.instance_of?(Array)
+          result = @engine.respond(token, status, headers, body)
+          return result unless result == false # false: a rack.hijack field, nothing sent (partial hijack below)
+        end
 
         if body.respond_to?(:to_path) && !body.respond_to?(:call) && !hijack_header?(headers)
           result = @engine.respond_file(token, status, headers, body.to_path)
@@ -273,7 +287,9 @@ module Margay
       def send_error(token, status, error, env)
         if status == 500 && @error_handler && (response = handled_error(error, env))
           begin
-            @engine.respond(token, *response)
+            if @engine.respond(token, *response) == false # a rack.hijack field: no hijack here
+              @engine.respond(token, response[0], response[1].reject { |name, _| name == Rack::RACK_HIJACK }, response[2])
+            end
             return response[0]
           rescue InvalidResponse => e
             @log.error("invalid response from lowlevel_error_handler: #{e.message}")

@@ -16,7 +16,8 @@ class EngineTest < Minitest::Test
     add_listener: -1, start: 0, next_request: -1, stop: -1, stopping?: 0, abort: 1, hijack: 1, error_response: 2, stats: 0, backlog: 0, queue_look: 0,
     close: 0, respond: 4, respond_file: 4, stream_start: 3, stream_write: 2, stream_finish: 1, flush: 1, tunnel_read: 2,
     early_hints: 2, response_started?: 1, detach_idle: 2, adopt: 2, publish_idle: 2, others_waiting: 0,
-    handoff_quota: 0, saturated_ms: 0, starved?: 0, add_health_listener: -1, "busy_threads=": 1, drain: 0, draining?: 0, "metrics_text=": 1
+    handoff_quota: 0, saturated_ms: 0, starved?: 0, add_health_listener: -1, "busy_threads=": 1, drain: 0, draining?: 0, "metrics_text=": 1,
+    request_objects: 2
   }.freeze
 
   def test_the_engine_api

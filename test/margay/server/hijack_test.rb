@@ -86,4 +86,54 @@ class HijackTest < Minitest::Test
       IO.select([io], nil, nil, 2) ? io.read_nonblock(100) : :not_readable
     end
   end
+
+  # A rack.hijack or rack.early_hints kept from an earlier request (the engine makes them for
+  # a plain request: Native::Engine#request_objects) acts on no later one: on the same
+  # connection and thread, the stale hijack raises ClientGone and the stale early hints send
+  # nothing; the later request is answered as usual. Thread and fiber mode.
+  def test_stale_hijack_and_early_hints_act_on_no_later_request
+    modes = [{}]
+    modes << { fiber_scheduler: true, event_backend: :auto } unless RUBY_ENGINE == "jruby"
+    modes.each do |mode|
+      kept = []
+      app = lambda do |env|
+        if kept.empty?
+          kept.push(env["rack.hijack"], env["rack.early_hints"])
+          next [200, { "content-length" => "5" }, ["first"]]
+        end
+        hijack, hints = kept
+        outcome = begin
+          hijack.call
+          "hijacked"
+        rescue Margay::ClientGone
+          "refused"
+        end
+        hints.call({ "link" => "</stale.css>; rel=preload" })
+        [200, { "content-length" => outcome.bytesize.to_s }, [outcome]]
+      end
+      with_server(app, lint: false, min_threads: 1, max_threads: 1, **mode) do |_, port|
+        sock = TCPSocket.new("127.0.0.1", port)
+        sock.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert_equal [200, "first"], read_response(sock).values_at(0, 2)
+        sock.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert_equal [200, "refused"], read_response(sock).values_at(0, 2), mode.inspect
+      ensure
+        sock&.close
+      end
+    end
+  end
+
+  # The rack.hijack response field wins over an Array body, which is ignored (Engine#respond
+  # sends nothing and answers false): even parts that are no Strings do not make it a 500.
+  def test_partial_hijack_ignores_an_array_body
+    talk = lambda do |io|
+      io.write("taken")
+      io.close
+    end
+    app = ->(_env) { [200, { "rack.hijack" => talk }, [:not_a_string]] }
+    with_server(app, lint: false) do |_, port|
+      raw = raw_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_match(%r{\AHTTP/1.1 200 OK\r\n.*\r\n\r\ntaken\z}m, raw)
+    end
+  end
 end
