@@ -45,6 +45,7 @@ static void engine_mark(void *p) {
   mg_rb_engine *rb = p;
   rb_gc_mark(rb->env_template);
   rb_gc_mark(rb->board);
+  rb_gc_mark(rb->self); /* pins it: request envs are built with rb->self (compact_before_fork runs GC.compact) */
   rb_gc_mark(rb->hijack_class);
   rb_gc_mark(rb->hints_class);
   if (!rb->core.closed) mg_pins_each(&rb->core.pins, mark_ref); /* also pins them: they cannot move */

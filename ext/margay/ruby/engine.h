@@ -14,7 +14,7 @@ typedef struct {
   mg_engine core;                      /* first: core code gets &rb->core */
   VALUE env_template;                  /* Hash duplicated for each request */
   VALUE board;                         /* IdleBoard of the cluster (core.board_slots), or nil */
-  VALUE self;                          /* the Engine object (not marked: it is the one marking) */
+  VALUE self;                          /* the Engine object (marked by itself, so pinned) */
   VALUE hijack_class, hints_class;     /* Engine#request_objects's, or nil (ruby/env.h) */
   mg_env_server servers[MG_MAX_LISTENERS]; /* per listener */
 } mg_rb_engine;
