@@ -116,7 +116,7 @@ module Margay
       # rack.hijack: the engine lets go of the connection. -> [its socket, the bytes already
       # read past the request]
       def hijack(token)
-        conn = @held.take(token) or raise IOError, "stale request token"
+        conn = @held.take(token) or raise ClientGone, "the connection is no longer held by this request"
         [conn.io, conn.buf.dup]
       end
 
@@ -196,7 +196,7 @@ module Margay
       def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 
       def held(token)
-        @held.get(token) or raise IOError, "stale request token"
+        @held.get(token) or raise ClientGone, "the connection is no longer held by this request"
       end
 
       # Pool threads get nil from #next_request once the engine stopped and its reactor is done
