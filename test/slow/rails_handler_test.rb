@@ -2,7 +2,7 @@
 
 require "test_helper"
 require_relative "support/child_output"
-require "digest"
+require "digest/sha2" # at load: threads autoloading Digest::SHA256 at once race
 require "net/http"
 require "open3"
 require "tmpdir"

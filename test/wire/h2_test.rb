@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "digest"
+require "digest/sha2" # at load: threads autoloading Digest::SHA256 at once race
 require "json"
 require "open3"
 require "openssl"

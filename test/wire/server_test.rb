@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "digest"
+require "digest/sha2" # loaded here: two server threads autoloading Digest::SHA256 at once race (Digest::Base cannot be directly instantiated)
 require "json"
 
 # Wire behaviour of the single-process server over real sockets: framing,
