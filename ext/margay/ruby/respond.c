@@ -74,9 +74,14 @@ static VALUE engine_respond(VALUE self, VALUE token, VALUE status, VALUE headers
   }
   mg_head h;
   mg_rb_head_begin(&h, st, headers, (size_t)copied);
-  if (h.hijack != Qnil || bad != Qundef) mg_head_release(&h);
-  if (h.hijack != Qnil) return Qfalse;
-  if (bad != Qundef) rb_raise(mg_eInvalidResponse, "body parts must be Strings, got %" PRIsVALUE, rb_obj_class(bad));
+  if (h.hijack != Qnil) {
+    mg_head_release(&h);
+    return Qfalse;
+  }
+  if (bad != Qundef) {
+    mg_head_release(&h);
+    rb_raise(mg_eInvalidResponse, "body parts must be Strings, got %" PRIsVALUE, rb_obj_class(bad));
+  }
   int send_body = !c->head_request && !mg_bodyless(st);
   if (h.content_length >= 0 && send_body && !h.has_te && h.content_length != blen) {
     mg_head_release(&h);
