@@ -6,8 +6,10 @@ require_relative "../support/ports"
 
 # margay.queue_time behind the real nginx on loopback, nginx adding X-Request-Start: t=${msec}
 # (the stamp APMs read): the arrival Margay measures (the app call less margay.queue_time) is
-# within 2 ms of nginx's stamp, for requests served at once and for one that waited behind a
-# slow request for the only thread.
+# within 5 ms of nginx's stamp, for requests served at once and for one that waited behind a
+# slow request for the only thread. (0.2-1.2 ms on a quiet machine: ${msec} is truncated to the
+# millisecond and read from nginx's cached clock before it forwards; a busy machine delays that
+# forwarding by a few ms.)
 class QueueTimeNginxTest < Minitest::Test
   include Margay::TestHelper
   include Margay::TestPorts
@@ -93,7 +95,7 @@ class QueueTimeNginxTest < Minitest::Test
     [queue_time, called_at - queue_time - Float(stamp.delete_prefix("t="))]
   end
 
-  def test_arrival_within_2_ms_of_nginx_msec
+  def test_arrival_within_5_ms_of_nginx_msec
     with_server(app, min_threads: 1, max_threads: 1, queue_time_header: true) do |_host, upstream, _server|
       with_nginx(upstream) do |port|
         assert_match(%r{\AHTTP/1.1 200}, raw_get(port, "/warm")) # receive timestamps on
@@ -101,14 +103,14 @@ class QueueTimeNginxTest < Minitest::Test
         5.times do |i|
           assert_match(%r{\AHTTP/1.1 200}, raw_get(port, "/at-once-#{i}"))
           _queue_time, offset = next_call("/at-once-#{i}")
-          assert_in_delta 0.0005, offset, 0.002, "request #{i}: Margay's arrival against nginx's ${msec}"
+          assert_in_delta 0.002, offset, 0.0035, "request #{i}: Margay's arrival against nginx's ${msec}"
         end
         slow = Thread.new { raw_get(port, "/slow") }
         assert_equal "/slow", pop_within(@calls)[0]
         assert_match(%r{\AHTTP/1.1 200}, raw_get(port, "/queued"))
         queue_time, offset = next_call("/queued")
         assert_operator queue_time, :>, 0.3, "it waited for the slow request"
-        assert_in_delta 0.0005, offset, 0.002, "the queued request's arrival against nginx's ${msec}"
+        assert_in_delta 0.002, offset, 0.0035, "the queued request's arrival against nginx's ${msec}"
         assert_match(%r{\AHTTP/1.1 200}, slow.value)
       end
     end
