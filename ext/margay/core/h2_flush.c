@@ -49,7 +49,8 @@ static void flush_conn(mg_engine *e, mg_conn *c) {
     pthread_mutex_unlock(&c->h2_lock);
     return;
   }
-  mg_h2_unlock(e, c); /* pumps (nothing ended since: it holds nothing more), kicks what is left */
+  c->h2->ended = 0; /* not an answer's end: mg_h2_unlock writes (and kicks what is left) */
+  mg_h2_unlock(e, c);
 }
 
 static void *flush_main(void *arg) {
