@@ -5,10 +5,16 @@ hyperframe for frames h2 would refuse to send. Prints one JSON line of what it s
                                       client frames after the preface, one scenario a file
                                       (/usr/bin/python3 test/support/h2_frames.py seeds ext/margay/fuzz/seeds/h2)
 
+  PORT may be tls:PORT: the same over TLS (ALPN h2, the certificate not checked).
+
   h2_frames.py PORT settings          the server's SETTINGS
   h2_frames.py PORT frames PATH...    a GET of each PATH, all on one connection at once: what came
                                       for each stream, in order (each head's fields, "data" for body
                                       bytes, "end" for END_STREAM, "reset"), by path
+  h2_frames.py PORT ended PATH...     a GET of each PATH, all on one connection at once (one write):
+                                      when each stream ended (CLOCK_MONOTONIC seconds, as Ruby's
+                                      Process.clock_gettime reads it), by path, and "sent": when
+                                      they were sent
   h2_frames.py PORT split_preface N PATH
                                       the client preface's first N bytes alone, then (0.3 s later)
                                       the rest with a GET of PATH: what came for the stream, as frames
@@ -49,6 +55,7 @@ import hashlib
 import os
 import json
 import socket
+import ssl
 import sys
 import time
 
@@ -60,7 +67,14 @@ from hyperframe.frame import ContinuationFrame, DataFrame, HeadersFrame, PingFra
 
 
 def connect(port, send_preface=True):
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    tls = port.startswith("tls:")
+    sock = socket.create_connection(("127.0.0.1", int(port[4:] if tls else port)), timeout=10)
+    if tls:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.set_alpn_protocols(["h2"])
+        sock = ctx.wrap_socket(sock)
     conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
     conn.initiate_connection()
     if send_preface:
@@ -183,7 +197,7 @@ def main():
     if sys.argv[1] == "seeds":
         seeds(sys.argv[2])
         return
-    port, what = int(sys.argv[1]), sys.argv[2]
+    port, what = sys.argv[1], sys.argv[2]
     # split_preface and proxied write the preface themselves
     sock, conn = connect(port, what not in ("split_preface", "proxied"))
     out = {}
@@ -222,6 +236,23 @@ def main():
             elif isinstance(e, h2.events.StreamReset):
                 got[sid].append("reset")
         out = {paths[sid]: events for sid, events in got.items()}
+    elif what == "ended":
+        paths = {}
+        for path in sys.argv[3:]:
+            sid = conn.get_next_available_stream_id()
+            paths[sid] = path
+            conn.send_headers(sid, request(path), end_stream=True)
+        out["sent"] = time.clock_gettime(time.CLOCK_MONOTONIC)
+        sock.sendall(conn.data_to_send())
+        ended = {}
+
+        def note(seen):  # after each read: the streams it ended end now
+            for e in seen:
+                if isinstance(e, h2.events.StreamEnded) and e.stream_id in paths and paths[e.stream_id] not in ended:
+                    ended[paths[e.stream_id]] = time.clock_gettime(time.CLOCK_MONOTONIC)
+            return len(ended) == len(paths)
+        pump(sock, conn, note)
+        out.update({p: ended.get(p) for p in paths.values()})
     elif what == "rapid_reset":
         n = int(sys.argv[3])
         for i in range(n):

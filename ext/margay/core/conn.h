@@ -97,6 +97,11 @@ typedef struct mg_conn {
   uint64_t h2_seq;        /* streams' sequence on this struct, never reset: stale tokens fail */
   _Atomic int h2_kick;    /* a response call left output, or the session must end (mg_h2_kick) */
   int h2_goaway;          /* the session sent its GOAWAY for a stop (read by the sweep) */
+  /* answers held for one write (core/h2_respond.c): when the oldest was framed (monotonic ns), 0
+   * while none is held; set and cleared under h2_lock, read by the flusher without it */
+  _Atomic int64_t h2_held_ns;
+  struct mg_conn *h2_flush_next; /* in the engine's flush list (core/h2_flush.c), under its flush_lock */
+  int h2_flush_listed;    /* ... it is in that list (under flush_lock) */
   struct mg_conn *next_handshake; /* in the engine's handshakes left by a thread with the GVL */
 
   struct sockaddr_storage peer;

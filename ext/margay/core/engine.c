@@ -48,7 +48,12 @@ int mg_engine_open(mg_engine *e, int backend) {
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&e->standby_cond, &ca);
+  pthread_cond_init(&e->flush_cond, &ca);
   pthread_condattr_destroy(&ca);
+  pthread_mutex_init(&e->flush_lock, NULL);
+  e->flush_head = e->flush_tail = NULL;
+  e->flush_idle = e->flush_stop = 0;
+  atomic_store(&e->flush_running, 0);
   mg_pins_init(&e->pins);
   return MG_OPEN_OK;
 }
@@ -63,5 +68,7 @@ void mg_engine_close(mg_engine *e) {
   pthread_mutex_destroy(&e->stash_lock);
   pthread_mutex_destroy(&e->h2_lock);
   pthread_cond_destroy(&e->standby_cond);
+  pthread_mutex_destroy(&e->flush_lock);
+  pthread_cond_destroy(&e->flush_cond);
   mg_pins_destroy(&e->pins); /* every segment is gone with its connection */
 }

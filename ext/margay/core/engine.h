@@ -150,6 +150,15 @@ typedef struct mg_engine {
   pthread_mutex_t h2_lock;
   struct mg_h2_req *h2_head, *h2_tail; /* under h2_lock */
   _Atomic int h2_ready;        /* their number, read without the lock */
+  /* The HTTP/2 flusher (core/h2_flush.c): connections whose answers are held for one write,
+   * written by the flusher thread once the oldest has waited MG_H2_HOLD_NS. */
+  pthread_mutex_t flush_lock;
+  pthread_cond_t flush_cond;   /* CLOCK_MONOTONIC */
+  struct mg_conn *flush_head, *flush_tail; /* under flush_lock, linked by mg_conn.h2_flush_next */
+  int flush_idle;              /* the flusher waits with no deadline (under flush_lock) */
+  int flush_stop;              /* told to end (under flush_lock) */
+  _Atomic int flush_running;   /* the flusher runs: answers may be held (joined by mg_h2_flush_stop) */
+  pthread_t flush_thread;
 } mg_engine;
 
 /* Event data: the wake fd, a listener (its index in the low bits), or a connection

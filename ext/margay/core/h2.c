@@ -82,6 +82,7 @@ void h2_stream_clear(mg_h2 *h, mg_h2_stream *st) {
   if (st->state == ST_RECV) { mg_h2_req_free(st->req); h->receiving--; }
   h->queued -= st->olen - st->ooff;
   if (st->state == ST_APP) h->in_app--;
+  if (st->untaken) h->untaken--;
   if (st->ofd >= 0) close(st->ofd);
   free(st->out);
   free(st->in);
@@ -173,19 +174,26 @@ static ssize_t sock_read(mg_conn *c, void *buf, size_t len) {
   }
 }
 
+ssize_t h2_frame(mg_h2 *h) {
+  size_t batch = 0;
+  ssize_t n = 0;
+  const uint8_t *data;
+  while (batch < MG_H2_OUT_BATCH && (n = nghttp2_session_mem_send(h->s, &data)) > 0) {
+    mg_out_queue(&h->c->out, (const char *)data, (size_t)n);
+    batch += (size_t)n;
+  }
+  return n < 0 ? -1 : (ssize_t)batch;
+}
+
 int h2_pump(mg_h2 *h) {
   mg_conn *c = h->c;
+  atomic_store_explicit(&c->h2_held_ns, 0, memory_order_relaxed); /* what was held goes out now */
+  h->ended = 0;
   for (;;) {
     int r = mg_out_flush(&c->out, c->fd, &c->tls);
     if (r <= 0) return r;
-    size_t batch = 0;
-    ssize_t n = 0;
-    const uint8_t *data;
-    while (batch < MG_H2_OUT_BATCH && (n = nghttp2_session_mem_send(h->s, &data)) > 0) {
-      mg_out_queue(&c->out, (const char *)data, (size_t)n);
-      batch += (size_t)n;
-    }
-    if (n < 0) return -1;
+    ssize_t batch = h2_frame(h);
+    if (batch < 0) return -1;
     if (batch == 0) return 1;
   }
 }
@@ -201,6 +209,7 @@ void mg_h2_end(mg_conn *c) {
   pthread_mutex_lock(&c->h2_lock);
   mg_h2 *h = c->h2;
   c->h2 = NULL;
+  atomic_store(&c->h2_held_ns, 0); /* nothing held is left to write */
   if (h) {
     for (int i = 0; i < MG_H2_SLOTS; i++)
       if (h->slots[i].seq) h2_stream_clear(h, &h->slots[i]);

@@ -32,6 +32,7 @@ struct mg_h2_stream {
   int eof;               /* no more bytes will come */
   int deferred;          /* nghttp2 was told to wait for bytes (resume when some come) */
   int64_t taken_mono_ns; /* when a thread took its request (the duration histogram), or 0 */
+  int untaken;           /* its request waits in the engine's queue for a thread */
   /* an extended CONNECT (RFC 8441): the app got the request at the end of its headers; the
    * client's DATA wait here for the app's reads, bounded by the stream's window, which is given
    * back as the app reads (the connection's window at once: a tunnel never holds the others) */
@@ -47,6 +48,8 @@ typedef struct mg_h2 {
   mg_conn *c;
   mg_h2_stream slots[MG_H2_SLOTS];
   int in_app;            /* streams handed to Ruby and not answered yet */
+  int untaken;           /* ... of them, those whose request no thread has taken yet */
+  int ended;             /* a response call completed a stream's answer (mg_h2_unlock's to see) */
   int receiving;         /* streams whose request is not complete */
   int dead;              /* the socket failed or the peer left: close */
   int calm;              /* a limit was passed: GOAWAY ENHANCE_YOUR_CALM, then close */
@@ -69,6 +72,8 @@ void h2_stream_clear(mg_h2 *h, mg_h2_stream *st);
 /* Write what is queued and what the session has to send, as far as the socket takes it:
  * 1 all sent, 0 the socket is full, -1 it failed. */
 int h2_pump(mg_h2 *h);
+/* Move what the session has to send into c->out, up to MG_H2_OUT_BATCH: the bytes, or -1. */
+ssize_t h2_frame(mg_h2 *h);
 /* Whether response bytes wait in the streams (in memory, or a file's rest) for the client. */
 int h2_backlogged(const mg_h2 *h);
 static inline int h2_out_pending(const mg_conn *c) { return c->out.head != NULL; }
@@ -78,6 +83,10 @@ static inline int h2_out_pending(const mg_conn *c) { return c->out.head != NULL;
  * plain-text +status+ with +body+ (none for HEAD), cache-control: no-store, and +extra+ (a
  * lowercased field, or NULL). Under h2_lock. 0, or -1. */
 int h2_answer(mg_h2 *h, mg_h2_stream *st, int status, const mg_h2_nv *extra, const char *body, size_t blen);
+
+/* ---- core/h2_flush.c ---- */
+/* +c+'s answers are held from now (c->h2_held_ns set, under h2_lock): in the flusher's list. */
+void h2_flush_list(mg_engine *e, mg_conn *c);
 
 /* ---- core/h2_req.c: nghttp2's callbacks that build a stream's request ---- */
 int h2_on_begin_headers(nghttp2_session *s, const nghttp2_frame *frame, void *ud);

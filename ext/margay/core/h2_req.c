@@ -116,6 +116,8 @@ static int req_admit(mg_engine *e, mg_h2_req *q) {
     atomic_fetch_sub(&e->requests, 1);
     return 0;
   }
+  st->untaken = 0;
+  h->untaken--;
   int64_t now = mg_wall_ns();
   q->taken_ns = now;
   mg_histogram_observe(&e->queue_hist, now - q->arrival_ns);
@@ -125,7 +127,9 @@ static int req_admit(mg_engine *e, mg_h2_req *q) {
     return 0;
   }
   st->taken_mono_ns = mg_mono_ns();
-  pthread_mutex_unlock(&c->h2_lock);
+  /* the answers held for the connection's queued streams: this was the last, they go out now */
+  if (h->untaken == 0 && atomic_load_explicit(&c->h2_held_ns, memory_order_relaxed)) mg_h2_unlock(e, c);
+  else pthread_mutex_unlock(&c->h2_lock);
   return 1;
 }
 
@@ -267,6 +271,8 @@ int h2_request_done(mg_h2 *h, int32_t id) {
   st->state = ST_APP;
   h->receiving--;
   h->in_app++;
+  st->untaken = 1;
+  h->untaken++;
   c->requests++;
   queue_push(h->e, q);
   return 0;

@@ -85,9 +85,26 @@ void mg_h2_unlock(mg_engine *e, mg_conn *c) {
   mg_h2 *h = c->h2;
   int kick = 0;
   if (h && !h->dead) {
-    if (h2_pump(h) < 0) h->dead = 1;
+    /* An answer completed while other streams of this connection wait in the engine's queue:
+     * its frames are held in c->out, to go out with the answers completed meanwhile in one
+     * record and one write (where each answer was one). The thread that takes the last of those
+     * streams writes them before the app runs it (req_admit), as does any pump before (the
+     * connection's next event, another response call); and if none has MG_H2_HOLD_NS after the
+     * first was held (the holder went into a slow app call), the flusher thread does. */
+    int hold = h->ended && h->untaken > 0 && c->out.bytes < MG_H2_HOLD_MAX && atomic_load(&e->flush_running);
+    h->ended = 0;
+    if (hold) {
+      if (h2_frame(h) < 0) h->dead = 1;
+      else if (!atomic_load_explicit(&c->h2_held_ns, memory_order_relaxed)) {
+        atomic_store(&c->h2_held_ns, mg_mono_ns());
+        h2_flush_list(e, c);
+      }
+    } else if (h2_pump(h) < 0) {
+      h->dead = 1;
+    }
     /* a backlog the loop has not seen yet: its settle starts the write timeout */
-    kick = h->dead || h2_out_pending(c) || (c->h2_goaway && h->in_app == 0) || (!h->waiting && h2_backlogged(h));
+    kick = h->dead || (h2_out_pending(c) && !hold) || (c->h2_goaway && h->in_app == 0) ||
+           (!h->waiting && h2_backlogged(h));
   }
   pthread_mutex_unlock(&c->h2_lock);
   if (kick) mg_h2_kick(e, c);
@@ -96,7 +113,7 @@ void mg_h2_unlock(mg_engine *e, mg_conn *c) {
 /* The stream's response is complete (or reset): the thread's time on it counts in the duration
  * histogram, as an HTTP/1 response's does (core/timing.h). */
 static void answered(mg_h2 *h, mg_h2_stream *st) {
-  if (st->state == ST_APP) { st->state = ST_ANSWERED; h->in_app--; }
+  if (st->state == ST_APP) { st->state = ST_ANSWERED; h->in_app--; h->ended = 1; }
   if (st->taken_mono_ns) {
     mg_histogram_observe(&h->e->duration_hist, mg_mono_ns() - st->taken_mono_ns);
     st->taken_mono_ns = 0;

@@ -297,13 +297,17 @@ static ssize_t write_memory_tls(mg_out *o, mg_tls *tls) {
   return mg_tls_write(tls, buf, len);
 }
 
-/* One write of the memory segments at the head of the queue: up to 16 of them in one sendmsg,
- * or a record through TLS. */
+/* Memory segments one sendmsg takes: an HTTP/2 answer is two or three (HEADERS, DATA), and a
+ * batch of answers held for one write (core/h2_respond.c) may be dozens. */
+#define MG_OUT_IOV 64
+
+/* One write of the memory segments at the head of the queue: up to MG_OUT_IOV of them in one
+ * sendmsg, or a record through TLS. */
 static ssize_t write_memory(mg_out *o, int fd, mg_tls *tls) {
   if (tls) return write_memory_tls(o, tls);
-  struct iovec iov[16];
+  struct iovec iov[MG_OUT_IOV];
   int n = 0;
-  for (mg_seg *t = o->head; t && t->file_fd < 0 && n < 16; t = t->next) {
+  for (mg_seg *t = o->head; t && t->file_fd < 0 && n < MG_OUT_IOV; t = t->next) {
     iov[n].iov_base = t->data + t->off;
     iov[n].iov_len = t->len - t->off;
     n++;

@@ -26,6 +26,7 @@ static void engine_release(mg_engine *e) {
   if (e->closed) return;
   e->closed = 1;
   mg_health_stop(e);
+  mg_h2_flush_stop(e);
   mg_board_ready(e, 0);
   mg_conn_close_all(e);
   mg_engine_close(e);
@@ -130,6 +131,8 @@ static VALUE engine_add_listener(int argc, VALUE *argv, VALUE self) {
   l->h2 = RTEST(http2);
   l->h2_connect = l->h2 && RTEST(connect);
   if (l->h2 && !mg_h2_available()) rb_raise(rb_eArgError, "Margay was built without libnghttp2: no HTTP/2");
+  if (l->h2 && atomic_load(&e->started) && mg_h2_flush_start(e) != 0)
+    rb_sys_fail("Margay::Native::Engine#add_listener: HTTP/2 flusher thread");
   server->tls = tls;
   int flags = fcntl(l->fd, F_GETFL);
   if (flags < 0 || fcntl(l->fd, F_SETFL, flags | O_NONBLOCK) != 0) rb_sys_fail("Margay::Native::Engine#add_listener: fcntl");
@@ -168,6 +171,8 @@ static VALUE engine_start(VALUE self) {
   mg_engine *e = mg_rb_engine_core(self);
   if (mg_listeners_start(e) != 0) rb_sys_fail("Margay::Native::Engine#start: arm listener");
   if (mg_health_start(e) != 0) rb_sys_fail("Margay::Native::Engine#start: health thread");
+  for (int i = 0; i < e->nlisteners; i++)
+    if (e->listeners[i].h2 && mg_h2_flush_start(e) != 0) rb_sys_fail("Margay::Native::Engine#start: HTTP/2 flusher thread");
   atomic_store(&e->started, 1);
   if (!atomic_load(&e->draining) && !atomic_load(&e->stopping)) mg_board_ready(e, 1);
   return self;
