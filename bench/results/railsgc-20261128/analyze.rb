@@ -46,7 +46,7 @@ ARGV.each do |dir|
     next if lines.size < 3
 
     gcs = lines.flat_map { |x| x["gcs"] }
-    reqs = lines.flat_map { |x| x["reqs"] }
+    reqs = lines.flat_map { |x| x["reqs"] }.map { |r| r.size == 2 ? [0, *r] : r } # the first runs: [app ms, major]
     majors = gcs.select { |g| g["major_by"] }
     minors = gcs.reject { |g| g["major_by"] }
     a, b = lines.first, lines.last
