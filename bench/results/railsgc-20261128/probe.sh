@@ -1,7 +1,8 @@
 #!/bin/bash
 # probe.sh SERVER SECONDS OUTDIR [extra server args...]: the Rails bench app with gcprobe.ru
 # (or $APP), 2 workers, -t 0:5, under wrk -t2 -c64 for SECONDS (as bench/queue.rb's
-# wrk-rails-2-64 row); per-worker GC lines in OUTDIR/gc, wrk's output in OUTDIR/wrk.txt.
+# wrk-rails-2-64 row); per-worker GC lines in OUTDIR/gc, wrk's output in OUTDIR/wrk.txt, each
+# process's PSS/RSS after the load in OUTDIR/pss.txt.
 # Run from the tree's root, under the bench lock.
 set -eu
 server=$1; secs=$2; out=$3; shift 3
@@ -27,3 +28,7 @@ done
 uptime > "$out/uptime.txt"
 wrk -t2 -c64 -d${secs}s --timeout 10s --latency -s bench/wrk/report.lua http://127.0.0.1:$port/ > "$out/wrk.txt"
 sleep 1.5
+# PSS and RSS (KiB) of each process of the server's group after the load (master, workers)
+for p in $(ps -o pid= -g $pid); do
+  [ -r /proc/$p/smaps_rollup ] && echo "$p $(tr '\0' ' ' < /proc/$p/cmdline | cut -c1-60) $(awk '/^Pss:/{pss=$2} /^Rss:/{rss=$2} END{print "pss_kib=" pss, "rss_kib=" rss}' /proc/$p/smaps_rollup)"
+done > "$out/pss.txt" 2>/dev/null || true
