@@ -25,9 +25,11 @@
 #                                   [--connections 50] [--requests 3000] [--seconds 6]
 #                                   [--max-rate 400] [--probes 7] [--slo-ms 100]
 #                                   [--app bench/apps/io.ru | --rails] [--fibers] [--baseline DIR]
-#                                   [--results-dir DIR]
+#                                   [--margay-arg ARG]... [--results-dir DIR]
 #
 # --fibers: the Margay trees in fiber mode (a fiber per request; Puma keeps its threads).
+# --margay-arg ARG (repeatable): ARG added to this tree's Margay command (not margay-base's), e.g.
+# --margay-arg=--heap-room-before-fork=0.4 against --baseline DIR without it.
 # --rails: the Rails bench app (bench/apps/rails, GET /: a page from SQLite), every server with the
 # bench bundle in production, the database made in the run's temp dir before the first server.
 #
@@ -57,7 +59,7 @@ module MargayBench
     def initialize(argv)
       @o = { load: "ab", rounds: 5, workers: 2, threads: 5, min_threads: 0, connections: 50, requests: 3000, seconds: 6,
              max_rate: 400, probes: 7, slo_ms: 100,
-             app: "bench/apps/io.ru", baseline: nil,
+             app: "bench/apps/io.ru", baseline: nil, margay_args: [],
              results_dir: File.join(ROOT, "bench/results", "queue-#{Time.now.utc.strftime('%Y%m%d')}") }
       OptionParser.new do |p|
         p.on("--load NAME", %w[ab wrk arrival]) { |v| @o[:load] = v }
@@ -67,6 +69,7 @@ module MargayBench
         p.on("--app PATH") { |v| @o[:app] = v }
         p.on("--rails") { @o[:app] = RAILS_APP }
         p.on("--fibers") { @o[:fibers] = true }
+        p.on("--margay-arg ARG") { |v| @o[:margay_args] << v }
         p.on("--baseline DIR") { |v| @o[:baseline] = File.expand_path(v) }
         p.on("--results-dir DIR") { |v| @o[:results_dir] = File.expand_path(v) }
       end.parse!(argv)
@@ -142,7 +145,8 @@ module MargayBench
       app = File.expand_path(@o[:app], ROOT)
       case name
       when "margay", "margay-base"
-        [Servers.margay(port, app, workers: @o[:workers], threads: margay_threads(threads), extra: margay_extra(control)),
+        extra = margay_extra(control) + (name == "margay" ? @o[:margay_args] : [])
+        [Servers.margay(port, app, workers: @o[:workers], threads: margay_threads(threads), extra: extra),
          name == "margay" ? ROOT : @o[:baseline], @env[name]]
       else [Servers.puma(port, app, workers: @o[:workers], threads: threads), ROOT, @env[name]]
       end
@@ -311,7 +315,10 @@ module MargayBench
       end
     end
 
-    def mode_text = @o[:fibers] ? " (Margay in fiber mode)" : ""
+    def mode_text
+      (@o[:fibers] ? " (Margay in fiber mode)" : "") +
+        (@o[:margay_args].empty? ? "" : " (margay with #{@o[:margay_args].join(' ')})")
+    end
 
     def ratio_text = @o[:load] == "arrival" ? "capacity ratio" : "p99 ratio at req/s ratio"
 

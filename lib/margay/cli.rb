@@ -189,6 +189,9 @@ module Margay
       o.on("--lean-heap", "Ruby's GC keeps less free room in its heap (re-executes with RUBY_GC_HEAP_FREE_SLOTS_*)") do
         setting(:lean_heap, true)
       end
+      o.on("--heap-room-before-fork SHARE", Float, "Before forking, grow the object heap until SHARE of it is free (0.4)") do |v|
+        setting(:heap_room_before_fork, v)
+      end
       o.on("--early-hints", "Early hints (rack.early_hints is always available)") { nil }
     end
 

@@ -90,7 +90,7 @@ module Margay
                              health_listeners: health_listeners)
       @signals.trap_all # again: a handler the app set while loading (HUP, say) is kept for the workers
       hook(:before_fork, nil) # once, before the first workers (Puma's moment)
-      Heap.settle(compact: @config.compact_before_fork, log: @log, who: "master") if app # the workers share it
+      Heap.settle(compact: @config.compact_before_fork, room: @config.heap_room_before_fork, log: @log, who: "master") if app # the workers share it
       # GET /metrics on the health listener, which every worker answers from the board: the cluster's figures.
       @publisher = (Metrics::Publisher.new(self) { |text| @board.metrics_text = text } if @config.health_bind)
       supervise until @stopping && @workers.empty?

@@ -83,6 +83,7 @@ module Margay
       lean_heap: false,               # Ruby's GC keeps less free room in its heap: RUBY_GC_HEAP_FREE_SLOTS_* (LeanHeap)
       # Memory per worker: the template's heap before forking (Cluster::Heap)
       compact_before_fork: false,     # GC.compact in the mold (and a preloading master) before it forks
+      heap_room_before_fork: nil,     # share of the template's object heap left free before it forks (nil: as the app left it)
       out_of_band_gc: nil,            # a cluster worker with no request running, N requests after its last: full GC + malloc_trim
       jemalloc: false,                # run on jemalloc: true (where the system installs it) or the library's path (Allocator)
       worker_timeout: 60,             # a worker silent this long is killed and replaced
@@ -175,17 +176,13 @@ module Margay
     end
 
     # A copy with some settings replaced (CLI flags over the config file).
-    def with(**overrides)
-      self.class.new(**to_h.merge(overrides))
-    end
+    def with(**overrides) = self.class.new(**to_h.merge(overrides))
 
     # Every setting by name.
     def to_h = SETTINGS.to_h { |key| [key, public_send(key)] }
 
     # True in the development environment (500 pages then show the backtrace).
-    def development?
-      environment == "development"
-    end
+    def development? = environment == "development"
 
     # The threads the pool keeps at minimum: one, so that a thread always waits; in fiber mode two
     # (when max_threads allows): one thread's sends and reads, without the GVL, beside another's Ruby.
@@ -334,6 +331,9 @@ module Margay
       validate_remote_address
       unless [true, false].include?(jemalloc) || (jemalloc.is_a?(String) && !jemalloc.empty?)
         invalid(:jemalloc, "jemalloc must be true, false or the library's path, got #{jemalloc.inspect}")
+      end
+      unless (room = heap_room_before_fork).nil? || (room.is_a?(Numeric) && room.positive? && room < 1)
+        invalid(:heap_room_before_fork, "heap_room_before_fork must be a share between 0 and 1 or nil, got #{room.inspect}")
       end
       unless force_shutdown_after.nil? || force_shutdown_after == -1 || (force_shutdown_after.is_a?(Numeric) && force_shutdown_after >= 0)
         invalid(:force_shutdown_after, "force_shutdown_after must be a number of seconds >= 0, -1 (never cut) or nil, " \

@@ -81,6 +81,11 @@ class CLITest < Minitest::Test
     refute config.lean_heap
   end
 
+  def test_heap_room_before_fork_flag
+    assert_in_delta 0.4, config("--heap-room-before-fork", "0.4").heap_room_before_fork
+    assert_nil config.heap_room_before_fork
+  end
+
   def test_jemalloc_flag
     c = config("--jemalloc", "app.ru")
     assert_equal [true, "app.ru"], [c.jemalloc, c.rackup]

@@ -68,6 +68,8 @@ class ConfigurationTest < Minitest::Test
       { control_token: "" } => /control_token must be a non-empty String/,
       { jemalloc: "" } => /jemalloc must be true, false or the library's path/,
       { jemalloc: :yes } => /jemalloc must be true, false or the library's path/,
+      { heap_room_before_fork: 1 } => /heap_room_before_fork must be a share between 0 and 1 or nil/,
+      { heap_room_before_fork: 0 } => /heap_room_before_fork must be a share between 0 and 1 or nil/,
     }.each do |settings, pattern|
       error = assert_raises(Margay::ConfigError, settings.inspect) { Configuration.new(**settings) }
       assert_match pattern, error.message

@@ -18,6 +18,14 @@ module Margay
     #    over shared pages (each hole it fills copies a 64 KiB page);
     # 3. malloc_trim: free malloc memory returned to the system.
     #
+    # With +room+ (heap_room_before_fork, a share between 0 and 1): the
+    # object heap grown until that share of its slots is free. A child
+    # inherits the template's heap: with little more free room than Ruby's minimum
+    # (RUBY_GC_HEAP_FREE_SLOTS_MIN_RATIO, 0.20), a minor GC soon finds too few
+    # free slots and Ruby runs a full GC ("nofree") instead of growing the
+    # heap, which that full GC then finds no need to do; under load a worker
+    # stays on that edge, a full GC every few seconds.
+    #
     # Each step is logged with the process's PSS and RSS after it (MiB).
     module Heap
       PROMOTING_GCS = 4 # one more than the age at which Ruby promotes an object
@@ -26,10 +34,13 @@ module Margay
 
       # Settle this process's heap; +who+ names it in the log line. Returns
       # the steps as [[name, {rss_kib:, pss_kib:}], ...].
-      def settle(compact:, log:, who:)
+      def settle(compact:, log:, who:, room: nil)
         steps = [["before", Stats::Memory.read]]
         PROMOTING_GCS.times { GC.start(full_mark: true, immediate_sweep: true) }
         steps << ["#{PROMOTING_GCS} full GCs", Stats::Memory.read]
+        if room && (slots = make_room(room))
+          steps << ["#{slots} free slots (#{(room * 100).round} %)", Stats::Memory.read]
+        end
         if compact && compact!
           steps << ["GC.compact", Stats::Memory.read]
         end
@@ -38,6 +49,30 @@ module Margay
         log.info("#{who}: heap settled before forking (PSS/RSS MiB): " +
                  steps.map { |name, m| "#{name} #{mib(m[:pss_kib])}/#{mib(m[:rss_kib])}" }.join(", "))
         steps
+      end
+
+      # Grow the object heap (just after full GCs: its live slots are the
+      # survivors) until +room+ of its slots are free: objects allocated with
+      # the GC off fill the free slots, then new pages; a full GC frees them
+      # again. Ruby keeps free pages up to RUBY_GC_HEAP_FREE_SLOTS_MAX_RATIO
+      # (0.65) of the heap. Returns the free slots after, or nil where the
+      # Ruby does not count its slots (JRuby).
+      def make_room(room)
+        stat = GC.stat
+        live = stat[:heap_live_slots]
+        return nil unless live && stat[:heap_available_slots]
+
+        want = (live / (1 - room)).ceil
+        if want > stat[:heap_available_slots]
+          disabled = GC.disable # the app's own GC.disable is kept
+          begin
+            Array.new(want - live) { Object.new }
+          ensure
+            GC.enable unless disabled
+          end
+          GC.start(full_mark: true, immediate_sweep: true)
+        end
+        GC.stat(:heap_free_slots)
       end
 
       # GC.compact where the Ruby has it (false where it does not).

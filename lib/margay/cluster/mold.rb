@@ -37,7 +37,8 @@ module Margay
       # the master is gone). The block runs in each new worker, with its
       # index and its Channel, and must not return (Worker#run).
       def run(&start_worker)
-        Heap.settle(compact: @config.compact_before_fork, log: @log, who: "mold (from worker #{@index})")
+        Heap.settle(compact: @config.compact_before_fork, room: @config.heap_room_before_fork, log: @log,
+                    who: "mold (from worker #{@index})")
         @channel.report!(:mold_ready)
         loop do
           ordered = @channel.order_waiting?(@beat_interval)

@@ -9,11 +9,11 @@ class ClusterMoldTest < Minitest::Test
   include ClusterProcess
 
   def test_urg_makes_a_mold_workers_are_reforked_from_it_and_it_serves_again
-    start_cluster(2, compact_before_fork: true)
+    start_cluster(2, compact_before_fork: true, heap_room_before_fork: 0.4)
     Process.kill(:URG, @master)
     wait_for_log(/mold ready \(pid (\d+)\)/)
     mold = log_text[/mold ready \(pid (\d+)\)/, 1].to_i
-    assert_match(/mold \(from worker \d\): heap settled before forking \(PSS\/RSS MiB\): before [\d.]+\/[\d.]+, 4 full GCs .*GC\.compact .*malloc_trim/,
+    assert_match(/mold \(from worker \d\): heap settled before forking \(PSS\/RSS MiB\): before [\d.]+\/[\d.]+, 4 full GCs .*\d+ free slots \(40 %\) .*GC\.compact .*malloc_trim/,
                  log_text, "each step measured in the log")
     wait_for_log(/the mold \(pid #{mold}\) serves again as worker (\d)/, timeout: 20)
     wait_for_log(/worker \d \(pid #{mold}\) booted/, timeout: 10)

@@ -1,0 +1,1 @@
+balance_keepalive false
