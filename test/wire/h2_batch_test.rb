@@ -4,28 +4,23 @@ require "test_helper"
 require "json"
 require "open3"
 require "margay/native"
-require "support/tls_certs"
+require "support/h2_clients"
 
 # HTTP/2 answers held for one write (ext/margay/core/h2_respond.c) and the bound on their wait
 # (core/h2_flush.c), over real sockets, TLS and h2c: raw frames from test/support/h2_frames.py.
 class H2BatchTest < Minitest::Test
   include Margay::TLSClient
+  include Margay::H2Clients
   skip_on_jruby "no HTTP/2 in the pure-Ruby engine (http2=true binds are refused at start)"
   include Margay::TestHelper
 
-  CERTS = Margay::TLSCerts
-  PYTHON = File.executable?("/usr/bin/python3") ? "/usr/bin/python3" : "python3"
-  FRAMES = File.expand_path("../support/h2_frames.py", __dir__)
-  CLIENT = { "LD_PRELOAD" => nil }.freeze # the clients run without rake test:asan's runtime
   # How long after its answer a held one may reach the client here: the bound is 1 ms
   # (MG_H2_HOLD_NS); the rest is the machine's scheduling of a shared CI box and the client.
   SLACK = 0.2
 
   def setup
-    skip "built without libnghttp2" unless Margay::Native::H2
-    skip "built without OpenSSL" unless Margay::Native::TLS
-    skip "no openssl command" unless CERTS.cli?
-    skip "no python3-h2" unless system(CLIENT, PYTHON, "-c", "import h2", out: File::NULL, err: File::NULL)
+    skip_without_h2
+    skip_without_python_h2
   end
 
   def binds = ["ssl://127.0.0.1:0?cert=#{CERTS.path('rsa.pem')}&key=#{CERTS.path('rsa.key')}&http2=true",

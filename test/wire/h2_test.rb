@@ -7,22 +7,16 @@ require "open3"
 require "openssl"
 require "tempfile"
 require "margay/native"
-require "support/tls_certs"
+require "support/h2_clients"
 
 # HTTP/2 done by the engine (ext/margay/core/h2.c) over real sockets: ALPN h2 on an ssl:// bind
 # and h2c with prior knowledge on a tcp:// bind (http2=true), with curl, nghttp and raw frames
 # (test/support/h2_frames.py on Debian's python3-h2) as clients.
 class H2Test < Minitest::Test
   include Margay::TLSClient
+  include Margay::H2Clients
   skip_on_jruby "no HTTP/2 in the pure-Ruby engine (http2=true binds are refused at start)"
   include Margay::TestHelper
-
-  CERTS = Margay::TLSCerts
-  # Debian's python3 (python3-h2 is installed for it), not one a version manager put first on PATH.
-  PYTHON = File.executable?("/usr/bin/python3") ? "/usr/bin/python3" : "python3"
-  FRAMES = File.expand_path("../support/h2_frames.py", __dir__)
-  # The clients run without the ASan runtime rake test:asan preloads (curl hangs under it).
-  CLIENT = { "LD_PRELOAD" => nil }.freeze
 
   ECHO = lambda do |env|
     body = env["rack.input"].read
@@ -40,9 +34,7 @@ class H2Test < Minitest::Test
   end
 
   def setup
-    skip "built without libnghttp2" unless Margay::Native::H2
-    skip "built without OpenSSL" unless Margay::Native::TLS
-    skip "no openssl command" unless CERTS.cli?
+    skip_without_h2
   end
 
   # An ssl:// bind with the test CA's RSA certificate (made when first asked: not at load, where
@@ -65,7 +57,7 @@ class H2Test < Minitest::Test
 
   # Runs h2_frames.py against +port+; its JSON line.
   def frames(port, *args)
-    skip "no python3-h2" unless system(CLIENT, PYTHON, "-c", "import h2", out: File::NULL, err: File::NULL)
+    skip_without_python_h2
     out, err, status = Open3.capture3(CLIENT, PYTHON, FRAMES, port.to_s, *args.map(&:to_s))
     assert status.success?, "h2_frames.py #{args.join(' ')}: #{err}"
     JSON.parse(out.lines.last)
@@ -326,7 +318,7 @@ class H2Test < Minitest::Test
   # its responses' bytes in memory (larger bodies wait in tempfiles), and write_timeout closes it;
   # others are served meanwhile. Returns the client's JSON.
   def assert_window_starver_closed(*how)
-    skip "no python3-h2" unless system(CLIENT, PYTHON, "-c", "import h2", out: File::NULL, err: File::NULL)
+    skip_without_python_h2
     app = ->(env) { [200, { "content-type" => "text/plain" }, [env["PATH_INFO"] == "/big" ? BIG : "small"]] }
     with_h2_server(app, lint: false, min_threads: 8, max_threads: 8, write_timeout: 3, keepalive_timeout: 120,
                         response_buffer_limit: 1024 * 1024) do |tls, plain|
@@ -382,7 +374,7 @@ class H2Test < Minitest::Test
   # thread serves curl meanwhile; once the client opens its windows it gets the whole body, the
   # bytes queued in memory before those spilled.
   def test_a_streamed_body_for_a_zero_window_reader_spills_to_a_tempfile_and_frees_its_thread
-    skip "no python3-h2" unless system(CLIENT, PYTHON, "-c", "import h2", out: File::NULL, err: File::NULL)
+    skip_without_python_h2
     parts = (0...16).map { |i| (97 + i).chr * 65_536 } # 1 MiB, each part its own letter
     finished = Queue.new
     app = lambda do |env|

@@ -1,0 +1,28 @@
+# frozen_string_literal: true
+
+require "margay/native"
+require_relative "tls_certs"
+
+module Margay
+  # What the HTTP/2 wire tests share: the test CA's certificates, Debian's python3 with the
+  # raw-frame client (test/support/h2_frames.py), and the skips where the build or the machine
+  # lacks a piece.
+  module H2Clients
+    CERTS = Margay::TLSCerts
+    # Debian's python3 (python3-h2 is installed for it), not one a version manager put first on PATH.
+    PYTHON = File.executable?("/usr/bin/python3") ? "/usr/bin/python3" : "python3"
+    FRAMES = File.expand_path("h2_frames.py", __dir__)
+    # The clients run without the ASan runtime rake test:asan preloads (curl hangs under it).
+    CLIENT = { "LD_PRELOAD" => nil }.freeze
+
+    def skip_without_h2
+      skip "built without libnghttp2" unless Margay::Native::H2
+      skip "built without OpenSSL" unless Margay::Native::TLS
+      skip "no openssl command" unless CERTS.cli?
+    end
+
+    def skip_without_python_h2
+      skip "no python3-h2" unless system(CLIENT, PYTHON, "-c", "import h2", out: File::NULL, err: File::NULL)
+    end
+  end
+end
