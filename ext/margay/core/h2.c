@@ -225,7 +225,12 @@ void mg_h2_kick(mg_engine *e, mg_conn *c) {
   if (mg_state_st(s) != MG_ARMED) return; /* its owner looks at the kick after it arms */
   if (!atomic_compare_exchange_strong(&c->state, &s, (mg_state_gen(s) << 8) | MG_OWNED)) return;
   atomic_store(&c->h2_kick, 0);
-  mg_conn_arm(e, c, MG_EV_OUT); /* ready at once for a loop thread: it writes, or closes */
+  /* Ready at once for a loop thread (it writes, or closes; its settle sets the deadline), unless
+   * the socket is full: then no event comes until the client reads, and the write timeout runs
+   * from now (a deadline set earlier, 0 while streams were in the app, would keep it open). */
+  int64_t due = mg_now_ms() + e->cfg.write_timeout_ms;
+  if (!c->deadline_ms || c->deadline_ms > due) c->deadline_ms = due;
+  mg_conn_arm(e, c, MG_EV_OUT);
 }
 
 static void close_conn(mg_engine *e, mg_conn *c) {
