@@ -8,6 +8,7 @@
 #ifdef MG_HAVE_H2
 
 #include "core/h2_priv.h"
+#include "core/health.h"
 #include "core/tempfile.h"
 #include "core/timing.h"
 #include "http/status.h"
@@ -102,9 +103,11 @@ void mg_h2_unlock(mg_engine *e, mg_conn *c) {
     } else if (h2_pump(h) < 0) {
       h->dead = 1;
     }
-    /* a backlog the loop has not seen yet: its settle starts the write timeout */
+    /* a backlog the loop has not seen yet: its settle starts the write timeout; a drain begun
+     * since the connection's last event: its GOAWAY goes out at the next (else none would come
+     * while the client only waits for its answers) */
     kick = h->dead || (h2_out_pending(c) && !hold) || (c->h2_goaway && h->in_app == 0) ||
-           (!h->waiting && h2_backlogged(h));
+           (!h->waiting && h2_backlogged(h)) || (!c->h2_goaway && mg_health_closing(e));
   }
   pthread_mutex_unlock(&c->h2_lock);
   if (kick) mg_h2_kick(e, c);
