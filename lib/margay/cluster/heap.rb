@@ -66,7 +66,9 @@ module Margay
         if want > stat[:heap_available_slots]
           disabled = GC.disable # the app's own GC.disable is kept
           begin
-            Array.new(want - live) { Object.new }
+            # each object garbage at once: an Array of them, still on the stack, could be
+            # found by the GC's conservative stack scan and keep them all alive
+            (want - live).times { Object.new }
           ensure
             GC.enable unless disabled
           end
