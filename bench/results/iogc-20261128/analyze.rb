@@ -92,7 +92,11 @@ def samples_report(path, t0)
     others = ((b["cpu"][0] - a["cpu"][0]) - ours) / hz / dt * 100
     waits = b["procs"].filter_map { |pid, v| a["procs"][pid] && format("%s:%d", pid, (v[1] - a["procs"][pid][1]) / 1e6) }
     conns = pairs.map { |x, _| x["queue"]&.map { |w| w["connections"] } }.compact.transpose.map { |c| "#{c.min}-#{c.max}" }
-    puts format("    s%-3d %5.1f | %6.1f | %s | %s", sec, busy, others, waits.join(" "), conns.join(" "))
+    top = pairs.flat_map { |_, x| (x["others"] || {}).values }.each_with_object(Hash.new(0)) { |(c, n), h| h[c] += n }
+    top = top.sort_by { |_, n| -n }.first(3).map { |c, n| "#{c}:#{(n / hz / dt * 100).round}" }
+    soft = b["cpuf"] && a["cpuf"] ? format(" softirq %.0f", (b["cpuf"][4] - a["cpuf"][4]) / hz / dt * 100) : ""
+    puts format("    s%-3d %5.1f | %6.1f | %s | %s%s%s", sec, busy, others, waits.join(" "), conns.join(" "),
+                top.empty? ? "" : " | top others (% of a core): #{top.join(' ')}", soft)
   end
 end
 
