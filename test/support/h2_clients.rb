@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "json"
+require "open3"
 require "margay/native"
 require_relative "tls_certs"
 
@@ -12,6 +14,7 @@ module Margay
     # Debian's python3 (python3-h2 is installed for it), not one a version manager put first on PATH.
     PYTHON = File.executable?("/usr/bin/python3") ? "/usr/bin/python3" : "python3"
     FRAMES = File.expand_path("h2_frames.py", __dir__)
+    RAW = File.expand_path("h2_raw.py", __dir__) # reads frames raw: what comes after a GOAWAY too
     # The clients run without the ASan runtime rake test:asan preloads (curl hangs under it).
     CLIENT = { "LD_PRELOAD" => nil }.freeze
 
@@ -19,6 +22,13 @@ module Margay
       skip "built without libnghttp2" unless Margay::Native::H2
       skip "built without OpenSSL" unless Margay::Native::TLS
       skip "no openssl command" unless CERTS.cli?
+    end
+
+    # Runs +script+ (FRAMES or RAW) against +port+; the JSON of its last line.
+    def h2_client(script, port, *args)
+      out, err, status = Open3.capture3(CLIENT, PYTHON, script, port.to_s, *args.map(&:to_s))
+      assert status.success?, "#{File.basename(script)} #{args.join(' ')}: #{err}"
+      JSON.parse(out.lines.last)
     end
 
     def skip_without_python_h2

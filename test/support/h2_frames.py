@@ -457,4 +457,5 @@ def tunnel(sock, conn, path, n, big, finish):
             "reset": got["reset"], "closed": got["closed"]}
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -21,6 +21,7 @@ Prints one JSON line of what it saw. PORT may be tls:PORT (ALPN h2, the certific
                                       "stray": frames on a stream it did not open
 """
 import json
+import os
 import socket
 import ssl
 import struct
@@ -32,21 +33,10 @@ import h2.connection
 import h2.settings
 from hyperframe.frame import DataFrame, Frame, GoAwayFrame, HeadersFrame, RstStreamFrame, WindowUpdateFrame
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from h2_frames import connect  # noqa: E402 (the same client connection as h2_frames.py's)
+
 BIG_WINDOW = 2**31 - 1
-
-
-def connect(port):
-    tls = port.startswith("tls:")
-    sock = socket.create_connection(("127.0.0.1", int(port[4:] if tls else port)), timeout=10)
-    if tls:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        ctx.set_alpn_protocols(["h2"])
-        sock = ctx.wrap_socket(sock)
-    conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
-    conn.initiate_connection()
-    return sock, conn
 
 
 def gets(conn, paths):
@@ -88,7 +78,7 @@ def read_frames(sock, on_frame, limit=10.0):
 
 
 def goaway(port, paths, until_ended=False):
-    sock, conn = connect(port)
+    sock, conn = connect(port, send_preface=False)
     sids = gets(conn, paths)
     sock.sendall(conn.data_to_send())
     return watch(sock, sids, until_ended)
@@ -127,7 +117,7 @@ def watch(sock, sids, until_ended):
 
 
 def stall(port, seconds, paths):
-    sock, conn = connect(port)
+    sock, conn = connect(port, send_preface=False)
     conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: BIG_WINDOW})
     sids = gets(conn, paths)
     start = time.monotonic()
@@ -154,7 +144,7 @@ def stall(port, seconds, paths):
 
 def churn(port, n, paths):
     for i in range(n):
-        sock, conn = connect(port)
+        sock, conn = connect(port, send_preface=False)
         sids = gets(conn, paths)
         sock.sendall(conn.data_to_send())
         way = i % 3

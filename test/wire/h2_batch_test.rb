@@ -34,11 +34,7 @@ class H2BatchTest < Minitest::Test
     end
   end
 
-  def frames(port, *args)
-    out, err, status = Open3.capture3(CLIENT, PYTHON, FRAMES, port, *args.map(&:to_s))
-    assert status.success?, "h2_frames.py #{args.join(' ')}: #{err}"
-    JSON.parse(out.lines.last)
-  end
+  def frames(port, *args) = h2_client(FRAMES, port, *args)
 
   def mono = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 

@@ -17,7 +17,6 @@ class H2HoldTest < Minitest::Test
   skip_on_jruby "no HTTP/2 in the pure-Ruby engine (http2=true binds are refused at start)"
   include Margay::TestHelper
 
-  RAW = File.expand_path("../support/h2_raw.py", __dir__)
   BIG = 4 * 1024 * 1024 # a body several of which fill the socket buffers of both ends on loopback
   MID = 64 * 1024 # under the connection's cap (response_buffer_limit): the app never waits for the client
   ANSWERED = %w[head data end].freeze
@@ -37,11 +36,7 @@ class H2HoldTest < Minitest::Test
     end
   end
 
-  def raw(port, *args)
-    out, err, status = Open3.capture3(CLIENT, PYTHON, RAW, port, *args.map(&:to_s))
-    assert status.success?, "h2_raw.py #{args.join(' ')}: #{err}"
-    JSON.parse(out.lines.last)
-  end
+  def raw(port, *args) = h2_client(RAW, port, *args)
 
   # In a thread: the client's JSON once it is done.
   def raw_later(port, *args) = Thread.new { raw(port, *args) }

@@ -58,9 +58,7 @@ class H2Test < Minitest::Test
   # Runs h2_frames.py against +port+; its JSON line.
   def frames(port, *args)
     skip_without_python_h2
-    out, err, status = Open3.capture3(CLIENT, PYTHON, FRAMES, port.to_s, *args.map(&:to_s))
-    assert status.success?, "h2_frames.py #{args.join(' ')}: #{err}"
-    JSON.parse(out.lines.last)
+    h2_client(FRAMES, port, *args)
   end
 
   def test_get_over_tls_by_alpn_with_the_http11_env_rules
