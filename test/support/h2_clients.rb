@@ -18,6 +18,13 @@ module Margay
     # The clients run without the ASan runtime rake test:asan preloads (curl hangs under it).
     CLIENT = { "LD_PRELOAD" => nil }.freeze
 
+    # An ssl:// bind with the test CA's RSA certificate (made when first asked: not at load, where
+    # the certificates' at_exit would run before the tests).
+    def tls_bind = "ssl://127.0.0.1:0?cert=#{CERTS.path('rsa.pem')}&key=#{CERTS.path('rsa.key')}"
+
+    # HTTP/2 over TLS (ALPN h2) and h2c with prior knowledge.
+    def h2_binds = ["#{tls_bind}&http2=true", "tcp://127.0.0.1:0?http2=true"]
+
     def skip_without_h2
       skip "built without libnghttp2" unless Margay::Native::H2
       skip "built without OpenSSL" unless Margay::Native::TLS

@@ -23,12 +23,9 @@ class H2BatchTest < Minitest::Test
     skip_without_python_h2
   end
 
-  def binds = ["ssl://127.0.0.1:0?cert=#{CERTS.path('rsa.pem')}&key=#{CERTS.path('rsa.key')}&http2=true",
-               "tcp://127.0.0.1:0?http2=true"]
-
   # Yields "tls:PORT" and "PORT" (h2_frames.py's way to name them) and the server.
   def with_h2_server(app, **settings)
-    with_server(app, binds: binds, **settings) do |_host, _port, server|
+    with_server(app, binds: h2_binds, **settings) do |_host, _port, server|
       tls, plain = server.addresses.map { |a| a[/:(\d+)\z/, 1] }
       yield "tls:#{tls}", plain, server
     end

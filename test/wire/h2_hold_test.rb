@@ -28,8 +28,7 @@ class H2HoldTest < Minitest::Test
 
   # Yields "tls:PORT" or "PORT" (the clients' way to name them) and the server, one server each.
   def each_h2_server(app, **settings)
-    %w[tls plain].each do |kind|
-      bind = kind == "tls" ? "ssl://127.0.0.1:0?cert=#{CERTS.path('rsa.pem')}&key=#{CERTS.path('rsa.key')}&http2=true" : "tcp://127.0.0.1:0?http2=true"
+    %w[tls plain].zip(h2_binds).each do |kind, bind|
       with_server(app, binds: [bind], **settings) do |_host, port, server, thread|
         yield kind == "tls" ? "tls:#{port}" : port.to_s, server, thread
       end

@@ -37,12 +37,8 @@ class H2Test < Minitest::Test
     skip_without_h2
   end
 
-  # An ssl:// bind with the test CA's RSA certificate (made when first asked: not at load, where
-  # the certificates' at_exit would run before the tests).
-  def tls_bind = "ssl://127.0.0.1:0?cert=#{CERTS.path('rsa.pem')}&key=#{CERTS.path('rsa.key')}"
-
   # A server with an ssl:// and a tcp:// bind, both http2=true (or +binds+): yields their ports.
-  def with_h2_server(app, binds: ["#{tls_bind}&http2=true", "tcp://127.0.0.1:0?http2=true"], **settings)
+  def with_h2_server(app, binds: h2_binds, **settings)
     with_server(app, binds: binds, **settings) do |_host, _port, server|
       yield(*server.addresses.map { |a| a[/:(\d+)\z/, 1].to_i }, server)
     end
