@@ -40,7 +40,7 @@ class ArchitectureDocTest < Minitest::Test
     Dir.chdir(ROOT) do
       Dir.glob(["{lib,ext,exe,test,bench,.ci,rakelib}/**/*", "Rakefile"], File::FNM_DOTMATCH)
          .select { |f| File.file?(f) }
-         .grep_v(%r{(\.(so|o|log)|/Makefile|/\.bundle/.*|/extconf\.h)\z|\A(tmp|bench/results/tmp)/})
+         .grep_v(%r{(\.(so|o|log)|/Makefile|/\.bundle/.*|/extconf\.h|\.pyc)\z|\A(tmp|bench/results/tmp)/})
     end
   end
 

@@ -34,6 +34,7 @@ import h2.settings
 from hyperframe.frame import DataFrame, Frame, GoAwayFrame, HeadersFrame, RstStreamFrame, WindowUpdateFrame
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True  # no __pycache__ left in the checkout
 from h2_frames import connect  # noqa: E402 (the same client connection as h2_frames.py's)
 
 BIG_WINDOW = 2**31 - 1
