@@ -121,8 +121,7 @@ class H2HoldTest < Minitest::Test
   end
 
   # Windows of zero: the heads go out (held while the others wait), no body; once the client
-  # opens its windows every body arrives whole. (Bodies under the connection's cap: past it the
-  # only thread would wait in the app for windows that no thread reads.)
+  # opens its windows every body arrives whole.
   def test_zero_windows_then_a_grant_with_answers_held
     each_h2_server(app, min_threads: 1, max_threads: 1) do |port|
       Open3.popen3(CLIENT, PYTHON, FRAMES, port, "zero_window", "5", "/mid", "grant") do |stdin, stdout, stderr, wait|
@@ -135,6 +134,27 @@ class H2HoldTest < Minitest::Test
         assert_equal 5, got["ended"], port
         assert_equal [MID], got["bodies"].map(&:first).uniq, port
         assert_equal 1, got["bodies"].map(&:last).uniq.size, port
+      end
+    end
+  end
+
+  # Windows of zero and two bodies of the connection's cap (BIG: in memory, not spilled): the
+  # second waits in the app, on the only thread, for the client to take the first. The client
+  # opens its windows once both heads came: the waiting thread reads that itself (no other is in
+  # the loop), and both bodies arrive whole, long before write_timeout.
+  def test_the_only_thread_waiting_for_a_client_s_window_reads_its_grant
+    each_h2_server(app, min_threads: 1, max_threads: 1, write_timeout: 10) do |port|
+      Open3.popen3(CLIENT, PYTHON, FRAMES, port, "zero_window", "2", "/big", "grant") do |stdin, stdout, stderr, wait|
+        assert_equal "ready", stdout.gets&.chomp, "#{port}: #{stderr.read unless wait.alive?}"
+        granted = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        stdin.puts "go"
+        line = stdout.gets
+        took = Process.clock_gettime(Process::CLOCK_MONOTONIC) - granted
+        assert wait.value.success?, "#{port}: #{stderr.read}"
+        got = JSON.parse(line)
+        assert_equal 2, got["ended"], "#{port}: both bodies whole after #{took.round(2)} s: #{got}"
+        assert_equal [BIG], got["bodies"].map(&:first).uniq, port
+        assert_operator took, :<, 5, port
       end
     end
   end
