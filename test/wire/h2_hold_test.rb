@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "digest"
 require "json"
 require "open3"
 require "timeout"
@@ -156,6 +157,40 @@ class H2HoldTest < Minitest::Test
         assert_equal [BIG], got["bodies"].map(&:first).uniq, port
         assert_operator took, :<, 5, port
       end
+    end
+  end
+
+  # The same for a streamed body's flush (Engine#flush waits until the client took every byte).
+  def test_the_only_thread_in_a_flush_reads_the_client_s_grant
+    streamed = lambda do |_env|
+      [200, { "content-type" => "text/plain" }, lambda { |stream|
+        stream.write("s" * MID)
+        stream.flush
+        stream.write("e")
+        stream.close
+      }]
+    end
+    each_h2_server(streamed, min_threads: 1, max_threads: 1, write_timeout: 10) do |port|
+      Open3.popen3(CLIENT, PYTHON, FRAMES, port, "zero_window", "1", "/s", "grant") do |stdin, stdout, stderr, wait|
+        assert_equal "ready", stdout.gets&.chomp, "#{port}: #{stderr.read unless wait.alive?}"
+        stdin.puts "go"
+        line = stdout.gets
+        assert wait.value.success?, "#{port}: #{stderr.read}"
+        assert_equal 1, JSON.parse(line)["ended"], port
+        assert_equal [[MID + 1, Digest::SHA256.hexdigest("#{'s' * MID}e")]], JSON.parse(line)["bodies"], port
+      end
+    end
+  end
+
+  # The same wait for a client that opens its windows a byte at a time, PINGing: what the waiting
+  # thread reads is no progress (under 16 KiB in write_timeout), so the stream is reset after
+  # write_timeout, the thread is free again and the connection closes; the next client is served.
+  def test_the_only_thread_waiting_for_a_window_dribbler_is_freed_after_write_timeout
+    each_h2_server(app, min_threads: 1, max_threads: 1, write_timeout: 1) do |port|
+      got = h2_client(FRAMES, port, "zero_window", 2, "/big", "dribble")
+      assert got["closed"], "#{port}: #{got}"
+      assert_operator got["seconds"], :<, 6, "#{port}: write_timeout (1 s) frees the thread: #{got}"
+      assert_equal ANSWERED, raw(port, "churn", 0, "/after")["streams"]["/after"], port
     end
   end
 
