@@ -12,11 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct { mg_engine *e; int fd, slot; uint64_t seq; } await_args;
+typedef struct { mg_engine *e; int fd, slot; uint64_t seq; int ms; } await_args;
 
 static void *await_client(void *p) {
   await_args *a = p;
-  mg_h2_await(a->e, a->fd, a->slot, a->seq, 1);
+  mg_h2_await(a->e, a->fd, a->slot, a->seq, a->ms);
   return NULL;
 }
 
@@ -32,7 +32,7 @@ static size_t conn_queued(mg_conn *c, mg_h2_stream *s) { (void)s; return mg_h2_q
 static void drain_to(mg_engine *e, VALUE token, size_t limit, size_t (*what)(mg_conn *, mg_h2_stream *)) {
   int64_t deadline = mg_now_ms() + e->cfg.write_timeout_ms;
   size_t last = (size_t)-1; /* the backlog when progress was last seen */
-  await_args a = {.e = e};
+  await_args a = {.e = e, .ms = 1};
   h2_token_parts(token, &a.fd, &a.slot, &a.seq);
   for (;;) {
     mg_conn *c;
@@ -181,7 +181,9 @@ static void *wait_input(void *p) {
 
 /* Engine#tunnel_read for a stream: up to +maxlen+ bytes the client sent on its extended CONNECT's
  * tunnel (a String), nil once the client ended its side, or false when none came within 50 ms
- * (the caller looks at its own deadline and calls again). ClientGone when the stream is gone. */
+ * (the caller looks at its own deadline and calls again). ClientGone when the stream is gone.
+ * While a thread waits in the loop, it reads the client's bytes and signals h2_input; with none
+ * (every thread in the app), the reading thread reads them itself (mg_h2_await). */
 VALUE mg_rb_h2_tunnel_read(mg_engine *e, VALUE token, VALUE maxlen) {
   long max = NUM2LONG(maxlen);
   if (max <= 0 || max > 65536) max = 65536;
@@ -190,8 +192,15 @@ VALUE mg_rb_h2_tunnel_read(mg_engine *e, VALUE token, VALUE maxlen) {
   mg_h2_stream *s = h2_lock_token(e, token, &c);
   ssize_t n = mg_h2_tunnel_read(c, s, RSTRING_PTR(str), (size_t)max);
   if (n < 0) {
-    rb_thread_call_without_gvl(wait_input, c, RUBY_UBF_IO, NULL);
-    mg_h2_unlock(e, c);
+    if (atomic_load(&e->idle_waiters) > 0) {
+      rb_thread_call_without_gvl(wait_input, c, RUBY_UBF_IO, NULL);
+      mg_h2_unlock(e, c);
+    } else {
+      mg_h2_unlock(e, c);
+      await_args a = {.e = e, .ms = 50};
+      h2_token_parts(token, &a.fd, &a.slot, &a.seq);
+      rb_thread_call_without_gvl(await_client, &a, RUBY_UBF_IO, NULL);
+    }
     rb_thread_check_ints();
     s = h2_lock_token(e, token, &c);
     n = mg_h2_tunnel_read(c, s, RSTRING_PTR(str), (size_t)max);
