@@ -4,7 +4,7 @@ require "fileutils"
 require "rbconfig"
 
 namespace :test do
-  desc "Run the fast suite against an ASan+UBSan build of the extension (built in tmp/asan)"
+  desc "Run the fast suite (or TEST=file) against an ASan+UBSan build of the extension (built in tmp/asan)"
   task :asan do
     root = File.expand_path("..", __dir__)
     build = File.join(root, "tmp/asan/build")
@@ -24,8 +24,10 @@ namespace :test do
       "ASAN_OPTIONS" => "detect_leaks=0:abort_on_error=1:use_sigaltstack=0",
       "UBSAN_OPTIONS" => "print_stacktrace=1:halt_on_error=1"
     }
-    # The fast suite's files (the Rakefile's :test task): every test outside test/slow/.
-    files = (FileList["test/**/*_test.rb"] - FileList["test/slow/**/*_test.rb"]).map { |f| "require './#{f}';" }.join
+    # The fast suite's files (the Rakefile's :test task): every test outside test/slow/; or TEST's
+    # (a file or a glob), as for rake test.
+    files = ENV["TEST"] ? FileList[ENV["TEST"]] : FileList["test/**/*_test.rb"] - FileList["test/slow/**/*_test.rb"]
+    files = files.map { |f| "require './#{f}';" }.join
     sh env, RbConfig.ruby, "-w", "-I#{lib}", "-Ilib", "-Itest", "-e", files
   end
 end

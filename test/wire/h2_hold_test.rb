@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "digest"
 require "json"
 require "open3"
 require "timeout"
@@ -121,8 +122,7 @@ class H2HoldTest < Minitest::Test
   end
 
   # Windows of zero: the heads go out (held while the others wait), no body; once the client
-  # opens its windows every body arrives whole. (Bodies under the connection's cap: past it the
-  # only thread would wait in the app for windows that no thread reads.)
+  # opens its windows every body arrives whole.
   def test_zero_windows_then_a_grant_with_answers_held
     each_h2_server(app, min_threads: 1, max_threads: 1) do |port|
       Open3.popen3(CLIENT, PYTHON, FRAMES, port, "zero_window", "5", "/mid", "grant") do |stdin, stdout, stderr, wait|
@@ -136,6 +136,61 @@ class H2HoldTest < Minitest::Test
         assert_equal [MID], got["bodies"].map(&:first).uniq, port
         assert_equal 1, got["bodies"].map(&:last).uniq.size, port
       end
+    end
+  end
+
+  # Windows of zero and two bodies of the connection's cap (BIG: in memory, not spilled): the
+  # second waits in the app, on the only thread, for the client to take the first. The client
+  # opens its windows once both heads came: the waiting thread reads that itself (no other is in
+  # the loop), and both bodies arrive whole, long before write_timeout.
+  def test_the_only_thread_waiting_for_a_client_s_window_reads_its_grant
+    each_h2_server(app, min_threads: 1, max_threads: 1, write_timeout: 10) do |port|
+      Open3.popen3(CLIENT, PYTHON, FRAMES, port, "zero_window", "2", "/big", "grant") do |stdin, stdout, stderr, wait|
+        assert_equal "ready", stdout.gets&.chomp, "#{port}: #{stderr.read unless wait.alive?}"
+        granted = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        stdin.puts "go"
+        line = stdout.gets
+        took = Process.clock_gettime(Process::CLOCK_MONOTONIC) - granted
+        assert wait.value.success?, "#{port}: #{stderr.read}"
+        got = JSON.parse(line)
+        assert_equal 2, got["ended"], "#{port}: both bodies whole after #{took.round(2)} s: #{got}"
+        assert_equal [BIG], got["bodies"].map(&:first).uniq, port
+        assert_operator took, :<, 5, port
+      end
+    end
+  end
+
+  # The same for a streamed body's flush (Engine#flush waits until the client took every byte).
+  def test_the_only_thread_in_a_flush_reads_the_client_s_grant
+    streamed = lambda do |_env|
+      [200, { "content-type" => "text/plain" }, lambda { |stream|
+        stream.write("s" * MID)
+        stream.flush
+        stream.write("e")
+        stream.close
+      }]
+    end
+    each_h2_server(streamed, min_threads: 1, max_threads: 1, write_timeout: 10) do |port|
+      Open3.popen3(CLIENT, PYTHON, FRAMES, port, "zero_window", "1", "/s", "grant") do |stdin, stdout, stderr, wait|
+        assert_equal "ready", stdout.gets&.chomp, "#{port}: #{stderr.read unless wait.alive?}"
+        stdin.puts "go"
+        line = stdout.gets
+        assert wait.value.success?, "#{port}: #{stderr.read}"
+        assert_equal 1, JSON.parse(line)["ended"], port
+        assert_equal [[MID + 1, Digest::SHA256.hexdigest("#{'s' * MID}e")]], JSON.parse(line)["bodies"], port
+      end
+    end
+  end
+
+  # The same wait for a client that opens its windows a byte at a time, PINGing: what the waiting
+  # thread reads is no progress (under 16 KiB in write_timeout), so the stream is reset after
+  # write_timeout, the thread is free again and the connection closes; the next client is served.
+  def test_the_only_thread_waiting_for_a_window_dribbler_is_freed_after_write_timeout
+    each_h2_server(app, min_threads: 1, max_threads: 1, write_timeout: 1) do |port|
+      got = h2_client(FRAMES, port, "zero_window", 2, "/big", "dribble")
+      assert got["closed"], "#{port}: #{got}"
+      assert_operator got["seconds"], :<, 6, "#{port}: write_timeout (1 s) frees the thread: #{got}"
+      assert_equal ANSWERED, raw(port, "churn", 0, "/after")["streams"]["/after"], port
     end
   end
 

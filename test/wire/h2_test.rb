@@ -604,6 +604,19 @@ class H2Test < Minitest::Test
     assert_equal :eof, Timeout.timeout(5) { seen.pop }
   end
 
+  # The only thread in a tunnel's app: no thread is in the loop to read what the client sends on
+  # it, so the app's read reads the connection itself; every message is echoed, then 3 MB whole.
+  def test_a_tunnel_on_the_only_thread_reads_its_client_itself
+    seen = Queue.new
+    got = with_h2_server(tunnel_app(seen), binds: ["tcp://127.0.0.1:0?http2=true&extended_connect=true"], lint: false,
+                                            min_threads: 1, max_threads: 1) { |plain| frames(plain, "tunnel", "/chat", 0, 3_000_000) }
+    assert_equal "200", got["status"]
+    assert got["big_whole"], "the 3 MB came back whole: #{got.inspect}"
+    assert got["ended"], "the response ended when the app's call returned"
+    assert_equal ["CONNECT", "/chat", ["websocket"]], seen.pop
+    assert_equal :eof, Timeout.timeout(5) { seen.pop }
+  end
+
   # The stream's window bounds what waits for an app that does not read: the client can send
   # SETTINGS_INITIAL_WINDOW_SIZE (1 MiB) and no more until the app reads; then the rest flows.
   def test_a_tunnel_nobody_reads_holds_the_stream_window_and_no_more

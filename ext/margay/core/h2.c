@@ -40,6 +40,7 @@ mg_h2_stream *mg_h2_lock_stream(mg_engine *e, int fd, int slot, uint64_t seq, mg
   return NULL;
 }
 void mg_h2_unlock(mg_engine *e, mg_conn *c) { (void)e; (void)c; }
+void mg_h2_await(mg_engine *e, int fd, int slot, uint64_t seq, int ms) { (void)e; (void)fd; (void)slot; (void)seq; usleep((useconds_t)ms * 1000); }
 int mg_h2_respond_head(mg_conn *c, mg_h2_stream *s, int status, const mg_h2_nv *nv, size_t n, int body) {
   (void)c; (void)s; (void)status; (void)nv; (void)n; (void)body;
   return -1;

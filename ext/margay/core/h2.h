@@ -127,6 +127,14 @@ mg_h2_stream *mg_h2_lock_stream(mg_engine *e, int fd, int slot, uint64_t seq, mg
 /* Unlock after a response call; kicks the connection when it has output left or must close. */
 void mg_h2_unlock(mg_engine *e, mg_conn *c);
 
+/* A response call's wait for its stream's client (its windows, or its socket), up to +ms+; without
+ * h2_lock, any thread (a Ruby thread without the GVL). Every thread may be in the app, none in the
+ * loop to read what the client sends meanwhile (the WINDOW_UPDATE the wait is for, a reset): when
+ * the client's bytes come while the connection waits in the event set, the waiting thread claims
+ * it as an event would (a compare-and-swap from ARMED or ARMING, under h2_lock while the stream
+ * +fd+, +slot+, +seq+ names is there) and handles that event itself (mg_h2_event: read, feed,
+ * write, arm again with a new generation, or close). Returns at once when the stream is gone. */
+void mg_h2_await(mg_engine *e, int fd, int slot, uint64_t seq, int ms);
 /* A response's fields: the status, then lowercased names (connection-specific ones dropped). */
 typedef struct { const char *name, *value; size_t name_len, value_len; } mg_h2_nv;
 /* The head of the response (+body+: 0 when none follows; HEAD requests and bodyless statuses

@@ -1,7 +1,8 @@
 /*
  * core/h2_respond.c - the response side of HTTP/2 streams (see core/h2.h, core/h2_priv.h): the
- * calls Ruby threads make (with the GVL, never blocking) on a stream they lock by its token, and
- * the data source nghttp2 frames a body from (bytes queued in memory, or a file).
+ * calls Ruby threads make (with the GVL, never blocking) on a stream they lock by its token, the
+ * wait for a stream's client (mg_h2_await, without the GVL), and the data source nghttp2 frames a
+ * body from (bytes queued in memory, or a file).
  */
 #include "core/h2.h"
 
@@ -13,6 +14,7 @@
 #include "core/timing.h"
 #include "http/status.h"
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +113,21 @@ void mg_h2_unlock(mg_engine *e, mg_conn *c) {
   }
   pthread_mutex_unlock(&c->h2_lock);
   if (kick) mg_h2_kick(e, c);
+}
+
+void mg_h2_await(mg_engine *e, int fd, int slot, uint64_t seq, int ms) {
+  struct pollfd p = {.fd = fd, .events = POLLIN}; /* a reused or closed fd: a wake-up for nothing */
+  int input = poll(&p, 1, ms) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR));
+  mg_conn *c;
+  if (!mg_h2_lock_stream(e, fd, slot, seq, &c)) return;
+  /* the stream is there, so this is its connection; armed (a loop thread owning it reads the
+   * input itself), with input in the socket or in its TLS session */
+  uint64_t s = atomic_load(&c->state);
+  int st = mg_state_st(s);
+  int mine = (input || mg_tls_pending(&c->tls)) && (st == MG_ARMED || st == MG_ARMING) &&
+             atomic_compare_exchange_strong(&c->state, &s, (mg_state_gen(s) << 8) | MG_OWNED);
+  pthread_mutex_unlock(&c->h2_lock);
+  if (mine) mg_h2_event(e, c);
 }
 
 /* The stream's response is complete (or reset): the thread's time on it counts in the duration

@@ -22,12 +22,19 @@ VALUE mg_rb_h2_token(const mg_h2_req *q) {
   return LL2NUM(-1 - (long long)t);
 }
 
+void h2_token_parts(VALUE token, int *fd, int *slot, uint64_t *seq) {
+  uint64_t t = (uint64_t)(-1 - NUM2LL(token));
+  *fd = (int)(t & ((1ULL << H2_FD_BITS) - 1));
+  *slot = (int)((t >> H2_FD_BITS) & ((1ULL << H2_SLOT_BITS) - 1));
+  *seq = t >> (H2_FD_BITS + H2_SLOT_BITS);
+}
+
 /* The stream a token names, locked, or NULL when it is stale. */
 mg_h2_stream *h2_find_token(mg_engine *e, VALUE token, mg_conn **c) {
-  uint64_t t = (uint64_t)(-1 - NUM2LL(token));
-  int fd = (int)(t & ((1ULL << H2_FD_BITS) - 1));
-  int slot = (int)((t >> H2_FD_BITS) & ((1ULL << H2_SLOT_BITS) - 1));
-  return mg_h2_lock_stream(e, fd, slot, t >> (H2_FD_BITS + H2_SLOT_BITS), c);
+  int fd, slot;
+  uint64_t seq;
+  h2_token_parts(token, &fd, &slot, &seq);
+  return mg_h2_lock_stream(e, fd, slot, seq, c);
 }
 
 /* The same, raising ClientGone when it is stale. */

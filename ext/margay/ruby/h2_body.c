@@ -3,8 +3,8 @@
  * Engine#respond's array (over response_buffer_limit written to a tempfile and sent as a file),
  * Engine#stream_write's parts (past it, to the stream's spill tempfile), Engine#flush, and the
  * one wait they may need: for a flush, or at the connection's response_buffer_limit when no
- * tempfile takes the rest (without the GVL, 1 ms at a time; write_timeout without progress
- * resets the stream). With the GVL otherwise.
+ * tempfile takes the rest (without the GVL, 1 ms at a time, reading the client's input when no
+ * loop thread does; write_timeout without progress resets the stream). With the GVL otherwise.
  */
 #include "ruby/h2_priv.h"
 #include "core/tempfile.h"
@@ -12,9 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static void *nap(void *p) {
-  (void)p;
-  usleep(1000);
+typedef struct { mg_engine *e; int fd, slot; uint64_t seq; int ms; } await_args;
+
+static void *await_client(void *p) {
+  await_args *a = p;
+  mg_h2_await(a->e, a->fd, a->slot, a->seq, a->ms);
   return NULL;
 }
 
@@ -22,24 +24,30 @@ static size_t stream_backlog(mg_conn *c, mg_h2_stream *s) { (void)c; return mg_h
 static size_t conn_queued(mg_conn *c, mg_h2_stream *s) { (void)s; return mg_h2_queued(c); }
 
 /* Wait (without the GVL, 1 ms at a time) until +what+ of the stream's token (its backlog, or its
- * connection's queued bytes) is at most +limit+; write_timeout bounds the wait without progress:
- * the stream is reset and ClientGone raised. */
+ * connection's queued bytes) is at most +limit+; write_timeout bounds the wait without progress
+ * (MG_H2_MIN_PROGRESS bytes taken, as for the connection: windows opened a byte at a time are
+ * none): the stream is reset and ClientGone raised. The waiting thread reads what its client sends
+ * meanwhile when no loop thread does (mg_h2_await): no thread may be free to read the window the
+ * wait is for. */
 static void drain_to(mg_engine *e, VALUE token, size_t limit, size_t (*what)(mg_conn *, mg_h2_stream *)) {
   int64_t deadline = mg_now_ms() + e->cfg.write_timeout_ms;
-  size_t last = (size_t)-1;
+  size_t last = (size_t)-1; /* the backlog when progress was last seen */
+  await_args a = {.e = e, .ms = 1};
+  h2_token_parts(token, &a.fd, &a.slot, &a.seq);
   for (;;) {
     mg_conn *c;
     mg_h2_stream *s = h2_lock_token(e, token, &c);
     size_t backlog = what(c, s);
     if (backlog <= limit) { mg_h2_unlock(e, c); return; }
-    if (backlog < last) { last = backlog; deadline = mg_now_ms() + e->cfg.write_timeout_ms; }
+    if (last == (size_t)-1 || backlog > last) last = backlog; /* the first look, or more queued */
+    if (backlog + MG_H2_MIN_PROGRESS <= last) { last = backlog; deadline = mg_now_ms() + e->cfg.write_timeout_ms; }
     if (mg_now_ms() > deadline) {
       mg_h2_reset(c, s);
       mg_h2_unlock(e, c);
       rb_raise(mg_eClientGone, "the HTTP/2 client read nothing for write_timeout");
     }
     mg_h2_unlock(e, c);
-    rb_thread_call_without_gvl(nap, NULL, RUBY_UBF_IO, NULL);
+    rb_thread_call_without_gvl(await_client, &a, RUBY_UBF_IO, NULL);
     rb_thread_check_ints();
   }
 }
@@ -50,8 +58,8 @@ static size_t conn_cap(const mg_engine *e) {
 }
 
 /* Queue the String +data+'s bytes on the locked stream +*s+ (of +token+) as the connection's cap
- * allows: at the cap, unlock and wait for the client to take some, then lock again (+*c+, +*s+
- * updated). Raises ClientGone (unlocked) when the stream goes or the wait times out. */
+ * allows: at the cap, unlock and wait for the client to take MG_H2_MIN_PROGRESS bytes (each wait
+ * is one write_timeout's progress), then lock again (+*c+, +*s+ updated). Raises ClientGone (unlocked) when the stream goes or the wait times out. */
 static void write_capped(mg_engine *e, VALUE token, mg_conn **c, mg_h2_stream **s, VALUE data) {
   size_t cap = conn_cap(e), off = 0;
   for (;;) {
@@ -60,7 +68,7 @@ static void write_capped(mg_engine *e, VALUE token, mg_conn **c, mg_h2_stream **
     size_t queued = mg_h2_queued(*c);
     if (queued >= cap) {
       mg_h2_unlock(e, *c);
-      drain_to(e, token, cap - 1, conn_queued);
+      drain_to(e, token, cap - MG_H2_MIN_PROGRESS, conn_queued); /* room for a frame's worth, not a byte */
       *s = h2_lock_token(e, token, c);
       continue;
     }
@@ -173,7 +181,9 @@ static void *wait_input(void *p) {
 
 /* Engine#tunnel_read for a stream: up to +maxlen+ bytes the client sent on its extended CONNECT's
  * tunnel (a String), nil once the client ended its side, or false when none came within 50 ms
- * (the caller looks at its own deadline and calls again). ClientGone when the stream is gone. */
+ * (the caller looks at its own deadline and calls again). ClientGone when the stream is gone.
+ * While a thread waits in the loop, it reads the client's bytes and signals h2_input; with none
+ * (every thread in the app), the reading thread reads them itself (mg_h2_await). */
 VALUE mg_rb_h2_tunnel_read(mg_engine *e, VALUE token, VALUE maxlen) {
   long max = NUM2LONG(maxlen);
   if (max <= 0 || max > 65536) max = 65536;
@@ -182,8 +192,15 @@ VALUE mg_rb_h2_tunnel_read(mg_engine *e, VALUE token, VALUE maxlen) {
   mg_h2_stream *s = h2_lock_token(e, token, &c);
   ssize_t n = mg_h2_tunnel_read(c, s, RSTRING_PTR(str), (size_t)max);
   if (n < 0) {
-    rb_thread_call_without_gvl(wait_input, c, RUBY_UBF_IO, NULL);
-    mg_h2_unlock(e, c);
+    if (atomic_load(&e->idle_waiters) > 0) {
+      rb_thread_call_without_gvl(wait_input, c, RUBY_UBF_IO, NULL);
+      mg_h2_unlock(e, c);
+    } else {
+      mg_h2_unlock(e, c);
+      await_args a = {.e = e, .ms = 50};
+      h2_token_parts(token, &a.fd, &a.slot, &a.seq);
+      rb_thread_call_without_gvl(await_client, &a, RUBY_UBF_IO, NULL);
+    }
     rb_thread_check_ints();
     s = h2_lock_token(e, token, &c);
     n = mg_h2_tunnel_read(c, s, RSTRING_PTR(str), (size_t)max);

@@ -20,6 +20,8 @@ typedef struct {
   char extra[160];
 } h2_head;
 
+/* The stream a token names: its connection's fd, its slot and sequence number (mg_h2_lock_stream's). */
+void h2_token_parts(VALUE token, int *fd, int *slot, uint64_t *seq);
 /* The stream a token names, locked, or NULL when it is stale. */
 mg_h2_stream *h2_find_token(mg_engine *e, VALUE token, mg_conn **c);
 /* The same, raising ClientGone when it is stale. */
