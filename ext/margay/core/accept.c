@@ -150,10 +150,7 @@ static int accept_some(mg_engine *e, int li) {
  * way: the epoll_wait this saves made up for it). */
 static mg_conn *claim(mg_engine *e, int fd) {
   mg_conn *c = e->conns[fd];
-  uint64_t s = atomic_load(&c->state);
-  int st = mg_state_st(s);
-  if (st != MG_ARMED && st != MG_ARMING) return NULL;
-  if (!atomic_compare_exchange_strong(&c->state, &s, (mg_state_gen(s) << 8) | MG_OWNED)) return NULL;
+  if (!mg_conn_claim_armed(c, atomic_load(&c->state))) return NULL;
   mg_ev_disarm(e->ev, fd);
   return c;
 }

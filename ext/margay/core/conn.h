@@ -140,6 +140,14 @@ int mg_conn_has_pending_input(const mg_conn *c);
 /* Whether the calling thread may touch +c+: it must own it (checked in debug builds). */
 static inline int mg_conn_owned(mg_conn *c) { return mg_state_st(atomic_load(&c->state)) == MG_OWNED; }
 
+/* Claim +c+ as an event does: from +s+ (its state as the caller read it), when ARMED or ARMING, to
+ * OWNED in the same generation. 1 when the calling thread won it (the state had not moved since). */
+static inline int mg_conn_claim_armed(mg_conn *c, uint64_t s) {
+  int st = mg_state_st(s);
+  return (st == MG_ARMED || st == MG_ARMING) &&
+         atomic_compare_exchange_strong(&c->state, &s, (mg_state_gen(s) << 8) | MG_OWNED);
+}
+
 /* Take charge of connected socket +fd+ (from listener +li+): a new connection
  * (the header timeout runs) or one adopted from another worker (+kept_alive+:
  * an idle keep-alive connection, the keep-alive timeout runs). Returns 0, or

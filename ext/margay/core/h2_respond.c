@@ -122,10 +122,7 @@ void mg_h2_await(mg_engine *e, int fd, int slot, uint64_t seq, int ms) {
   if (!mg_h2_lock_stream(e, fd, slot, seq, &c)) return;
   /* the stream is there, so this is its connection; armed (a loop thread owning it reads the
    * input itself), with input in the socket or in its TLS session */
-  uint64_t s = atomic_load(&c->state);
-  int st = mg_state_st(s);
-  int mine = (input || mg_tls_pending(&c->tls)) && (st == MG_ARMED || st == MG_ARMING) &&
-             atomic_compare_exchange_strong(&c->state, &s, (mg_state_gen(s) << 8) | MG_OWNED);
+  int mine = (input || mg_tls_pending(&c->tls)) && mg_conn_claim_armed(c, atomic_load(&c->state));
   pthread_mutex_unlock(&c->h2_lock);
   if (mine) mg_h2_event(e, c);
 }

@@ -185,10 +185,7 @@ int mg_loop_dispatch(mg_engine *e, const mg_ev_event *ev, mg_conn **out) {
   if (fd < 0 || fd >= e->max_fds || !e->conns[fd]) return 0;
   mg_conn *c = e->conns[fd];
   uint64_t cur = atomic_load(&c->state);
-  int st = mg_state_st(cur);
-  if ((mg_state_gen(cur) & MG_GEN_MASK) != (gen & MG_GEN_MASK) || (st != MG_ARMED && st != MG_ARMING)) return 0;
-  uint64_t expect = cur;
-  if (!atomic_compare_exchange_strong(&c->state, &expect, (mg_state_gen(cur) << 8) | MG_OWNED)) return 0;
+  if ((mg_state_gen(cur) & MG_GEN_MASK) != (gen & MG_GEN_MASK) || !mg_conn_claim_armed(c, cur)) return 0;
   return serve(e, c, ev->events, out);
 }
 
