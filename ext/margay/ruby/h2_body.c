@@ -14,10 +14,19 @@
 
 typedef struct { mg_engine *e; int fd, slot; uint64_t seq; int ms; } await_args;
 
-static void *await_client(void *p) {
+static void *await_nogvl(void *p) {
   await_args *a = p;
   mg_h2_await(a->e, a->fd, a->slot, a->seq, a->ms);
   return NULL;
+}
+
+/* Wait up to +ms+ (without the GVL) for the client of the stream +token+ names, reading what it
+ * sends when no loop thread does (mg_h2_await); then the thread's interrupts. */
+static void await_client(mg_engine *e, VALUE token, int ms) {
+  await_args a = {.e = e, .ms = ms};
+  h2_token_parts(token, &a.fd, &a.slot, &a.seq);
+  rb_thread_call_without_gvl(await_nogvl, &a, RUBY_UBF_IO, NULL);
+  rb_thread_check_ints();
 }
 
 static size_t stream_backlog(mg_conn *c, mg_h2_stream *s) { (void)c; return mg_h2_backlog(s); }
@@ -32,8 +41,6 @@ static size_t conn_queued(mg_conn *c, mg_h2_stream *s) { (void)s; return mg_h2_q
 static void drain_to(mg_engine *e, VALUE token, size_t limit, size_t (*what)(mg_conn *, mg_h2_stream *)) {
   int64_t deadline = mg_now_ms() + e->cfg.write_timeout_ms;
   size_t last = (size_t)-1; /* the backlog when progress was last seen */
-  await_args a = {.e = e, .ms = 1};
-  h2_token_parts(token, &a.fd, &a.slot, &a.seq);
   for (;;) {
     mg_conn *c;
     mg_h2_stream *s = h2_lock_token(e, token, &c);
@@ -47,8 +54,7 @@ static void drain_to(mg_engine *e, VALUE token, size_t limit, size_t (*what)(mg_
       rb_raise(mg_eClientGone, "the HTTP/2 client read nothing for write_timeout");
     }
     mg_h2_unlock(e, c);
-    rb_thread_call_without_gvl(await_client, &a, RUBY_UBF_IO, NULL);
-    rb_thread_check_ints();
+    await_client(e, token, 1);
   }
 }
 
@@ -195,13 +201,11 @@ VALUE mg_rb_h2_tunnel_read(mg_engine *e, VALUE token, VALUE maxlen) {
     if (atomic_load(&e->idle_waiters) > 0) {
       rb_thread_call_without_gvl(wait_input, c, RUBY_UBF_IO, NULL);
       mg_h2_unlock(e, c);
+      rb_thread_check_ints();
     } else {
       mg_h2_unlock(e, c);
-      await_args a = {.e = e, .ms = 50};
-      h2_token_parts(token, &a.fd, &a.slot, &a.seq);
-      rb_thread_call_without_gvl(await_client, &a, RUBY_UBF_IO, NULL);
+      await_client(e, token, 50);
     }
-    rb_thread_check_ints();
     s = h2_lock_token(e, token, &c);
     n = mg_h2_tunnel_read(c, s, RSTRING_PTR(str), (size_t)max);
   }
