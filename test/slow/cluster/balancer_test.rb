@@ -32,16 +32,20 @@ class ClusterBalancerTest < Minitest::Test
     start_cluster(2, min_threads: 1, max_threads: 1)
     pids = Array.new(40) { get_pid }.uniq
     assert_equal 2, pids.size, "both workers answer"
-    # New connections, silent so far, until one at least is held by each worker, or 20 held by
-    # one (which worker the kernel wakes for each is its choice; under load it can be the same
-    # one every time, and the connections held by the worker made busy below are what counts).
+    # New connections, silent so far, until one worker holds two: one of them then carries the
+    # 5 s request that makes that worker busy, the others must move. Which worker the kernel
+    # wakes for each is its choice (under load it can be the same one every time), so the busy
+    # request goes on a connection known to be held by its worker rather than on a new one: a
+    # worker holding silent connections takes one client per listener event, and the other
+    # worker can win every one of them.
     # A connection still in the listen backlog has no owner yet (nil), nor one the master holds
     # on its way between workers: wait for it rather than count it.
     fresh = [TCPSocket.new("127.0.0.1", @port)]
+    owners = nil
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
     loop do
-      owners = fresh.map { |sock| owner(sock, pids) }
-      break if owners.none?(&:nil?) && (owners.uniq.size == 2 || fresh.size == 20)
+      owners = owners_of(fresh, pids)
+      break if owners.none?(&:nil?) && owners.tally.values.max >= 2
       if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
         flunk "a new connection has no worker after 30 s: owners #{fresh.map { |s| owner(s, pids + [@master]) }.inspect} " \
               "(workers #{pids.inspect}, master #{@master})\n#{`ss -tanoie '( sport = :#{@port} )' 2>&1`}\n#{log_text}"
@@ -49,9 +53,11 @@ class ClusterBalancerTest < Minitest::Test
       fresh << TCPSocket.new("127.0.0.1", @port) if owners.none?(&:nil?)
       sleep 0.05 # accepted
     end
-    target = owner(fresh.first, pids)
+    target = owners.tally.max_by { |_, count| count }.first
     other = (pids - [target]).first
-    busy = occupy(target)
+    busy = fresh.delete_at(owners.index(target))
+    busy.write("GET /slow_in?#{target} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    refute busy.wait_readable(0.3), "the busy request answered at once"
     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     fresh.each { |sock| sock.write("GET /pid HTTP/1.1\r\nHost: t\r\n\r\n") }
     answers = fresh.map { |sock| read_response(sock, timeout: 10) }
@@ -73,6 +79,10 @@ class ClusterBalancerTest < Minitest::Test
     sock&.close
   end
 
+  def owners_of(socks, pids)
+    socks.map { |sock| owner(sock, pids) }
+  end
+
   # Which of the processes +pids+ holds the server side of client socket
   # +sock+ (Linux: the socket's inode in /proc/net/tcp, then each fd table).
   # The line is the one whose both ends match: /proc/net/tcp also lists the
@@ -87,9 +97,11 @@ class ClusterBalancerTest < Minitest::Test
   end
 
   # Occupy the only thread of the worker +pid+ with a 5 s request; returns its
-  # socket. Requests that land on the other worker answer at once and are retried.
+  # socket. Requests that land on the other worker answer at once and are retried
+  # (for 15 s: the kernel picks the worker, and may pick the other many times running).
   def occupy(pid)
-    20.times do
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 15
+    while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
       sock = TCPSocket.new("127.0.0.1", @port)
       sock.write("GET /slow_in?#{pid} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
       return sock unless sock.wait_readable(0.3)
