@@ -44,7 +44,7 @@ class ClusterBalancerTest < Minitest::Test
     owners = nil
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
     loop do
-      owners = owners_of(fresh, pids)
+      owners = fresh.map { |sock| owner(sock, pids) }
       break if owners.none?(&:nil?) && owners.tally.values.max >= 2
       if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
         flunk "a new connection has no worker after 30 s: owners #{fresh.map { |s| owner(s, pids + [@master]) }.inspect} " \
@@ -56,8 +56,7 @@ class ClusterBalancerTest < Minitest::Test
     target = owners.tally.max_by { |_, count| count }.first
     other = (pids - [target]).first
     busy = fresh.delete_at(owners.index(target))
-    busy.write("GET /slow_in?#{target} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-    refute busy.wait_readable(0.3), "the busy request answered at once"
+    assert slow_in(busy, target), "the busy request answered at once"
     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     fresh.each { |sock| sock.write("GET /pid HTTP/1.1\r\nHost: t\r\n\r\n") }
     answers = fresh.map { |sock| read_response(sock, timeout: 10) }
@@ -77,10 +76,6 @@ class ClusterBalancerTest < Minitest::Test
     read_response(sock)[2].to_i
   ensure
     sock&.close
-  end
-
-  def owners_of(socks, pids)
-    socks.map { |sock| owner(sock, pids) }
   end
 
   # Which of the processes +pids+ holds the server side of client socket
@@ -103,11 +98,17 @@ class ClusterBalancerTest < Minitest::Test
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 15
     while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
       sock = TCPSocket.new("127.0.0.1", @port)
-      sock.write("GET /slow_in?#{pid} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-      return sock unless sock.wait_readable(0.3)
+      return sock if slow_in(sock, pid)
 
       sock.close
     end
     flunk "could not occupy worker #{pid}"
+  end
+
+  # Sends on +sock+ a request that takes 5 s in the worker +pid+ (at once in any
+  # other); true if no answer came within 0.3 s, i.e. that worker is running it.
+  def slow_in(sock, pid)
+    sock.write("GET /slow_in?#{pid} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    !sock.wait_readable(0.3)
   end
 end
