@@ -86,6 +86,23 @@ def request(path, extra=()):
     return [(":method", "GET"), (":path", path), (":scheme", "http"), (":authority", "localhost")] + list(extra)
 
 
+def receive(conn, data):
+    """conn.receive_data a whole frame at a time, keeping the events of the frames before one h2
+    refuses: it refuses every frame after a GOAWAY, though the streams up to the GOAWAY's last
+    stream id go on (RFC 9113 6.8), and one call with them all would lose the events before it."""
+    buf = getattr(conn, "partial_frame", b"") + data
+    events = []
+    while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+        size = 9 + int.from_bytes(buf[:3], "big")
+        frame, buf = buf[:size], buf[size:]
+        try:
+            events.extend(conn.receive_data(frame))
+        except h2.exceptions.ProtocolError:
+            pass
+    conn.partial_frame = buf
+    return events
+
+
 def pump(sock, conn, until, limit=10.0, tick=None):
     """Read and feed events until until(events_so_far) or the connection closes, or +limit+
     seconds of silence. With +tick+: tick() after each 0.2 s of silence, for +limit+ seconds in all."""
@@ -105,10 +122,7 @@ def pump(sock, conn, until, limit=10.0, tick=None):
                 seen.append("closed")
                 break
             if data:
-                try:
-                    seen.extend(conn.receive_data(data))
-                except h2.exceptions.ProtocolError:
-                    pass
+                seen.extend(receive(conn, data))
             out = conn.data_to_send()
             if out:
                 sock.sendall(out)
