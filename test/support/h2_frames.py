@@ -92,8 +92,10 @@ def receive(conn, data):
     stream id go on (RFC 9113 6.8), and one call with them all would lose the events before it."""
     buf = getattr(conn, "partial_frame", b"") + data
     events = []
-    while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
-        size = 9 + int.from_bytes(buf[:3], "big")
+    while len(buf) >= 9:
+        size = 9 + int.from_bytes(buf[:3], "big")  # the frame header and its payload length
+        if len(buf) < size:
+            break
         frame, buf = buf[:size], buf[size:]
         try:
             events.extend(conn.receive_data(frame))
