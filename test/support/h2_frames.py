@@ -86,22 +86,31 @@ def request(path, extra=()):
     return [(":method", "GET"), (":path", path), (":scheme", "http"), (":authority", "localhost")] + list(extra)
 
 
+def whole_frames(buf):
+    """(start, end) of each whole frame at the head of buf: a 9-byte header whose first 3 bytes are
+    the payload's length, then the payload. A partial frame at the end is left out."""
+    off = 0
+    while len(buf) - off >= 9:
+        end = off + 9 + int.from_bytes(buf[off:off + 3], "big")
+        if len(buf) < end:
+            break
+        yield off, end
+        off = end
+
+
 def receive(conn, data):
     """conn.receive_data a whole frame at a time, keeping the events of the frames before one h2
     refuses: it refuses every frame after a GOAWAY, though the streams up to the GOAWAY's last
     stream id go on (RFC 9113 6.8), and one call with them all would lose the events before it."""
     buf = getattr(conn, "partial_frame", b"") + data
     events = []
-    while len(buf) >= 9:
-        size = 9 + int.from_bytes(buf[:3], "big")  # the frame header and its payload length
-        if len(buf) < size:
-            break
-        frame, buf = buf[:size], buf[size:]
+    used = 0
+    for start, used in whole_frames(buf):
         try:
-            events.extend(conn.receive_data(frame))
+            events.extend(conn.receive_data(buf[start:used]))
         except h2.exceptions.ProtocolError:
             pass
-    conn.partial_frame = buf
+    conn.partial_frame = buf[used:]
     return events
 
 

@@ -35,7 +35,7 @@ from hyperframe.frame import DataFrame, Frame, GoAwayFrame, HeadersFrame, RstStr
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.dont_write_bytecode = True  # no __pycache__ left in the checkout
-from h2_frames import connect  # noqa: E402 (the same client connection as h2_frames.py's)
+from h2_frames import connect, whole_frames  # noqa: E402 (the same client connection and framing as h2_frames.py's)
 
 BIG_WINDOW = 2**31 - 1
 
@@ -67,12 +67,9 @@ def read_frames(sock, on_frame, limit=10.0):
             return True
         buf += data
         off = 0
-        while len(buf) - off >= 9:
-            frame, length = Frame.parse_frame_header(memoryview(buf)[off:off + 9])
-            if len(buf) - off - 9 < length:
-                break
-            frame.parse_body(memoryview(bytes(buf[off + 9:off + 9 + length])))
-            off += 9 + length
+        for start, off in whole_frames(buf):
+            frame, _ = Frame.parse_frame_header(memoryview(buf)[start:start + 9])
+            frame.parse_body(memoryview(bytes(buf[start + 9:off])))
             if on_frame(frame):
                 return False
         del buf[:off]
