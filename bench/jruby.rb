@@ -77,9 +77,10 @@ module MargayBench
                 row = result.merge("round" => round + 1, "app" => app, "server" => name)
                 row["window"] = window + 1 if @o[:curve]
                 @rows << row
-                warn format("[jruby] round %d %-5s %-12s %s%8.1f req/s p50 %7.2f p99 %7.2f ms failed %d",
+                kinds = row["errors"].select { |_, n| n.positive? }.map { |kind, n| "#{kind} #{n}" }
+                warn format("[jruby] round %d %-5s %-12s %s%8.1f req/s p50 %7.2f p99 %7.2f ms failed %d%s",
                             round + 1, app, name, @o[:curve] ? "window #{window + 1} " : "", row["rps"],
-                            row["p50_ms"], row["p99_ms"], row["failed"])
+                            row["p50_ms"], row["p99_ms"], row["failed"], kinds.empty? ? "" : " (#{kinds.join(', ')})")
               end
             end
           end
@@ -140,8 +141,9 @@ module MargayBench
       data, = Wrk.run(argv, out_path: File.join(tmp, "wrk-#{port}.out"), bound: seconds + 30)
       lat = data["latency_us"]
       e = data["errors"]
+      errors = e.slice("connect", "read", "write", "timeout", "status")
       { "rps" => data["requests"] / (data["duration_us"] / 1e6), "p50_ms" => lat["p50"] / 1000.0,
-        "p99_ms" => lat["p99"] / 1000.0, "failed" => e["connect"] + e["read"] + e["write"] + e["timeout"] + e["status"] }
+        "p99_ms" => lat["p99"] / 1000.0, "failed" => errors.values.sum, "errors" => errors }
     end
 
     def markdown

@@ -5,7 +5,8 @@ require_relative "support/child_env"
 
 # Smoke test of bench/jruby.rb: one short round of each app with each server (Margay and
 # Puma 8 on JRuby through .ci/jruby, Margay on MRI) runs end to end and writes their rows
-# and the ratio lines; --curve gives one row per window. It never asserts a speed figure.
+# and the ratio lines; --curve gives one row per window. It never asserts a speed figure, and
+# only Margay's rows must be free of failed requests: a peer's are reported in its row.
 class JrubyBenchSmokeTest < Minitest::Test
   include ChildEnv
 
@@ -17,7 +18,10 @@ class JrubyBenchSmokeTest < Minitest::Test
                  result["rows"].map { |r| [r["app"], r["server"]] }
     result["rows"].each do |row|
       assert_operator row["rps"], :>, 0, "#{row['server']} served nothing on #{row['app']}:\n#{out}"
-      assert_equal 0, row["failed"], "#{row['server']} failed requests on #{row['app']}:\n#{out}"
+      next unless row["server"].start_with?("margay")
+
+      assert_equal 0, row["failed"], "#{row['server']} failed requests on #{row['app']} " \
+                                     "(#{row['errors'].inspect}):\n#{out}"
     end
     %w[hello io].product(%w[puma-jruby margay-mri]).each do |app, other|
       assert_match(%r{^#{app}: margay-jruby / #{other}: req/s [\d.]+x}, out)
