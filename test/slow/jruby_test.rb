@@ -60,12 +60,15 @@ class JrubyTest < Minitest::Test
     end
   end
 
+  # Also: JAVA_OPTS reaches the JVM (the app reads back a system property set there).
   def test_rackup_with_margay_on_jruby
     env = jruby_env
     install(env)
+    env = env.merge("JAVA_OPTS" => "-Xmx512m -Dmargay.probe=set")
     Dir.mktmpdir("margay-jruby-rackup-") do |dir|
       File.write(File.join(dir, "config.ru"), <<~'RUBY')
-        run ->(env) { [200, { "content-type" => "text/plain" }, ["#{env['SERVER_SOFTWARE']} #{RUBY_ENGINE}"]] }
+        body = ->(env) { "#{env['SERVER_SOFTWARE']} #{RUBY_ENGINE} #{ENV_JAVA['margay.probe']}" }
+        run ->(env) { [200, { "content-type" => "text/plain" }, [body.(env)]] }
       RUBY
       spawn_child(env, JRUBY, "-C", dir, "-S", "rackup", "-s", "margay", "-o", "127.0.0.1", "-p", "0",
                   "-O", "Threads=2:4", chdir: ROOT)
@@ -76,7 +79,7 @@ class JrubyTest < Minitest::Test
         2.times do
           response = http.get("/")
           assert_equal "200", response.code
-          assert_equal "Margay/#{Margay::VERSION} jruby", response.body
+          assert_equal "Margay/#{Margay::VERSION} jruby set", response.body
         end
       end
 
