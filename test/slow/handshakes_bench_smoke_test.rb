@@ -6,7 +6,8 @@ require_relative "support/child_env"
 # Smoke test of bench/handshakes.rb: one short round of each server (Margay over TLS, nginx
 # with ssl, Puma 8 from the bench bundle with the same ssl:// bind) makes full and resumed
 # handshakes, the ticker thread is read on Margay and Puma, and a few idle connections are
-# held. It never asserts a speed figure.
+# held. It never asserts a speed figure; only Margay's row must be free of socket errors (a
+# peer's are reported in its row).
 class HandshakesBenchSmokeTest < Minitest::Test
   include ChildEnv
 
@@ -18,7 +19,7 @@ class HandshakesBenchSmokeTest < Minitest::Test
     result["rows"].each do |row|
       assert_operator row["full_per_s"], :>, 0, "#{row['server']} made no full handshake:\n#{out}"
       assert_operator row["resumed_per_s"], :>, 0, "#{row['server']} resumed no session:\n#{out}"
-      assert_equal 0, row["full_errors"], "#{row['server']} had socket errors:\n#{out}"
+      assert_equal 0, row["full_errors"], "#{row['server']} had socket errors:\n#{out}" if row["server"] == "margay"
     end
     margay = result["rows"].first
     assert_equal "/up", margay["ticker_storm_path"], "Margay's storm goes to the engine's path"

@@ -5,7 +5,8 @@ require_relative "support/child_env"
 
 # Smoke test of bench/queue.rb: one short round per server (Margay and Puma 8 from the bench
 # bundle, 2 workers) with each load runs end to end and writes rows with the per-worker
-# figures. It never asserts a speed figure.
+# figures. It never asserts a speed figure; only Margay's rows must be free of failed requests
+# (Puma's are reported in its row).
 class QueueBenchSmokeTest < Minitest::Test
   include ChildEnv
 
@@ -17,7 +18,9 @@ class QueueBenchSmokeTest < Minitest::Test
       assert_equal %w[margay puma], result["rows"].map { |r| r["server"] }
       result["rows"].each do |row|
         assert_operator row["rps"], :>, 0, "#{row['server']} served nothing under #{load}:\n#{out}"
-        assert_equal 0, row["failed"] + row["non_2xx"], "#{row['server']} failed requests under #{load}:\n#{out}"
+        if row["server"] == "margay"
+          assert_equal 0, row["failed"] + row["non_2xx"], "Margay failed requests under #{load}:\n#{out}"
+        end
         assert_equal 2, row["conns_median"].size, "the per-worker connections were sampled:\n#{out}"
       end
       margay = result["rows"].find { |r| r["server"] == "margay" }

@@ -5,7 +5,8 @@ require_relative "support/child_env"
 
 # Smoke test of bench/tls.rb: one short round of each server (Margay over TLS, Puma 8 from the
 # bench bundle with the same ssl:// bind, nginx with ssl, Margay's plain HTTP) runs end to end
-# over HTTPS and writes its rows, and so does a baseline checkout. It never asserts a speed figure.
+# over HTTPS and writes its rows, and so does a baseline checkout. It never asserts a speed figure;
+# only Margay's rows must be free of socket errors (a peer's are reported in its row).
 class TLSBenchSmokeTest < Minitest::Test
   include ChildEnv
 
@@ -15,6 +16,8 @@ class TLSBenchSmokeTest < Minitest::Test
     assert_equal %w[margay puma nginx margay-plain], result["rows"].map { |r| r["server"] }
     result["rows"].each do |row|
       assert_operator row["rps"], :>, 0, "#{row['server']} served nothing:\n#{out}"
+      next unless row["server"].start_with?("margay")
+
       assert_equal 0, row["errors"], "#{row['server']} had socket errors:\n#{out}"
     end
     assert_match(/ecdsa, vs puma: /, out)
