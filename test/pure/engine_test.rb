@@ -224,5 +224,41 @@ module Margay
         assert_match(/\AHTTP\/1\.1 413 /, chunked)
       end
     end
+
+    # stats[:connections] and max_connections count every open connection wherever it is:
+    # watched by the reactor, its complete request waiting for a thread, held by one; a
+    # hijacked one leaves the count, a closed one too. No pool threads here: the test takes.
+    def test_connections_count_every_open_connection
+      listener = TCPServer.new("127.0.0.1", 0)
+      port = listener.local_address.ip_port
+      config = Configuration.new(binds: ["tcp://127.0.0.1:0"], silent: true, max_connections: 3)
+      engine = Pure::Engine.new(config.to_h.values_at(*Pure::Engine::SETTINGS),
+                                Server::RequestHandler.env_template(config))
+      engine.add_listener(listener, false, "127.0.0.1", port.to_s)
+      engine.start
+      ask = -> { TCPSocket.new("127.0.0.1", port).tap { |s| s.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n") } }
+      idle = TCPSocket.new("127.0.0.1", port)
+      asking = Array.new(2) { ask.call }
+      Timeout.timeout(5) { sleep 0.01 until engine.backlog == 2 && engine.stats[:connections] == 3 }
+      asking << ask.call
+      sleep 0.3
+      assert_equal [3, 2], [engine.stats[:connections], engine.backlog], "no accept past max_connections"
+
+      first, = engine.next_request
+      assert_equal 3, engine.stats[:connections], "a connection held by a thread counts"
+      io, = engine.hijack(first)
+      io.close
+      Timeout.timeout(5) { sleep 0.01 until engine.backlog == 2 }
+      assert_equal 3, engine.stats[:connections], "the hijacked one left, the waiting client came in"
+      2.times { engine.abort(engine.next_request.first) }
+      assert_equal 1, engine.stats[:connections]
+      idle.close
+      Timeout.timeout(5) { sleep 0.01 until engine.stats[:connections].zero? }
+    ensure
+      engine&.stop
+      engine&.close
+      listener&.close
+      [idle, *asking].each { |s| s&.close unless s&.closed? }
+    end
   end
 end

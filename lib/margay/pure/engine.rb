@@ -52,6 +52,9 @@ module Margay
         @held = Handoff.held # token => Conn
         @tokens = Handoff.counter
         @requests = Handoff.counter
+        # Connections accepted and not yet closed or hijacked, wherever they are: watched, ready,
+        # held by a thread or on their way between these (stats and max_connections).
+        @open = Handoff.counter
         @lock = Mutex.new # the rare counts and the stop
         @poller = Poller.new
         @next_deadline = nil # the earliest deadline of a watched connection, or later (Reactor)
@@ -117,6 +120,7 @@ module Margay
       # read past the request]
       def hijack(token)
         conn = @held.take(token) or raise ClientGone, "the connection is no longer held by this request"
+        @open.decrementAndGet
         [conn.io, conn.buf.dup]
       end
 
@@ -149,7 +153,7 @@ module Margay
 
       def stats
         { requests: @requests.get, abandoned: @abandoned, shed: @shed, queue_time_seconds: nil, request_duration_seconds: nil,
-          connections: @conns.size + @held.size + @returned.size, event_backend: @poller.name, max_connections: @cfg[:max_connections],
+          connections: @open.get, event_backend: @poller.name, max_connections: @cfg[:max_connections],
           ready: health_ready? }
       end
 
@@ -281,7 +285,10 @@ module Margay
       end
 
       def close_conn(conn)
-        conn.io.close unless conn.io.closed?
+        return if conn.io.closed?
+
+        @open.decrementAndGet
+        conn.io.close
       rescue IOError, SystemCallError
         nil
       end

@@ -36,7 +36,7 @@ module Margay
         listening = false
         until @stopping
           adopt_returned
-          room = @cfg[:max_connections].nil? || @conns.size + @held.size + @returned.size < @cfg[:max_connections]
+          room = @cfg[:max_connections].nil? || @open.get < @cfg[:max_connections]
           listen(room) if room != listening
           listening = room
           wait = @next_deadline && [@next_deadline - now, 0].max
@@ -128,6 +128,7 @@ module Margay
           client.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_NODELAY, 1) unless @listeners[index][1]
           conn = Conn.new(client, +"".b, index, addr, nil, nil, nil, now + @cfg[:header_timeout], 0)
           conn.proxy = :pending if @cfg[:proxy_protocol]
+          @open.incrementAndGet
           watch(conn)
         end
       rescue SystemCallError
