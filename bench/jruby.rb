@@ -140,8 +140,7 @@ module MargayBench
                       url: "http://127.0.0.1:#{port}/")
       data, = Wrk.run(argv, out_path: File.join(tmp, "wrk-#{port}.out"), bound: seconds + 30)
       lat = data["latency_us"]
-      e = data["errors"]
-      errors = e.slice("connect", "read", "write", "timeout", "status")
+      errors = data["errors"].slice("connect", "read", "write", "timeout", "status")
       { "rps" => data["requests"] / (data["duration_us"] / 1e6), "p50_ms" => lat["p50"] / 1000.0,
         "p99_ms" => lat["p99"] / 1000.0, "failed" => errors.values.sum, "errors" => errors }
     end
