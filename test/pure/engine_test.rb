@@ -260,5 +260,36 @@ module Margay
       listener&.close
       [idle, *asking].each { |s| s&.close unless s&.closed? }
     end
+
+    # The server closes its listeners as soon as Engine#stop returns. It returns once the reactor
+    # has let go of them: on JRuby a listener closed while the reactor's selector lets go of it
+    # may keep its socket open, new clients waiting in its backlog, until the selector's next
+    # wait, and there is none. Here the reactor is slow to let go; the stop waits for it, and a
+    # client right after the stop and the close is refused at once.
+    def test_stop_returns_once_the_reactor_let_go_of_the_listeners
+      listener = TCPServer.new("127.0.0.1", 0)
+      port = listener.local_address.ip_port
+      config = Configuration.new(binds: ["tcp://127.0.0.1:0"], silent: true)
+      engine = Pure::Engine.new(config.to_h.values_at(*Pure::Engine::SETTINGS),
+                                Server::RequestHandler.env_template(config))
+      engine.singleton_class.prepend(Module.new do
+        def release_listeners
+          sleep 0.3
+          super
+        end
+      end)
+      engine.add_listener(listener, false, "127.0.0.1", port.to_s)
+      engine.start
+      raw_get(port) # the reactor is in its wait
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      engine.stop
+      assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :>=, 0.3
+      listener.close
+      assert_raises(Errno::ECONNREFUSED) { Socket.tcp("127.0.0.1", port, connect_timeout: 2).close }
+    ensure
+      engine&.stop
+      engine&.close
+      listener&.close unless listener&.closed?
+    end
   end
 end

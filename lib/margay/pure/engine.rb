@@ -56,9 +56,10 @@ module Margay
         # held by a thread or on their way between these (stats and max_connections).
         @open = Handoff.counter
         @lock = Mutex.new # the rare counts and the stop
+        @let_go = ConditionVariable.new # the reactor has let go of the listeners (@listeners_let_go)
         @poller = Poller.new
         @next_deadline = nil # the earliest deadline of a watched connection, or later (Reactor)
-        @stopping = @draining = @closed = @reactor_done = false
+        @stopping = @draining = @closed = @reactor_done = @listeners_let_go = false
         @abandoned = @shed = 0
         @busy = 0
       end
@@ -141,11 +142,14 @@ module Margay
 
       def draining? = @draining
 
-      # Stop accepting; pool threads get nil once the ready requests are taken.
+      # Stop accepting; pool threads get nil once the ready requests are taken. Returns once the
+      # reactor has let go of the listeners (at most LET_GO_WAIT seconds): the server closes them
+      # next, and java.nio closes a listener's socket at once only if no selector holds it then.
       def stop(_timeout = nil)
         @stopping = true
         close_ready
         wake
+        await_listeners_let_go
         nil
       end
 
@@ -201,6 +205,24 @@ module Margay
 
       def held(token)
         @held.get(token) or raise ClientGone, "the connection is no longer held by this request"
+      end
+
+      def await_listeners_let_go
+        return if @reactor.nil? || Thread.current == @reactor
+
+        deadline = now + LET_GO_WAIT
+        @lock.synchronize do
+          until @listeners_let_go || (left = deadline - now) <= 0
+            @let_go.wait(@lock, left)
+          end
+        end
+      end
+
+      def listeners_let_go!
+        @lock.synchronize do
+          @listeners_let_go = true
+          @let_go.broadcast
+        end
       end
 
       # Pool threads get nil from #next_request once the engine stopped and its reactor is done

@@ -17,6 +17,7 @@ module Margay
                         :body_from, :body_wait, :queued)
 
       READ_SIZE = 16_384
+      LET_GO_WAIT = 2 # seconds Engine#stop waits for the reactor to let go of the listeners
 
       private
 
@@ -49,6 +50,7 @@ module Margay
       rescue IOError, SystemCallError => e
         warn "margay: the pure-Ruby engine's reactor stopped: #{e.class}: #{e.message}" unless @stopping
       ensure
+        listeners_let_go!
         @reactor_done = true
         close_ready
       end
@@ -59,15 +61,19 @@ module Margay
 
       # Stopping: the listeners leave the poller, and one more wait makes java.nio let go of them,
       # so that the server's closing a listener closes its socket at once (a new client is refused
-      # during the grace period) rather than when the poller closes.
+      # during the grace period) rather than when the poller closes. Engine#stop returns after
+      # this (the server closes the listeners next): a listener closed during this wait may stay
+      # open, registered, until the next wait, and there is none.
       def release_listeners
         @listeners.each { |listener| @poller.release(listener.first) }
         poll(0)
+      ensure
+        listeners_let_go!
       end
 
-      # The wait raises IOError when an IO it watches was closed before or during the call: the
-      # server closes its listeners as soon as the engine stops, which may be while this thread
-      # waits here. Stopping, that ends the loop and the stop's last reads still run.
+      # The wait raises IOError when an IO it watches was closed before or during the call: a
+      # listener, when the reactor took longer than Engine#stop waits for it. Stopping, that ends
+      # the loop and the stop's last reads still run.
       def poll(wait)
         @poller.wait(wait)
       rescue IOError
@@ -133,6 +139,8 @@ module Margay
         end
       rescue SystemCallError
         nil
+      rescue IOError # closed after the wait found it ready: the reactor took longer than a stop waits
+        raise unless @stopping
       end
 
       # The client's address as text; an IPv4 client of a dual-stack listener as IPv4.
