@@ -192,6 +192,7 @@ module Margay
         # The server's graceful stop: reads return end of stream (shutdown(2)
         # of the reading side, which also wakes a read waiting now); writes go on.
         def end_reading
+          @reading_ended = true
           @io.shutdown(Socket::SHUT_RD) unless @io.closed?
         rescue IOError, SystemCallError
           nil
@@ -210,6 +211,10 @@ module Margay
             gone("no data from the client for #{@read_timeout}s")
           end
         rescue Errno::ECONNRESET, Errno::ETIMEDOUT
+          nil
+        rescue IOError # JRuby's reads after shutdown(SHUT_RD): "not opened for reading"
+          raise unless @reading_ended && !@io.closed?
+
           nil
         end
 

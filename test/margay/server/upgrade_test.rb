@@ -221,7 +221,6 @@ class UpgradeTest < Minitest::Test
   # returns end of stream, it writes its goodbye, the connection closes and
   # the server stops (not cut at shutdown_timeout: the goodbye arrives).
   def test_a_graceful_stop_ends_an_upgraded_stream
-    skip_on_jruby "not yet: a graceful stop does not end an upgraded stream's blocked read there (shutdown(SHUT_RD) does not wake it)"
     entered = Queue.new
     app = lambda do |_env|
       [101, { "upgrade" => "echo" }, lambda { |stream|
@@ -273,7 +272,6 @@ class UpgradeTest < Minitest::Test
   # the app still writes its goodbye, the connection closes when call returns;
   # a request in flight that upgrades after the stop began starts ended.
   def test_stop_reading_ends_the_reads_of_upgraded_streams
-    skip_on_jruby "not yet: a graceful stop does not end an upgraded stream's blocked read there (shutdown(SHUT_RD) does not wake it)"
     entered = Queue.new
     arrived = Queue.new
     release = Queue.new
