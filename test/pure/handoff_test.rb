@@ -87,5 +87,24 @@ module Margay
       threads.each(&:join)
       assert_equal 4000, counter.get
     end
+
+    # The stats' histogram form, as the C engine's: a value on a bound counts in that bound's
+    # bucket (Prometheus's le), the buckets are cumulative, the sum in seconds.
+    def test_histogram
+      hist = Pure::Handoff.histogram
+      [0.005, 0.006, 0.3, 11.0, -1.0].each { |seconds| hist.observe(seconds) }
+      threads = Array.new(4) { Thread.new { 250.times { hist.observe(0.001) } } }
+      threads.each(&:join)
+      h = hist.to_h
+      assert_equal Stats::HISTOGRAM_BOUNDS, h[:buckets].keys
+      assert_equal 1002, h[:buckets][0.005], "0.005, a negative one as 0, and the 1000 from four threads"
+      assert_equal 1003, h[:buckets][0.01]
+      assert_equal 1003, h[:buckets][0.25]
+      assert_equal 1004, h[:buckets][0.5]
+      assert_equal 1004, h[:buckets][10.0]
+      assert_equal 1005, h[:buckets][Float::INFINITY]
+      assert_equal 1005, h[:count]
+      assert_in_delta 12.311, h[:sum], 1e-6
+    end
   end
 end

@@ -126,7 +126,6 @@ class WireQueueTimeTest < Minitest::Test
   end
 
   def test_histograms_in_the_stats
-    skip_on_jruby "no queue-time and duration histograms in the pure engine yet"
     with_one_thread do |port, server|
       slow = occupy(port)
       queued = send_get(port, "/queued", "Connection: close\r\n")

@@ -55,6 +55,8 @@ module Margay
         # Connections accepted and not yet closed or hijacked, wherever they are: watched, ready,
         # held by a thread or on their way between these (stats and max_connections).
         @open = Handoff.counter
+        @queue_hist = Handoff.histogram # arrival to a thread's taking the request
+        @duration_hist = Handoff.histogram # that taking to the response handed over
         @lock = Mutex.new # the rare counts and the stop
         @let_go = ConditionVariable.new # the reactor has let go of the listeners (@listeners_let_go)
         @poller = Poller.new
@@ -87,6 +89,7 @@ module Margay
       def next_request(continue_token = nil, idle_ms = nil)
         if continue_token
           conn = @held.get(continue_token) or return nil
+          admit(conn)
           @requests.incrementAndGet
           return [continue_token, env_for(conn)]
         end
@@ -99,9 +102,11 @@ module Margay
             @lock.synchronize { @abandoned += 1 }
             close_conn(conn)
           elsif shed?(conn)
+            @queue_hist.observe(now - conn.arrival)
             @lock.synchronize { @shed += 1 }
             send_error(conn, 503, "retry-after: 1\r\n")
           else
+            admit(conn)
             token = @tokens.incrementAndGet
             @requests.incrementAndGet
             @held.put(token, conn)
@@ -113,6 +118,7 @@ module Margay
       # Drop the connection of +token+ (a no-op for a stale token).
       def abort(token)
         conn = @held.take(token)
+        timing_done(conn) if conn
         close_conn(conn) if conn
         nil
       end
@@ -121,6 +127,7 @@ module Margay
       # read past the request]
       def hijack(token)
         conn = @held.take(token) or raise ClientGone, "the connection is no longer held by this request"
+        timing_done(conn)
         @open.decrementAndGet
         [conn.io, conn.buf.dup]
       end
@@ -128,6 +135,7 @@ module Margay
       # A plain-text error, then close.
       def error_response(token, status)
         conn = @held.take(token) or return
+        timing_done(conn)
         send_error(conn, status)
       end
 
@@ -156,7 +164,8 @@ module Margay
       def stopping? = @stopping
 
       def stats
-        { requests: @requests.get, abandoned: @abandoned, shed: @shed, queue_time_seconds: nil, request_duration_seconds: nil,
+        { requests: @requests.get, abandoned: @abandoned, shed: @shed, queue_time_seconds: @queue_hist.to_h,
+          request_duration_seconds: @duration_hist.to_h,
           connections: @open.get, event_backend: @poller.name, max_connections: @cfg[:max_connections],
           ready: health_ready? }
       end
@@ -250,6 +259,22 @@ module Margay
       end
 
       # queue_timeout: a request complete longer ago than this is answered 503 instead of run.
+      # A thread takes +conn+'s request: its wait since it arrived (the engine's read of its first
+      # bytes) goes into the queue-time histogram, and its duration starts.
+      def admit(conn)
+        t = now
+        @queue_hist.observe(conn.arrival ? t - conn.arrival : 0.0)
+        conn.taken = t
+      end
+
+      # The response is handed over (about to be written), or the request dropped or hijacked.
+      def timing_done(conn)
+        return unless conn.taken
+
+        @duration_hist.observe(now - conn.taken)
+        conn.taken = nil
+      end
+
       def shed?(conn)
         limit = @cfg[:queue_timeout]
         limit && conn.arrival && now - conn.arrival > limit

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "../stats"
+
 module Margay
   module Pure
     # The pure engine's shared state between its threads: the ready list (complete requests
@@ -16,6 +18,7 @@ module Margay
       def self.ready = RUBY_ENGINE == "jruby" ? Concurrent.new : Locked.new
       def self.held = RUBY_ENGINE == "jruby" ? ConcurrentHeld.new : LockedHeld.new
       def self.counter = RUBY_ENGINE == "jruby" ? java.util.concurrent.atomic.AtomicLong.new : LockedCounter.new
+      def self.histogram = Histogram.new
 
       def self.now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 
@@ -203,7 +206,32 @@ module Margay
 
         def decrementAndGet = @lock.synchronize { @value -= 1 } # rubocop:disable Naming/MethodName -- AtomicLong's
 
+        def addAndGet(delta) = @lock.synchronize { @value += delta } # rubocop:disable Naming/MethodName -- AtomicLong's
+
         def get = @value
+      end
+
+      # A latency histogram over Stats::HISTOGRAM_BOUNDS (a value falls in the first bucket whose
+      # bound it does not pass, as Prometheus's le), counted with the counters above: threads
+      # observe without a shared lock on JRuby.
+      class Histogram
+        def initialize
+          @counts = Stats::HISTOGRAM_BOUNDS.map { Handoff.counter }
+          @sum_us = Handoff.counter
+        end
+
+        def observe(seconds)
+          seconds = 0.0 if seconds.negative?
+          @counts[Stats::HISTOGRAM_BOUNDS.index { |bound| seconds <= bound }].incrementAndGet
+          @sum_us.addAndGet((seconds * 1_000_000).round)
+        end
+
+        # Server#stats' form: {buckets: {bound => cumulative count}, sum: seconds, count:}.
+        def to_h
+          total = 0
+          buckets = Stats::HISTOGRAM_BOUNDS.each_with_index.to_h { |bound, i| [bound, total += @counts[i].get] }
+          { buckets: buckets, sum: @sum_us.get / 1_000_000.0, count: total }
+        end
       end
     end
   end

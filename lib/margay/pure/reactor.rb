@@ -14,7 +14,7 @@ module Margay
       # A client connection; +head+ and +input+ describe its current request.
       Conn = Struct.new(:io, :buf, :listener, :addr, :head, :chunked, :input, :deadline, :requests, :arrival,
                         :started, :close, :stream, :left, :proxy, :pipelined,
-                        :body_from, :body_wait, :queued)
+                        :body_from, :body_wait, :queued, :taken)
 
       READ_SIZE = 16_384
       LET_GO_WAIT = 2 # seconds Engine#stop waits for the reactor to let go of the listeners

@@ -30,6 +30,7 @@ module Margay
 
         out = head_finish(conn, built, status, bodyless?(status) || built.has_te ? -1 : length)
         body.each { |part| out << binary(part) } if send_body
+        timing_done(conn)
         write(conn, out)
         finish(token, conn)
       end
@@ -45,6 +46,7 @@ module Margay
           built = head_begin(status, headers)
           return false if built.has_te || (built.content_length >= 0 && built.content_length != file.size)
 
+          timing_done(conn)
           write(conn, head_finish(conn, built, status, bodyless?(status) ? -1 : file.size))
           if conn.head.method != "HEAD" && !bodyless?(status)
             while (chunk = file.read(65_536))
@@ -100,6 +102,7 @@ module Margay
 
       def stream_finish(token)
         conn = held(token)
+        timing_done(conn)
         write(conn, "0\r\n\r\n".b) if conn.stream == :chunked
         conn.close = true if conn.left.to_i.positive? # fewer bytes than announced: only closing frames it
         finish(token, conn)
