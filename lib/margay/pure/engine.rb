@@ -117,9 +117,10 @@ module Margay
 
       # Drop the connection of +token+ (a no-op for a stale token).
       def abort(token)
-        conn = @held.take(token)
-        timing_done(conn) if conn
-        close_conn(conn) if conn
+        if (conn = @held.take(token))
+          timing_done(conn)
+          close_conn(conn)
+        end
         nil
       end
 
@@ -258,7 +259,6 @@ module Margay
         true
       end
 
-      # queue_timeout: a request complete longer ago than this is answered 503 instead of run.
       # A thread takes +conn+'s request: its wait since it arrived (the engine's read of its first
       # bytes) goes into the queue-time histogram, and its duration starts.
       def admit(conn)
@@ -275,6 +275,7 @@ module Margay
         conn.taken = nil
       end
 
+      # queue_timeout: a request complete longer ago than this is answered 503 instead of run.
       def shed?(conn)
         limit = @cfg[:queue_timeout]
         limit && conn.arrival && now - conn.arrival > limit
