@@ -21,15 +21,21 @@ module Margay
       def retire?(_thread) = false
     end
 
-    def serve(app, **settings, &block)
-      return with_server(app, **settings) { |_host, port| yield port } if RUBY_ENGINE == "jruby"
-
+    # A pure engine, not started, on a listener of its own: [engine, listener, port, config].
+    def pure_engine(**settings)
       config = Configuration.new(binds: ["tcp://127.0.0.1:0"], silent: true, **settings)
       listener = TCPServer.new("127.0.0.1", 0)
       port = listener.local_address.ip_port
       engine = Pure::Engine.new(config.to_h.values_at(*Pure::Engine::SETTINGS),
                                 Server::RequestHandler.env_template(config))
       engine.add_listener(listener, false, "127.0.0.1", port.to_s)
+      [engine, listener, port, config]
+    end
+
+    def serve(app, **settings, &block)
+      return with_server(app, **settings) { |_host, port| yield port } if RUBY_ENGINE == "jruby"
+
+      engine, listener, port, config = pure_engine(**settings)
       engine.start
       log = Log.new(out: StringIO.new, err: (@server_log = StringIO.new))
       handler = Server::RequestHandler.new(Rack::Lint.new(app), engine, config, log, { errors: 0 })
@@ -229,12 +235,7 @@ module Margay
     # watched by the reactor, its complete request waiting for a thread, held by one; a
     # hijacked one leaves the count, a closed one too. No pool threads here: the test takes.
     def test_connections_count_every_open_connection
-      listener = TCPServer.new("127.0.0.1", 0)
-      port = listener.local_address.ip_port
-      config = Configuration.new(binds: ["tcp://127.0.0.1:0"], silent: true, max_connections: 3)
-      engine = Pure::Engine.new(config.to_h.values_at(*Pure::Engine::SETTINGS),
-                                Server::RequestHandler.env_template(config))
-      engine.add_listener(listener, false, "127.0.0.1", port.to_s)
+      engine, listener, port, = pure_engine(max_connections: 3)
       engine.start
       ask = -> { TCPSocket.new("127.0.0.1", port).tap { |s| s.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n") } }
       idle = TCPSocket.new("127.0.0.1", port)
@@ -267,18 +268,13 @@ module Margay
     # wait, and there is none. Here the reactor is slow to let go; the stop waits for it, and a
     # client right after the stop and the close is refused at once.
     def test_stop_returns_once_the_reactor_let_go_of_the_listeners
-      listener = TCPServer.new("127.0.0.1", 0)
-      port = listener.local_address.ip_port
-      config = Configuration.new(binds: ["tcp://127.0.0.1:0"], silent: true)
-      engine = Pure::Engine.new(config.to_h.values_at(*Pure::Engine::SETTINGS),
-                                Server::RequestHandler.env_template(config))
+      engine, listener, port, = pure_engine
       engine.singleton_class.prepend(Module.new do
         def release_listeners
           sleep 0.3
           super
         end
       end)
-      engine.add_listener(listener, false, "127.0.0.1", port.to_s)
       engine.start
       raw_get(port) # the reactor is in its wait
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
